@@ -1,0 +1,1 @@
+"""The `lagtrace` command line: thin wrappers over services/."""

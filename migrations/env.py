@@ -1,0 +1,45 @@
+"""Alembic environment: online migrations only, with timeouts and a lock on Postgres."""
+
+from alembic import context
+from sqlalchemy import text
+
+from services.db import make_engine
+from services.models import Base
+from services.settings import Settings
+
+# A constant key: every process migrating this database queues on the same lock.
+ADVISORY_LOCK_KEY = 0x6C616774  # "lagt"
+
+config = context.config
+settings = config.attributes.get("settings") or Settings(database_url=config.get_main_option("sqlalchemy.url"))
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(settings)
+    with engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            # Fail fast rather than queue behind a long transaction holding a table lock,
+            # and let two pods running `migrate` at once take turns.
+            connection.execute(text("SET lock_timeout = '10s'"))
+            connection.execute(text("SET statement_timeout = '300s'"))
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+            connection.commit()
+        try:
+            context.configure(
+                connection=connection,
+                target_metadata=Base.metadata,
+                render_as_batch=connection.dialect.name == "sqlite",
+                compare_type=True,
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+        finally:
+            if connection.dialect.name == "postgresql":
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_LOCK_KEY})
+                connection.commit()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("lagtrace migrates online only: point LAGTRACE_DATABASE_URL at the database")
+run_migrations_online()

@@ -1,0 +1,30 @@
+"""What a rule emits before it is stored, and how findings are fingerprinted."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+@dataclass
+class FindingDraft:
+    kind: str
+    severity: str
+    title: str
+    detail: str
+    config_label: str | None = None
+    test_id: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    evidence_ids: list[int] = field(default_factory=list)
+
+
+def fingerprint(project: str, kind: str, scope: str) -> str:
+    """The same cause in the same test (or command) of a project, whatever the job.
+
+    Configuration labels and numbers are left out on purpose: a rerun with other CPU
+    counts, or a worse ratio next week, is the same problem, and its triage must follow.
+    """
+    return hashlib.sha256(f"{project}\x1f{kind}\x1f{scope}".encode()).hexdigest()

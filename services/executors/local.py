@@ -1,0 +1,153 @@
+"""The local executor: a subprocess pinned with sched_setaffinity, quota'd with a cgroup.
+
+The parent blocks in wait4() while the command runs (no polling), so lagtrace itself
+puts no load on the neighbouring cores whose idleness is often the very cause under
+study.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from services import cgroups
+from services.errors import BadInput
+from services.executors.base import RunRequest, RunResult
+from services.settings import Settings
+
+OUTPUT_TAIL_LINES = 20
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._hierarchy: cgroups.Hierarchy | str | None = None
+
+    def available_cpus(self) -> tuple[int, ...]:
+        return tuple(sorted(os.sched_getaffinity(0)))
+
+    def _quota_hierarchy(self) -> cgroups.Hierarchy | str:
+        if self._hierarchy is None:
+            self._hierarchy = cgroups.probe(self.settings.cgroup_root, self.settings.cgroup_name)
+        return self._hierarchy
+
+    def quota_unsupported_reason(self) -> str | None:
+        found = self._quota_hierarchy()
+        return found if isinstance(found, str) else None
+
+    def check_command(self, command: list[str], workdir: Path) -> None:
+        if not command:
+            raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
+        if not workdir.is_dir():
+            raise BadInput(f"working directory {workdir} does not exist")
+        program = command[0]
+        if "/" in program:
+            path = program if os.path.isabs(program) else os.path.join(workdir, program)
+            if not os.path.isfile(path):
+                raise BadInput(f"cannot execute {program!r}: no such file")
+            if not os.access(path, os.X_OK):
+                raise BadInput(f"cannot execute {program!r}: not executable")
+        elif shutil.which(program) is None:
+            raise BadInput(f"cannot execute {program!r}: not found on PATH")
+
+    def visible_path(self, host_path: Path) -> str:
+        return str(host_path)
+
+    def run(self, request: RunRequest) -> RunResult:
+        group = None
+        if request.config.cpus is not None:
+            hierarchy = self._quota_hierarchy()
+            if isinstance(hierarchy, str):
+                raise BadInput(f"--config {request.config.label}: CPU quotas cannot be enforced here: {hierarchy}")
+            group = cgroups.QuotaGroup(hierarchy, request.config.cpus)
+            group.create()
+        try:
+            return self._run(request, group)
+        finally:
+            if group is not None:
+                group.remove()
+
+    def _run(self, request: RunRequest, group: cgroups.QuotaGroup | None) -> RunResult:
+        cpuset = request.config.cpuset
+
+        def enter_configuration() -> None:  # runs in the child, between fork and exec
+            if cpuset is not None:
+                os.sched_setaffinity(0, cpuset)
+            if group is not None:
+                group.join_current_process()
+
+        output_path = request.run_dir / "output.log"
+        env = {**os.environ, **request.env}
+        with open(output_path, "wb") as output:
+            started = time.perf_counter()
+            try:
+                proc = subprocess.Popen(
+                    request.command,
+                    cwd=request.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=enter_configuration,
+                    start_new_session=True,  # one process group to kill at the timeout
+                )
+            except (FileNotFoundError, PermissionError, OSError) as exc:
+                raise BadInput(f"cannot execute {request.command[0]!r}: {exc.strerror or exc}") from None
+            timed_out = threading.Event()
+
+            def kill_at_timeout() -> None:
+                timed_out.set()
+                _kill_group(proc.pid)
+
+            timer = None
+            if request.timeout_s is not None:
+                timer = threading.Timer(request.timeout_s, kill_at_timeout)
+                timer.daemon = True
+                timer.start()
+            try:
+                _, status, usage = os.wait4(proc.pid, 0)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            wall_s = time.perf_counter() - started
+            proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
+            # Background processes the command left behind would load the next run.
+            _kill_group(proc.pid)
+
+        stat = group.cpu_stat() if group is not None else None
+        exit_code = proc.returncode
+        return RunResult(
+            wall_s=wall_s,
+            user_s=usage.ru_utime,
+            sys_s=usage.ru_stime,
+            max_rss_kb=usage.ru_maxrss,
+            voluntary_ctx_switches=usage.ru_nvcsw,
+            involuntary_ctx_switches=usage.ru_nivcsw,
+            exit_code=exit_code,
+            timed_out=timed_out.is_set(),
+            nr_periods=stat.nr_periods if stat else None,
+            nr_throttled=stat.nr_throttled if stat else None,
+            throttled_s=stat.throttled_s if stat else None,
+            output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,
+        )
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path) -> str:
+    with open(path, "rb") as handle:
+        lines = deque(handle, maxlen=OUTPUT_TAIL_LINES)
+    return b"".join(lines).decode("utf-8", "replace")

@@ -1,0 +1,60 @@
+"""Schema management through Alembic, the only path by which the schema is made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+from services.settings import Settings
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class SchemaNotCurrent(Exception):
+    """The database is not at the newest migration; `lagtrace migrate` brings it there."""
+
+
+def alembic_config(settings: Settings) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Kept out of the ini file so that a URL with a password never lands on disk; '%' is
+    # Alembic's interpolation character.
+    config.set_main_option("sqlalchemy.url", settings.database_url.replace("%", "%%"))
+    config.attributes["settings"] = settings
+    return config
+
+
+def upgrade(settings: Settings, revision: str = "head") -> None:
+    command.upgrade(alembic_config(settings), revision)
+
+
+def heads(settings: Settings) -> list[str]:
+    return list(ScriptDirectory.from_config(alembic_config(settings)).get_heads())
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def ensure_current(settings: Settings, engine: Engine) -> None:
+    """Bring the embedded SQLite database up to date; insist on `lagtrace migrate` elsewhere.
+
+    A shared database is migrated deliberately, once, by an operator or the Helm hook;
+    a laptop's SQLite file is migrated on first use so `lagtrace run` needs no set-up.
+    """
+    if engine.dialect.name == "sqlite":
+        upgrade(settings)
+        return
+    current = current_revision(engine)
+    head = heads(settings)
+    if current not in head:
+        raise SchemaNotCurrent(
+            f"the database is at revision {current or 'none (empty)'}, the code expects "
+            f"{', '.join(head)}: run `lagtrace migrate` first"
+        )

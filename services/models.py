@@ -1,0 +1,192 @@
+"""SQLAlchemy 2.x models. Alembic (migrations/) is the only way the schema is created."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Base(DeclarativeBase):
+    # Named constraints keep Alembic migrations portable between SQLite and Postgres.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, dt.datetime: DateTime(timezone=True)}
+
+
+class JobStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class RunKind(str, enum.Enum):
+    timing = "timing"
+    evidence = "evidence"
+
+
+class TriageStatus(str, enum.Enum):
+    new = "new"
+    acknowledged = "acknowledged"
+    muted = "muted"
+    fixed = "fixed"
+
+
+def _enum(cls: type[enum.Enum]) -> Enum:
+    # Stored as plain strings (no native Postgres enum type): adding a value is then a
+    # code change, not a migration that locks the table.
+    return Enum(cls, native_enum=False, length=32, values_callable=lambda e: [m.value for m in e])
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    jobs: Mapped[list[Job]] = relationship(back_populates="project")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
+    source: Mapped[str] = mapped_column(String(32), default="cli")
+    command: Mapped[list[Any]] = mapped_column()
+    executor: Mapped[str] = mapped_column(String(32))
+    workdir: Mapped[str | None] = mapped_column(Text)
+    repeat: Mapped[int] = mapped_column(Integer)
+    timeout_s: Mapped[float | None] = mapped_column(Float)
+    # What the screen left out and why (for instance a quota this host cannot enforce).
+    notes: Mapped[list[Any]] = mapped_column(default=list)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column()
+    finished_at: Mapped[dt.datetime | None] = mapped_column()
+
+    project: Mapped[Project] = relationship(back_populates="jobs")
+    configs: Mapped[list[JobConfig]] = relationship(
+        back_populates="job", order_by="JobConfig.position", cascade="all, delete-orphan"
+    )
+    evidence: Mapped[list[Evidence]] = relationship(back_populates="job", cascade="all, delete-orphan")
+    findings: Mapped[list[Finding]] = relationship(back_populates="job", cascade="all, delete-orphan")
+
+
+class JobConfig(Base):
+    """One CPU configuration of a job, e.g. ``cpuset=0`` or ``cpus=0.5``."""
+
+    __tablename__ = "job_configs"
+    __table_args__ = (UniqueConstraint("job_id", "label", name="uq_job_configs_job_id_label"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(200))
+    cpus: Mapped[float | None] = mapped_column(Float)
+    cpuset: Mapped[str | None] = mapped_column(String(200))
+
+    job: Mapped[Job] = relationship(back_populates="configs")
+    runs: Mapped[list[Run]] = relationship(back_populates="config", order_by="Run.id", cascade="all, delete-orphan")
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("job_configs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[RunKind] = mapped_column(_enum(RunKind), default=RunKind.timing)
+    repetition: Mapped[int] = mapped_column(Integer)
+    wall_s: Mapped[float] = mapped_column(Float)
+    user_s: Mapped[float] = mapped_column(Float)
+    sys_s: Mapped[float] = mapped_column(Float)
+    max_rss_kb: Mapped[int] = mapped_column(Integer)
+    voluntary_ctx_switches: Mapped[int] = mapped_column(Integer)
+    involuntary_ctx_switches: Mapped[int] = mapped_column(Integer)
+    exit_code: Mapped[int] = mapped_column(Integer)
+    timed_out: Mapped[bool] = mapped_column(default=False)
+    # cgroup cpu.stat; None where the run had no quota (no cgroup was made).
+    nr_periods: Mapped[int | None] = mapped_column(Integer)
+    nr_throttled: Mapped[int | None] = mapped_column(Integer)
+    throttled_s: Mapped[float | None] = mapped_column(Float)
+    # The last lines the command printed, kept when it failed so the report can show why.
+    output_tail: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    config: Mapped[JobConfig] = relationship(back_populates="runs")
+    test_results: Mapped[list[TestResult]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+
+class TestResult(Base):
+    """One test case's duration in one run (from the JUnit XML pytest wrote)."""
+
+    __tablename__ = "test_results"
+    __test__ = False  # not a pytest test class
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    test_id: Mapped[str] = mapped_column(Text)
+    duration_s: Mapped[float] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+
+    run: Mapped[Run] = relationship(back_populates="test_results")
+
+
+class Evidence(Base):
+    __tablename__ = "evidence"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    config_id: Mapped[int | None] = mapped_column(ForeignKey("job_configs.id", ondelete="CASCADE"))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(String(32))
+    content: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    text: Mapped[str | None] = mapped_column(Text)
+    artifacts: Mapped[list[Any]] = mapped_column(default=list)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="evidence")
+    config: Mapped[JobConfig | None] = relationship()
+
+
+class Finding(Base):
+    __tablename__ = "findings"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    severity: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str] = mapped_column(Text)
+    detail: Mapped[str] = mapped_column(Text)
+    config_label: Mapped[str | None] = mapped_column(String(200))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    # The numbers the finding rests on, for the report, the dashboard and later rules.
+    metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    evidence_ids: Mapped[list[Any]] = mapped_column(default=list)
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    # Triage (the dashboard issue groups these by fingerprint across jobs).
+    status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus), default=TriageStatus.new)
+    assignee: Mapped[str | None] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    job: Mapped[Job] = relationship(back_populates="findings")

@@ -1,0 +1,164 @@
+"""The report ``lagtrace.report/v1``, built from the database, and its text rendering."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from services.analysis.findings import SEVERITY_ORDER
+from services.models import Job, RunKind
+from services.samples import collect
+from services.stats import Summary
+
+SCHEMA = "lagtrace.report/v1"
+
+RUN_FIELDS = (
+    "wall_s", "user_s", "sys_s", "max_rss_kb", "voluntary_ctx_switches", "involuntary_ctx_switches",
+    "exit_code", "timed_out", "nr_periods", "nr_throttled", "throttled_s",
+)
+
+
+def _summary(summary: Summary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {
+        "median": summary.median,
+        "ci_low": summary.ci_low,
+        "ci_high": summary.ci_high,
+        "n": summary.n,
+        "confidence": summary.confidence,
+    }
+
+
+def build_report(job: Job) -> dict[str, Any]:
+    samples = collect(job)
+    wall = samples.wall_summaries()
+    configs = []
+    for config in job.configs:
+        runs = [run for run in config.runs if run.kind == RunKind.timing]
+        configs.append(
+            {
+                "label": config.label,
+                "cpus": config.cpus,
+                "cpuset": config.cpuset,
+                "runs": [{field: getattr(run, field) for field in RUN_FIELDS} for run in runs],
+                "wall_s": _summary(wall.get(config.label)),
+            }
+        )
+    tests = []
+    for test_id, per_config in samples.tests.items():
+        summaries = samples.test_summaries(test_id)
+        tests.append(
+            {
+                "id": test_id,
+                "configs": [
+                    {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
+                    for label, values in per_config.items()
+                ],
+            }
+        )
+    failed = [
+        {"config": config.label, "repetition": run.repetition, "exit_code": run.exit_code,
+         "timed_out": run.timed_out, "output_tail": run.output_tail}
+        for config in job.configs for run in config.runs if run.exit_code != 0 or run.timed_out
+    ]
+    findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
+    return {
+        "schema": SCHEMA,
+        "job": {
+            "id": job.id,
+            "project": job.project.name,
+            "status": job.status.value,
+            "created_at": job.created_at.isoformat(),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "error": job.error,
+        },
+        "command": job.command,
+        "executor": job.executor,
+        "workdir": job.workdir,
+        "repeat": job.repeat,
+        "notes": job.notes,
+        "configs": configs,
+        "tests": tests,
+        "failed_runs": failed,
+        "evidence": [
+            {"id": e.id, "config": e.config.label if e.config else None, "test": e.test_id, "kind": e.kind,
+             "content": e.content, "text": e.text, "artifacts": e.artifacts}
+            for e in job.evidence
+        ],
+        "findings": [
+            {"id": f.id, "kind": f.kind, "severity": f.severity, "title": f.title, "detail": f.detail,
+             "config": f.config_label, "test": f.test_id, "metrics": f.metrics, "evidence": f.evidence_ids,
+             "fingerprint": f.fingerprint, "status": f.status.value}
+            for f in findings
+        ],
+    }
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f} s" if value >= 0.01 else f"{value * 1000:.2f} ms"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The human report: findings first, then configurations, then tests."""
+    out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    findings = report["findings"]
+    out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
+    for finding in findings:
+        where = f" [{finding['test']}]" if finding["test"] else ""
+        out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
+        out.append(f"         {finding['detail']}")
+    out.append("")
+
+    fastest = min((c["wall_s"]["median"] for c in report["configs"] if c["wall_s"]), default=None)
+    rows = []
+    for config in report["configs"]:
+        summary = config["wall_s"]
+        runs = config["runs"]
+        throttled = [r for r in runs if r["nr_periods"]]
+        rows.append([
+            config["label"],
+            str(len(runs)),
+            _seconds(summary["median"]) if summary else "-",
+            f"{_seconds(summary['ci_low'])} .. {_seconds(summary['ci_high'])}" if summary else "-",
+            f"{summary['median'] / fastest:.1f}x" if summary and fastest else "-",
+            f"{sum(r['user_s'] + r['sys_s'] for r in runs) / len(runs):.3f} s" if runs else "-",
+            f"{sum(r['voluntary_ctx_switches'] for r in runs) // max(1, len(runs))}",
+            (f"{sum(r['nr_throttled'] for r in throttled)}/{sum(r['nr_periods'] for r in throttled)}"
+             if throttled else "-"),
+        ])
+    out.append("Configurations (wall time of the whole command)")
+    out += ["  " + line for line in _table(
+        ["config", "runs", "median", "interval", "vs fastest", "cpu/run", "vol.cs/run", "throttled"], rows)]
+
+    if report["tests"]:
+        labels = [c["label"] for c in report["configs"]]
+        out += ["", "Tests (median duration per configuration)"]
+        rows = []
+        for test in report["tests"]:
+            by_label = {c["label"]: c for c in test["configs"]}
+            medians = [by_label[label].get("median") if label in by_label else None for label in labels]
+            known = [m for m in medians if m]
+            ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
+            rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
+        out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
+
+    if report["failed_runs"]:
+        out += ["", f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace"]
+        for failed in report["failed_runs"][:5]:
+            state = "timed out" if failed["timed_out"] else f"exit {failed['exit_code']}"
+            out.append(f"  {failed['config']} run {failed['repetition']}: {state}")
+        tail = next((f["output_tail"] for f in report["failed_runs"] if f["output_tail"]), None)
+        if tail:
+            out += ["  last output:", *("    " + line for line in tail.rstrip().splitlines())]
+    for note in report["notes"]:
+        out += ["", f"Note: {note}"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,127 @@
+"""The timing screen: repetitions of the command in every configuration, no tracer.
+
+Repetitions are interleaved (one run of each configuration per round) so that drift
+on a noisy machine spreads over all configurations instead of biasing one. A
+configuration stops early once more runs cannot change its verdict against any other.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from services import junit
+from services.executors.base import Executor, RunRequest, RunResult
+from services.jobs import cpu_config
+from services.models import Job, JobConfig, Run, RunKind, TestResult
+from services.samples import JobSamples, collect
+from services.stats import median_interval, pair_settled
+from services.thresholds import Thresholds
+
+Progress = Callable[[str], None]
+
+
+def screen(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    thresholds: Thresholds,
+    *,
+    progress: Progress = lambda message: None,
+    checkpoint: Callable[[], None] = lambda: None,
+) -> None:
+    """Run the timing screen for ``job``, storing every run as it finishes.
+
+    ``checkpoint`` is called after each stored run; the CLI passes ``session.commit``
+    so that a killed lagtrace loses at most the run in flight.
+    """
+    pytest_command = junit.is_pytest(job.command)
+    active = list(job.configs)
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
+    try:
+        for repetition in range(1, job.repeat + 1):
+            for job_config in active:
+                run_dir = scratch / f"{job_config.position}-{repetition}"
+                run_dir.mkdir()
+                command = list(job.command)
+                if pytest_command:
+                    command = junit.with_junit(command, executor.visible_path(run_dir / junit.JUNIT_FILE))
+                result = executor.run(
+                    RunRequest(
+                        command=command,
+                        workdir=Path(job.workdir or "."),
+                        config=cpu_config(job_config),
+                        run_dir=run_dir,
+                        timeout_s=job.timeout_s,
+                    )
+                )
+                cases = junit.parse(run_dir / junit.JUNIT_FILE) if pytest_command else []
+                _store(session, job_config, repetition, result, cases)
+                checkpoint()
+                progress(_progress_line(job_config, repetition, job.repeat, result, len(cases)))
+            if repetition >= thresholds.min_repetitions and repetition < job.repeat:
+                samples = collect(job)
+                still = [c for c in active if not _settled(c.label, samples, thresholds)]
+                for done in active:
+                    if done not in still:
+                        progress(f"{done.label}: verdict settled after {repetition} runs")
+                active = still
+                if not active:
+                    break
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _store(session: Session, job_config: JobConfig, repetition: int, result: RunResult, cases) -> None:
+    run = Run(
+        config=job_config,
+        kind=RunKind.timing,
+        repetition=repetition,
+        wall_s=result.wall_s,
+        user_s=result.user_s,
+        sys_s=result.sys_s,
+        max_rss_kb=result.max_rss_kb,
+        voluntary_ctx_switches=result.voluntary_ctx_switches,
+        involuntary_ctx_switches=result.involuntary_ctx_switches,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        nr_periods=result.nr_periods,
+        nr_throttled=result.nr_throttled,
+        throttled_s=result.throttled_s,
+        output_tail=result.output_tail,
+        test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
+    )
+    session.add(run)
+    session.flush()
+
+
+def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
+    """Settled against every other configuration, for the command and for every test."""
+    series = [samples.wall, *samples.tests.values()]
+    for per_config in series:
+        mine = per_config.get(label)
+        if not mine:
+            continue
+        for other, values in per_config.items():
+            if other == label or not values:
+                continue
+            if not pair_settled(median_interval(mine), median_interval(values), thresholds.cpu_sensitivity_ratio):
+                return False
+    return True
+
+
+def _progress_line(job_config: JobConfig, repetition: int, repeat: int, result: RunResult, tests: int) -> str:
+    parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
+    if result.exit_code != 0:
+        parts.append(f"exit {result.exit_code}")
+    if result.timed_out:
+        parts.append("timed out")
+    if result.nr_throttled:
+        parts.append(f"throttled {result.nr_throttled}/{result.nr_periods} periods")
+    if tests:
+        parts.append(f"{tests} tests")
+    return ", ".join(parts)

@@ -1,0 +1,35 @@
+"""Typed settings, read once from ``LAGTRACE_*`` environment variables and passed down."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.thresholds import Thresholds
+
+
+def _data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "lagtrace"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAGTRACE_", env_nested_delimiter="__", extra="ignore")
+
+    # The embedded default is a SQLite file, so `lagtrace run` needs no server.
+    database_url: str = Field(default_factory=lambda: f"sqlite:///{_data_dir() / 'lagtrace.db'}")
+    # Unset: jobs run in-process (filled by the service issue).
+    broker_url: str | None = None
+    artifact_dir: Path = Field(default_factory=lambda: _data_dir() / "artifacts")
+    # Where the local executor makes its per-run cgroups (v1: below the cpu hierarchy,
+    # v2: below the unified root).
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_name: str = "lagtrace"
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
