@@ -10,6 +10,41 @@ from services.configs import CpuConfig
 
 
 @dataclass(frozen=True)
+class ToolResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+
+class ProcessHandle(Protocol):
+    """A command that is running, as the evidence tools see it.
+
+    Executor-neutral on purpose: the local executor runs tools on the host, the docker
+    executor runs them with `docker exec` inside the job's container, so the probes in
+    services/probes never need to know where the command lives.
+    """
+
+    pid: int  # the command's pid in the namespace where tools run
+
+    def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
+        """Run an evidence tool (py-spy dump, gcore, gdb) beside the command."""
+
+    def copy_out(self, path: str, host_path: Path) -> None:
+        """Bring a file a tool wrote (path as the tool sees it) to host_path."""
+
+
+class RunWatcher(Protocol):
+    """Acts while a run is in flight, e.g. the stall trigger that snapshots a slow run."""
+
+    def started(self, handle: ProcessHandle) -> None:
+        """Called right after the command started; must return at once (start a timer)."""
+
+    def finished(self) -> None:
+        """Called once the command has ended, before the executor cleans up."""
+
+
+@dataclass(frozen=True)
 class RunRequest:
     command: list[str]
     workdir: Path
@@ -18,6 +53,7 @@ class RunRequest:
     run_dir: Path
     timeout_s: float | None = None
     env: dict[str, str] = field(default_factory=dict)
+    watcher: RunWatcher | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +86,9 @@ class Executor(Protocol):
 
     def visible_path(self, host_path: Path) -> str:
         """How a file under a run_dir is named from inside the command's environment."""
+
+    def tool_path(self, name: str) -> str | None:
+        """Where an evidence tool (strace, gdb, gcore, py-spy) is for the command, or None."""
 
     def run(self, request: RunRequest) -> RunResult:
         """Run the command once and measure it."""

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from services import cgroups
 from services.errors import BadInput
-from services.executors.base import RunRequest, RunResult
+from services.executors.base import RunRequest, RunResult, ToolResult
 from services.settings import Settings
 
 OUTPUT_TAIL_LINES = 20
@@ -60,6 +61,13 @@ class LocalExecutor:
 
     def visible_path(self, host_path: Path) -> str:
         return str(host_path)
+
+    def tool_path(self, name: str) -> str | None:
+        # Tools installed into lagtrace's own environment (py-spy from PyPI) come first.
+        beside_python = Path(sys.executable).parent / name
+        if beside_python.exists():
+            return str(beside_python)
+        return shutil.which(name)
 
     def run(self, request: RunRequest) -> RunResult:
         group = None
@@ -107,6 +115,8 @@ class LocalExecutor:
                 timed_out.set()
                 _kill_group(proc.pid)
 
+            if request.watcher is not None:
+                request.watcher.started(LocalProcessHandle(proc.pid))
             timer = None
             if request.timeout_s is not None:
                 timer = threading.Timer(request.timeout_s, kill_at_timeout)
@@ -118,6 +128,8 @@ class LocalExecutor:
                 if timer is not None:
                     timer.cancel()
             wall_s = time.perf_counter() - started
+            if request.watcher is not None:
+                request.watcher.finished()
             proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
             # Background processes the command left behind would load the next run.
             _kill_group(proc.pid)
@@ -138,6 +150,32 @@ class LocalExecutor:
             throttled_s=stat.throttled_s if stat else None,
             output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,
         )
+
+
+class LocalProcessHandle:
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+            returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+        except subprocess.TimeoutExpired as exc:
+            returncode, stdout, stderr = -9, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {timeout_s} s"
+        except OSError as exc:
+            returncode, stdout, stderr = 127, "", f"cannot run {argv[0]}: {exc.strerror or exc}"
+        return ToolResult(returncode, stdout, stderr, time.perf_counter() - started)
+
+    def copy_out(self, path: str, host_path: Path) -> None:
+        if Path(path) != host_path:
+            shutil.move(path, host_path)
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _kill_group(pgid: int) -> None:
