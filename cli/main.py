@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -66,6 +67,11 @@ def run(executor, specs, repeat, timeout_s, workdir, json_path, project, command
         sys.exit(2)
     except LagtraceError as exc:
         click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:  # the job is marked failed; say why without a wall of traceback
+        if os.environ.get("LAGTRACE_DEBUG"):
+            raise
+        click.echo(f"lagtrace: failed: {type(exc).__name__}: {exc} (LAGTRACE_DEBUG=1 shows where)", err=True)
         sys.exit(1)
     from services.report import render_text
 

@@ -128,6 +128,9 @@ class Run(Base):
     nr_periods: Mapped[int | None] = mapped_column(Integer)
     nr_throttled: Mapped[int | None] = mapped_column(Integer)
     throttled_s: Mapped[float | None] = mapped_column(Float)
+    # Average CPUs that other processes kept busy during the run: a loaded neighbour
+    # core changes the latency under study, so the report warns about it.
+    foreign_cpus: Mapped[float] = mapped_column(Float, default=0.0)
     # The last lines the command printed, kept when it failed so the report can show why.
     output_tail: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

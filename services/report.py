@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shlex
+import statistics
 from typing import Any
 
+from services import hostload
 from services.analysis.findings import SEVERITY_ORDER
 from services.models import Job, RunKind
 from services.samples import collect
@@ -14,7 +16,7 @@ SCHEMA = "lagtrace.report/v1"
 
 RUN_FIELDS = (
     "wall_s", "user_s", "sys_s", "max_rss_kb", "voluntary_ctx_switches", "involuntary_ctx_switches",
-    "exit_code", "timed_out", "nr_periods", "nr_throttled", "throttled_s",
+    "exit_code", "timed_out", "nr_periods", "nr_throttled", "throttled_s", "foreign_cpus",
 )
 
 
@@ -62,6 +64,13 @@ def build_report(job: Job) -> dict[str, Any]:
          "timed_out": run.timed_out, "output_tail": run.output_tail}
         for config in job.configs for run in config.runs if run.exit_code != 0 or run.timed_out
     ]
+    notes = list(job.notes)
+    foreign = [run.foreign_cpus for config in job.configs for run in config.runs]
+    if foreign and statistics.median(foreign) > hostload.BUSY_MACHINE_CPUS:
+        notes.append(
+            f"other processes kept {statistics.median(foreign):.1f} CPUs busy during the median run: "
+            "load on neighbouring cores changes the latency under study; rerun on a quiet machine"
+        )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
     return {
         "schema": SCHEMA,
@@ -77,7 +86,7 @@ def build_report(job: Job) -> dict[str, Any]:
         "executor": job.executor,
         "workdir": job.workdir,
         "repeat": job.repeat,
-        "notes": job.notes,
+        "notes": notes,
         "configs": configs,
         "tests": tests,
         "failed_runs": failed,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from services import junit
+from services import hostload, junit
 from services.executors.base import Executor, RunRequest, RunResult
 from services.jobs import cpu_config
 from services.models import Job, JobConfig, Run, RunKind, TestResult
@@ -93,6 +93,7 @@ def _store(session: Session, job_config: JobConfig, repetition: int, result: Run
         nr_throttled=result.nr_throttled,
         throttled_s=result.throttled_s,
         output_tail=result.output_tail,
+        foreign_cpus=result.foreign_cpus,
         test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
     )
     session.add(run)
@@ -124,4 +125,6 @@ def _progress_line(job_config: JobConfig, repetition: int, repeat: int, result: 
         parts.append(f"throttled {result.nr_throttled}/{result.nr_periods} periods")
     if tests:
         parts.append(f"{tests} tests")
+    if result.foreign_cpus > hostload.BUSY_MACHINE_CPUS:
+        parts.append(f"machine busy: other processes used {result.foreign_cpus:.1f} CPUs")
     return ", ".join(parts)

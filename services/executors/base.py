@@ -70,6 +70,7 @@ class RunResult:
     nr_throttled: int | None
     throttled_s: float | None
     output_tail: str | None  # the last lines the command printed, when it failed
+    foreign_cpus: float = 0.0  # CPUs other processes kept busy meanwhile (services/hostload.py)
 
 
 class Executor(Protocol):

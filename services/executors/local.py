@@ -17,7 +17,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from services import cgroups
+from services import cgroups, hostload
 from services.errors import BadInput
 from services.executors.base import RunRequest, RunResult, ToolResult
 from services.settings import Settings
@@ -95,6 +95,7 @@ class LocalExecutor:
         output_path = request.run_dir / "output.log"
         env = {**os.environ, **request.env}
         with open(output_path, "wb") as output:
+            busy_before = hostload.busy_cpu_seconds()
             started = time.perf_counter()
             try:
                 proc = subprocess.Popen(
@@ -128,6 +129,7 @@ class LocalExecutor:
                 if timer is not None:
                     timer.cancel()
             wall_s = time.perf_counter() - started
+            busy_after = hostload.busy_cpu_seconds()
             if request.watcher is not None:
                 request.watcher.finished()
             proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
@@ -148,6 +150,7 @@ class LocalExecutor:
             nr_periods=stat.nr_periods if stat else None,
             nr_throttled=stat.nr_throttled if stat else None,
             throttled_s=stat.throttled_s if stat else None,
+            foreign_cpus=hostload.foreign_cpus(busy_before, busy_after, usage.ru_utime + usage.ru_stime, wall_s),
             output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,
         )
 

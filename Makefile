@@ -1,0 +1,31 @@
+# Two commands for a fresh Debian machine:
+#   make demo   installs lagtrace into .venv and screens a CPU-sensitive example
+#   make test   provisions what the tests need (PostgreSQL, strace, ...) and runs them all
+VENV ?= .venv
+PYTHON ?= python3
+
+.PHONY: demo test install bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+		echo "make: python3-venv is missing; installing it" >&2; \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq python3-venv >/dev/null && \
+		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	@touch $@
+
+# The main job: one core vs all cores vs half a core, on threads that hand work to
+# each other while another computes. Expect a cpu_sensitivity finding.
+demo: install
+	$(VENV)/bin/lagtrace run --repeat 5 -- python3 examples/handoff.py
+
+test: install
+	.ci/provision.sh
+	. .state/test.env && $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .state build *.egg-info

@@ -1,0 +1,135 @@
+"""`lagtrace run` end to end, as a user runs it: a process, real programs, real databases."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+from services.models import Job
+from tests.conftest import EXAMPLES, run_cli
+
+HANDOFF = ["python3", str(EXAMPLES / "handoff.py")]
+STEADY = ["python3", str(EXAMPLES / "steady.py")]
+CORES = ["--config", "cpuset=0", "--config", "cpuset=0-1"]
+
+
+def jobs_stored(database_url: str) -> int:
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return connection.scalar(select(func.count()).select_from(Job))
+    except Exception:
+        return 0  # no schema yet: nothing stored either
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.latency
+def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_path):
+    if database_url.startswith("postgresql"):
+        assert run_cli(["migrate"], database_url).returncode == 0
+    out = tmp_path / "out.json"
+    result = run_cli(["run", "--executor", "local", *CORES, "--repeat", "5", "--json", str(out), "--", *HANDOFF],
+                     database_url)
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+
+    assert report["schema"] == "lagtrace.report/v1"
+    assert report["command"] == HANDOFF and report["executor"] == "local"
+    assert [c["label"] for c in report["configs"]] == ["cpuset=0", "cpuset=0-1"]
+    for config in report["configs"]:
+        assert 3 <= len(config["runs"]) <= 5
+        assert set(config["wall_s"]) >= {"median", "ci_low", "ci_high"}
+        for run in config["runs"]:
+            assert set(run) >= {"wall_s", "user_s", "sys_s", "voluntary_ctx_switches", "involuntary_ctx_switches",
+                                "exit_code", "nr_periods", "nr_throttled", "throttled_s"}
+            assert run["exit_code"] == 0
+    one, two = (c["wall_s"] for c in report["configs"])
+    assert two["ci_low"] > one["ci_high"]
+    assert two["median"] / one["median"] >= 2
+
+    [finding] = report["findings"]
+    assert finding["kind"] == "cpu_sensitivity"
+    assert finding["config"] == "cpuset=0-1" and finding["test"] is None
+    assert finding["metrics"]["fast"]["config"] == "cpuset=0"
+    assert finding["metrics"]["ratio"] == pytest.approx(two["median"] / one["median"])
+    assert len(finding["fingerprint"]) == 64
+    # The human report leads with the finding and cites the numbers.
+    assert result.stdout.index("cpu_sensitivity") < result.stdout.index("Configurations")
+    assert f"{finding['metrics']['ratio']:.1f}x" in result.stdout
+    assert "cpuset=0-1: run 1/5" in result.stderr  # progress goes to stderr
+    assert jobs_stored(database_url) == 1
+
+
+@pytest.mark.latency
+def test_program_that_only_waits_is_not_flagged(sqlite_url, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_cli(["run", *CORES, "--config", "cpus=0.5", "--repeat", "5", "--json", str(out), "--", *STEADY],
+                     sqlite_url)
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert report["findings"] == []
+    medians = [c["wall_s"]["median"] for c in report["configs"]]
+    assert max(medians) / min(medians) < 1.5
+    assert "Findings: none" in result.stdout
+
+
+@pytest.mark.latency
+def test_pytest_command_gets_one_entry_per_test_and_only_the_sensitive_test_is_flagged(sqlite_url, tmp_path):
+    out = tmp_path / "out.json"
+    suite = EXAMPLES / "pytest_suite"
+    result = run_cli(
+        ["run", *CORES, "--repeat", "5", "--workdir", str(suite), "--json", str(out), "--",
+         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_latency.py"],
+        sqlite_url,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    tests = {t["id"]: t for t in report["tests"]}
+    assert set(tests) == {
+        "test_latency.py::test_handoff_round_trips",
+        "test_latency.py::test_waits_for_a_timer",
+        "test_latency.py::test_small_computation",
+    }
+    for test in tests.values():
+        assert [c["label"] for c in test["configs"]] == ["cpuset=0", "cpuset=0-1"]
+        assert all(c["median"] is not None and len(c["runs"]) >= 3 for c in test["configs"])
+    flagged = {f["test"] for f in report["findings"] if f["kind"] == "cpu_sensitivity"}
+    assert "test_latency.py::test_handoff_round_trips" in flagged
+    assert not flagged & {"test_latency.py::test_waits_for_a_timer", "test_latency.py::test_small_computation"}
+    assert "test_latency.py::test_handoff_round_trips" in result.stdout
+
+
+def test_failing_command_is_recorded_not_an_error(sqlite_url, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_cli(["run", "--config", "cpuset=0", "--repeat", "2", "--json", str(out), "--",
+                      "python3", "-c", "print('boom'); raise SystemExit(4)"], sqlite_url)
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert [r["exit_code"] for r in report["configs"][0]["runs"]] == [4, 4]
+    assert "did not exit 0" in result.stdout and "boom" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", "cpuset=7", "--", "true"], "this machine has CPUs"),
+        (["--config", "cpus=0", "--", "true"], "positive number"),
+        (["--config", "cpus=-2", "--", "true"], "positive number"),
+        (["--config", "cpus=lots", "--", "true"], "not a number"),
+        (["--config", "gpus=1", "--", "true"], "unknown key"),
+        (["--repeat", "0", "--", "true"], "--repeat must be at least 1"),
+        (["--timeout", "0", "--", "true"], "--timeout must be a positive"),
+        ([], "no command given"),
+        (["--workdir", "/does/not/exist", "--", "true"], "does not exist"),
+        (["--", "no-such-program-anywhere"], "not found on PATH"),
+        (["--executor", "teleport", "--", "true"], "Invalid value for '--executor'"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_and_stores_nothing(sqlite_url, args, message):
+    result = run_cli(["run", *args], sqlite_url)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert jobs_stored(sqlite_url) == 0

@@ -1,0 +1,87 @@
+"""Shared fixtures: real databases (SQLite and PostgreSQL), settings, the CLI as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from services.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip locally when a service is missing; in CI a missing service is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true but {reason}", pytrace=False)
+    pytest.skip(f"{reason} (run `make test`, which provisions it)")
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url() -> str:
+    url = os.environ.get("LAGTRACE_TEST_POSTGRES_URL")
+    require(bool(url), "LAGTRACE_TEST_POSTGRES_URL is not set: no PostgreSQL server")
+    return url
+
+
+@pytest.fixture
+def postgres_url(postgres_server_url: str):
+    """A fresh, empty database on the real server for one test, dropped afterwards."""
+    name = f"lagtrace_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    base, _, _ = postgres_server_url.rpartition("/")
+    yield f"{base}/{name}"
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'lagtrace.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'lagtrace.db'}"
+
+
+@pytest.fixture
+def settings(sqlite_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=sqlite_url, artifact_dir=tmp_path / "artifacts")
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def report(self, path: Path) -> dict:
+        return json.loads(path.read_text())
+
+
+def run_cli(args: list[str], database_url: str, cwd: Path | None = None, timeout: float = 300) -> CliResult:
+    """`lagtrace ARGS` as a separate process, as a user would run it."""
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    return CliResult(done.returncode, done.stdout, done.stderr)
