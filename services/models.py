@@ -190,6 +190,8 @@ class Finding(Base):
     status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus), default=TriageStatus.new)
     assignee: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
+    # The same fingerprint was marked fixed in an earlier job and is back.
+    regression: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="findings")

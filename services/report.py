@@ -98,7 +98,7 @@ def build_report(job: Job) -> dict[str, Any]:
         "findings": [
             {"id": f.id, "kind": f.kind, "severity": f.severity, "title": f.title, "detail": f.detail,
              "config": f.config_label, "test": f.test_id, "metrics": f.metrics, "evidence": f.evidence_ids,
-             "fingerprint": f.fingerprint, "status": f.status.value}
+             "fingerprint": f.fingerprint, "status": f.status.value, "regression": f.regression}
             for f in findings
         ],
     }
@@ -123,6 +123,10 @@ def render_text(report: dict[str, Any]) -> str:
     out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
     for finding in findings:
         where = f" [{finding['test']}]" if finding["test"] else ""
+        if finding["regression"]:
+            where += " REGRESSION (was marked fixed)"
+        elif finding["status"] != "new":
+            where += f" ({finding['status']})"
         out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
         out.append(f"         {finding['detail']}")
     out.append("")

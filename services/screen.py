@@ -101,18 +101,29 @@ def _store(session: Session, job_config: JobConfig, repetition: int, result: Run
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
-    """Settled against every other configuration, for the command and for every test."""
+    """Settled against every other configuration, for the command and for every test.
+
+    A configuration whose own runs are far apart is not settled either until it has
+    enough runs to tell a two-mode latency from noise (the latency_flaky rule).
+    """
     series = [samples.wall, *samples.tests.values()]
     for per_config in series:
         mine = per_config.get(label)
         if not mine:
             continue
+        if len(mine) < thresholds.flaky_min_runs and _spread_out(mine, thresholds):
+            return False
         for other, values in per_config.items():
             if other == label or not values:
                 continue
             if not pair_settled(median_interval(mine), median_interval(values), thresholds.cpu_sensitivity_ratio):
                 return False
     return True
+
+
+def _spread_out(values: list[float], thresholds: Thresholds) -> bool:
+    low, high = min(values), max(values)
+    return high >= thresholds.flaky_gap_ratio * low and high - low >= thresholds.flaky_min_spread_s
 
 
 def _progress_line(job_config: JobConfig, repetition: int, repeat: int, result: RunResult, tests: int) -> str:

@@ -19,3 +19,21 @@ class Thresholds(BaseModel):
     # The screen never stops a configuration before this many repetitions: fewer
     # cannot give an interval at all.
     min_repetitions: int = Field(3, ge=2)
+
+    # cpu_throttling: share of CFS periods in which the quota throttled the run.
+    cpu_throttling_share: float = Field(0.2, gt=0, le=1)
+
+    # off_cpu_wait: CPU time (user + sys) at most this share of wall time, for a run of
+    # at least off_cpu_min_wall_s (a shorter wait is not worth a finding).
+    off_cpu_max_cpu_share: float = Field(0.25, gt=0, lt=1)
+    off_cpu_min_wall_s: float = Field(1.0, ge=0)
+
+    # latency_flaky: judged once a configuration has flaky_min_runs runs (a spread-out
+    # configuration keeps running until then, up to --repeat). Multi-modal: two groups
+    # of runs, each at least a fifth of them, whose medians differ by flaky_gap_ratio.
+    # Widely dispersed: interquartile range at least flaky_dispersion x the median.
+    # Either only counts when the slow runs lose at least flaky_min_spread_s.
+    flaky_min_runs: int = Field(5, ge=4)
+    flaky_gap_ratio: float = Field(2.0, gt=1)
+    flaky_dispersion: float = Field(0.5, gt=0)
+    flaky_min_spread_s: float = Field(0.05, ge=0)

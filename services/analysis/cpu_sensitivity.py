@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from services.analysis.findings import FindingDraft
-from services.samples import JobSamples
+from services.analysis.context import RuleContext
+from services.analysis.findings import FindingDraft, format_seconds as _s
 from services.stats import Summary, compare
 from services.thresholds import Thresholds
 
 
-def check(samples: JobSamples, thresholds: Thresholds) -> list[FindingDraft]:
+def check(context: RuleContext) -> list[FindingDraft]:
+    samples, thresholds = context.samples, context.thresholds
     drafts = []
     whole = _check_one(samples.wall_summaries(), thresholds, "The command", test_id=None)
     if whole:
@@ -70,7 +71,3 @@ def _summary(summary: Summary) -> dict:
         "n": summary.n,
         "confidence": summary.confidence,
     }
-
-
-def _s(seconds: float) -> str:
-    return f"{seconds:.3f} s" if seconds >= 0.01 else f"{seconds * 1000:.2f} ms"

@@ -1,18 +1,19 @@
-"""Run every rule over a job and store the findings."""
+"""Run every rule over a job, store the findings, and carry triage across jobs."""
 
 from __future__ import annotations
 
 import shlex
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.analysis import cpu_sensitivity
+from services.analysis import cpu_sensitivity, cpu_throttling, latency_flaky, off_cpu_wait
+from services.analysis.context import RuleContext
 from services.analysis.findings import SEVERITY_ORDER, fingerprint
-from services.models import Finding, Job
-from services.samples import collect
+from services.models import Finding, Job, TriageStatus
 from services.thresholds import Thresholds
 
-RULES = (cpu_sensitivity.check,)
+RULES = (cpu_sensitivity.check, cpu_throttling.check, off_cpu_wait.check, latency_flaky.check)
 
 
 def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:
@@ -20,8 +21,8 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
     for old in list(job.findings):
         session.delete(old)
     session.flush()
-    samples = collect(job)
-    drafts = [draft for rule in RULES for draft in rule(samples, thresholds)]
+    context = RuleContext(job, thresholds)
+    drafts = [draft for rule in RULES for draft in rule(context)]
     drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.metrics.get("ratio", 0))))
     findings = []
     for draft in drafts:
@@ -38,7 +39,31 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
             evidence_ids=draft.evidence_ids,
             fingerprint=fingerprint(job.project.name, draft.kind, scope),
         )
+        _carry_triage(session, finding)
         session.add(finding)
         findings.append(finding)
     session.flush()
     return findings
+
+
+def _carry_triage(session: Session, finding: Finding) -> None:
+    """A triage decision belongs to the problem, not to one job.
+
+    Muted and acknowledged problems stay so in later jobs; a problem marked fixed that
+    shows up again is a regression and goes back to new.
+    """
+    previous = session.scalar(
+        select(Finding)
+        .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
+        .order_by(Finding.job_id.desc(), Finding.id.desc())
+        .limit(1)
+    )
+    if previous is None:
+        return
+    if previous.status == TriageStatus.fixed:
+        finding.status = TriageStatus.new
+        finding.regression = True
+    else:
+        finding.status = previous.status
+        finding.assignee = previous.assignee
+        finding.note = previous.note

@@ -28,3 +28,7 @@ def fingerprint(project: str, kind: str, scope: str) -> str:
     counts, or a worse ratio next week, is the same problem, and its triage must follow.
     """
     return hashlib.sha256(f"{project}\x1f{kind}\x1f{scope}".encode()).hexdigest()
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:.3f} s" if seconds >= 0.01 else f"{seconds * 1000:.2f} ms"
