@@ -77,9 +77,11 @@ class CliResult:
         return json.loads(path.read_text())
 
 
-def run_cli(args: list[str], database_url: str, cwd: Path | None = None, timeout: float = 300) -> CliResult:
+def run_cli(
+    args: list[str], database_url: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
+) -> CliResult:
     """`lagtrace ARGS` as a separate process, as a user would run it."""
-    env = {**os.environ, "LAGTRACE_DATABASE_URL": database_url}
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": database_url, **(env or {})}
     done = subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
         cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout,
