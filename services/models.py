@@ -77,6 +77,10 @@ class Job(Base):
     workdir: Mapped[str | None] = mapped_column(Text)
     repeat: Mapped[int] = mapped_column(Integer)
     timeout_s: Mapped[float | None] = mapped_column(Float)
+    # The drill's probes (None: the default, every probe where the screen found
+    # something; []: no drill) and the stall threshold given (None: derived).
+    evidence: Mapped[list[Any] | None] = mapped_column(JSON)
+    stall_after_s: Mapped[float | None] = mapped_column(Float)
     # What the screen left out and why (for instance a quota this host cannot enforce).
     notes: Mapped[list[Any]] = mapped_column(default=list)
     error: Mapped[str | None] = mapped_column(Text)

@@ -46,3 +46,8 @@ class Thresholds(BaseModel):
     # How long before the hard timeout a stalled run gets its last snapshot (py-spy dump
     # and /proc I/O counters; a second core would not fit in the time left).
     last_snapshot_lead_s: float = Field(1.0, gt=0.0)
+    # Evidence runs' hard timeout when --timeout is not given: tracers slow a command
+    # down (strace up to 170x on syscall-heavy loops), so this many times the slowest
+    # configuration's median, and at least evidence_timeout_min_s.
+    evidence_timeout_multiple: float = Field(5.0, gt=1.0)
+    evidence_timeout_min_s: float = Field(30.0, gt=0.0)
