@@ -24,6 +24,7 @@ from services.executors.base import Executor, RunRequest
 from services.jobs import cpu_config
 from services.models import Evidence, Job, JobConfig, Run, RunKind
 from services.probes import PROBES, EvidenceDraft, ProbeContext
+from services.probes.base import FAILED, unavailable
 from services.samples import collect
 from services.screen import Progress, store_run
 from services.stats import Summary
@@ -174,15 +175,23 @@ def _evidence_run(session: Session, job: Job, job_config: JobConfig, target: Tar
     command = list(target.command)
     if pytest_command:
         command = junit.with_junit(command, context.executor.visible_path(context.run_dir / junit.JUNIT_FILE))
-    result = context.executor.run(RunRequest(
-        command=probe.command(command),
-        workdir=Path(job.workdir or "."),
-        config=cpu_config(job_config),
-        run_dir=context.run_dir,
-        timeout_s=context.timeout_s,
-        env=probe.env(),
-        watcher=probe.watcher(),
-    ))
+    try:
+        result = context.executor.run(RunRequest(
+            command=probe.command(command),
+            workdir=Path(job.workdir or "."),
+            config=cpu_config(job_config),
+            run_dir=context.run_dir,
+            timeout_s=context.timeout_s,
+            env=probe.env(),
+            watcher=probe.watcher(),
+        ))
+    except BadInput as exc:
+        # The screen ran this command, so what failed to start is the probe's tool (a
+        # tool_path that does not exist, or is not executable): the job goes on.
+        failed = unavailable(name, f"the {name} evidence run could not start: {exc}", FAILED)
+        _store_evidence(session, job, job_config, target.test_id, None, failed, store)
+        progress(f"evidence {name} in {where}: {failed.content['reason']}")
+        return
     cases = junit.parse(context.run_dir / junit.JUNIT_FILE) if pytest_command else []
     repetition = 1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence)
     run = store_run(session, job_config, RunKind.evidence, repetition, result, cases,
