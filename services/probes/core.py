@@ -82,8 +82,8 @@ def _per_thread(section: str) -> dict[int, list[str]]:
     return blocks
 
 
-def parse_gdb(text: str) -> tuple[list[dict], bool]:
-    """Threads (gdb's order) and whether py-bt was available."""
+def parse_gdb(text: str, errors: str = "") -> tuple[list[dict], bool]:
+    """Threads (gdb's order) and whether py-bt was available (gdb says so on stderr)."""
     sections = split_sections(text)
     threads: dict[int, dict] = {}
     for line in sections.get("info-threads", "").splitlines():
@@ -98,7 +98,7 @@ def parse_gdb(text: str) -> tuple[list[dict], bool]:
                 "frames": [],
                 "native_frames": [],
             }
-    py_bt_available = NO_PY_BT not in sections.get("py-bt", "")
+    py_bt_available = NO_PY_BT not in sections.get("py-bt", "") and NO_PY_BT not in errors
     for thread_id, lines in _per_thread(sections.get("py-bt", "")).items():
         thread = threads.get(thread_id)
         if thread is None:
@@ -221,7 +221,7 @@ class CoreSnapshot:
                 gdb_command(gdb, self.executable, self.core_path, self.load_python_extension), timeout_s=GDB_TIMEOUT_S
             )
             text = result.stdout + ("\n" + result.stderr if result.stderr.strip() else "")
-            threads, py_bt = parse_gdb(result.stdout)
+            threads, py_bt = parse_gdb(result.stdout, result.stderr)
             self.timings["gdb_s"] = round(result.duration_s, 4)
             if not threads:
                 self.drafts.append(tool_failure(GDB_KIND, "gdb", result))
