@@ -71,7 +71,9 @@ class DirectoryArtifactStore:
         partial = target.with_name(target.name + ".partial")
         digest = hashlib.sha256()
         size = 0
-        compressor = zstandard.ZstdCompressor(level=self.zstd_level)
+        # All cores: artifacts are stored between runs, never beside a measured one, and a
+        # 300 MB core is the slowest step of the stall snapshot otherwise.
+        compressor = zstandard.ZstdCompressor(level=self.zstd_level, threads=-1)
         try:
             with open(source, "rb") as reader, open(partial, "wb") as raw:
                 # closefd=False: the size of what was written is read from `raw` after flush.
