@@ -45,7 +45,7 @@ def run_job(
             job = create_job(
                 session, project=project, command=plan.command, configs=plan.configs, executor=executor.name,
                 workdir=plan.workdir, repeat=plan.repeat, timeout_s=plan.timeout_s, notes=plan.notes,
-                evidence=plan.evidence, stall_after_s=plan.stall_after_s,
+                probes=plan.probes, stall_after_s=plan.stall_after_s,
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")

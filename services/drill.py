@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from services import junit
 from services.analysis import cpu_sensitivity
+from services.analysis.context import RuleContext
 from services.artifacts import ArtifactStore, ArtifactTooLarge
 from services.errors import BadInput
 from services.executors.base import Executor, RunRequest
@@ -25,7 +26,6 @@ from services.jobs import cpu_config
 from services.models import Evidence, Job, JobConfig, Run, RunKind
 from services.probes import PROBES, EvidenceDraft, ProbeContext
 from services.probes.base import FAILED, unavailable
-from services.samples import collect
 from services.screen import Progress, store_run
 from services.stats import Summary
 from services.thresholds import Thresholds
@@ -86,11 +86,12 @@ def narrow_to_test(command: list[str], node_id: str, workdir: Path) -> list[str]
 
 
 def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after_s: float | None) -> list[Target]:
-    samples = collect(job)
+    context = RuleContext(job, thresholds)
+    samples = context.samples
     wall = samples.wall_summaries()
     if not wall:
         return []
-    flagged = cpu_sensitivity.check(samples, thresholds)
+    flagged = cpu_sensitivity.check(context)
     found: list[Target] = []
     slowest = max(summary.median for summary in wall.values())
     command_flagged = any(draft.test_id is None for draft in flagged)

@@ -32,7 +32,7 @@ def create_job(
     timeout_s: float | None,
     notes: list[str] | None = None,
     source: str = "cli",
-    evidence: list[str] | None = None,
+    probes: list[str] | None = None,
     stall_after_s: float | None = None,
 ) -> Job:
     job = Job(
@@ -44,7 +44,7 @@ def create_job(
         repeat=repeat,
         timeout_s=timeout_s,
         notes=list(notes or []),
-        evidence=evidence,
+        probes=probes,
         stall_after_s=stall_after_s,
         configs=[
             JobConfig(position=i, label=c.label, cpus=c.cpus, cpuset=c.cpuset_text) for i, c in enumerate(configs)

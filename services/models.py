@@ -79,7 +79,7 @@ class Job(Base):
     timeout_s: Mapped[float | None] = mapped_column(Float)
     # The drill's probes (None: the default, every probe where the screen found
     # something; []: no drill) and the stall threshold given (None: derived).
-    evidence: Mapped[list[Any] | None] = mapped_column(JSON)
+    probes: Mapped[list[Any] | None] = mapped_column(JSON)
     stall_after_s: Mapped[float | None] = mapped_column(Float)
     # What the screen left out and why (for instance a quota this host cannot enforce).
     notes: Mapped[list[Any]] = mapped_column(default=list)

@@ -32,7 +32,7 @@ class JobPlan:
     repeat: int
     timeout_s: float | None
     notes: list[str] = field(default_factory=list)
-    evidence: list[str] | None = None  # probe names; None: the default (see services.drill)
+    probes: list[str] | None = None  # probe names; None: the default (see services.drill)
     stall_after_s: float | None = None
 
 
@@ -92,7 +92,7 @@ def execute_job(
     checkpoint()
     try:
         screen(session, job, executor, settings.thresholds, progress=progress, checkpoint=checkpoint)
-        drill(session, job, executor, settings.thresholds, make_artifact_store(settings), probes=job.evidence,
+        drill(session, job, executor, settings.thresholds, make_artifact_store(settings), probes=job.probes,
               stall_after_s=job.stall_after_s, progress=progress, checkpoint=checkpoint)
         diagnose(session, job, settings.thresholds)
         mark_finished(job, JobStatus.done)

@@ -1,4 +1,4 @@
-from probe_helpers import python_program, run_probe
+from tests.services.probes.probe_helpers import python_program, run_probe
 
 TWO_SLEEPERS = """
 import threading, time

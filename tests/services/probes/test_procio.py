@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from probe_helpers import WithoutTools, python_program
+from tests.services.probes.probe_helpers import WithoutTools, python_program
 
 from services.executors.local import LocalProcessHandle
 from services.probes import procio

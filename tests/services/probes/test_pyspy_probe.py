@@ -5,7 +5,7 @@ import time
 import xml.etree.ElementTree as ElementTree
 
 import pytest
-from probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
+from tests.services.probes.probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
 
 from services.executors.local import LocalProcessHandle
 from services.probes import pyspy

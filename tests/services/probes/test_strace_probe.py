@@ -1,5 +1,5 @@
 import pytest
-from probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
+from tests.services.probes.probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
 
 from services.probes.strace import parse_summary
 from services.settings import Settings

@@ -1,15 +1,15 @@
-"""evidence runs: probe and test of a run, the run behind each evidence row
+"""evidence runs: the drill options of a job, the probe and test of a run, the run behind each evidence row
 
-Revision ID: 0002
-Revises: 0001
-Create Date: 2026-11-21 11:26:17.512418
+Revision ID: 0004
+Revises: 0003
+Create Date: 2026-11-21 11:29:42.336958
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0002'
-down_revision = '0001'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
@@ -20,6 +20,10 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('run_id', sa.Integer(), nullable=True))
         batch_op.create_index(batch_op.f('ix_evidence_run_id'), ['run_id'], unique=False)
         batch_op.create_foreign_key(batch_op.f('fk_evidence_run_id_runs'), 'runs', ['run_id'], ['id'], ondelete='CASCADE')
+
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('probes', sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column('stall_after_s', sa.Float(), nullable=True))
 
     with op.batch_alter_table('runs', schema=None) as batch_op:
         batch_op.add_column(sa.Column('probe', sa.String(length=32), nullable=True))
@@ -33,6 +37,10 @@ def downgrade() -> None:
     with op.batch_alter_table('runs', schema=None) as batch_op:
         batch_op.drop_column('test_id')
         batch_op.drop_column('probe')
+
+    with op.batch_alter_table('jobs', schema=None) as batch_op:
+        batch_op.drop_column('stall_after_s')
+        batch_op.drop_column('probes')
 
     with op.batch_alter_table('evidence', schema=None) as batch_op:
         batch_op.drop_constraint(batch_op.f('fk_evidence_run_id_runs'), type_='foreignkey')
