@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from services.executors.base import Executor, ProcessHandle, RunResult, RunWatcher, ToolResult
+from services.probes.stall import StopBeforeTimeout
 
 # Statuses an evidence entry's content carries, so the report and the rules can tell
 # "nothing to see" from "could not look".
@@ -115,3 +116,36 @@ class Probe(ABC):
         host_path = self.context.run_dir / name
         handle.copy_out(self.visible(name), host_path)
         return host_path
+
+
+class TracerProbe(Probe):
+    """A probe that runs the command under a tracer (strace, py-spy record).
+
+    The tracer is stopped with ``stop_signal`` just before the hard timeout, so a run
+    that never ends still yields its summary or profile (the executor's SIGKILL of the
+    process group would lose it); ``stopped_before_timeout`` says it happened.
+    """
+
+    tool = ""
+    stop_signal = "TERM"
+
+    def __init__(self, context: ProbeContext):
+        super().__init__(context)
+        self.tool_path = context.executor.tool_path(self.tool)
+        self._stopper: StopBeforeTimeout | None = None
+
+    def unavailable(self) -> EvidenceDraft | None:
+        if self.tool_path is None:
+            return missing_tool(self.name, self.tool, self.context.executor)
+        return None
+
+    def watcher(self) -> StopBeforeTimeout:
+        self._stopper = StopBeforeTimeout(
+            self.context.executor.tool_path("kill"), self.stop_signal, self.context.timeout_s,
+            self.context.last_snapshot_lead_s,
+        )
+        return self._stopper
+
+    @property
+    def stopped_before_timeout(self) -> bool:
+        return self._stopper is not None and self._stopper.stopped

@@ -12,8 +12,7 @@ from collections import Counter
 
 from services.executors.base import Executor, ProcessHandle, RunResult
 from services.probes import flamegraph
-from services.probes.base import ArtifactFile, EvidenceDraft, Probe, missing_tool, tool_failure, unavailable
-from services.probes.stall import StopBeforeTimeout
+from services.probes.base import ArtifactFile, EvidenceDraft, TracerProbe, missing_tool, tool_failure, unavailable
 
 RECORD_KIND = "pyspy"
 DUMP_KIND = "pyspy_dump"
@@ -23,34 +22,19 @@ RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md sect
 TOP_FRAMES = 5
 
 
-class PySpyRecordProbe(Probe):
+class PySpyRecordProbe(TracerProbe):
     name = RECORD_KIND
-
-    def __init__(self, context):
-        super().__init__(context)
-        self.pyspy = context.executor.tool_path("py-spy")
-        self._stopper: StopBeforeTimeout | None = None
-
-    def unavailable(self) -> EvidenceDraft | None:
-        if self.pyspy is None:
-            return missing_tool(RECORD_KIND, "py-spy", self.context.executor)
-        return None
+    tool = "py-spy"
+    stop_signal = "INT"  # py-spy writes its profile on Control-C, and ends the command
 
     def command(self, command: list[str]) -> list[str]:
         # --idle keeps threads that wait (for a lock, the GIL, I/O) in the profile: in a
         # latency problem the waiting is the story. --threads gives each thread its tower.
         # --subprocesses follows pytest-xdist workers and shell wrappers.
         return [
-            self.pyspy, "record", "--idle", "--threads", "--subprocesses", "--rate", str(RATE_HZ),
+            self.tool_path, "record", "--idle", "--threads", "--subprocesses", "--rate", str(RATE_HZ),
             "--format", "speedscope", "--output", self.visible(PROFILE_FILE), "--", *command,
         ]
-
-    def watcher(self) -> StopBeforeTimeout:
-        # py-spy writes its profile on SIGINT (its Control-C), and ends the command.
-        self._stopper = StopBeforeTimeout(
-            self.context.executor.tool_path("kill"), "INT", self.context.timeout_s, self.context.last_snapshot_lead_s
-        )
-        return self._stopper
 
     def collect(self, result: RunResult) -> list[EvidenceDraft]:
         path = self.context.run_dir / PROFILE_FILE
@@ -76,7 +60,7 @@ class PySpyRecordProbe(Probe):
                 "samples": root.samples,
                 "threads": summarize_threads(profile),
                 "timed_out": result.timed_out,
-                "stopped_before_timeout": self._stopper.stopped if self._stopper else False,
+                "stopped_before_timeout": self.stopped_before_timeout,
             },
             files=[
                 ArtifactFile(FLAMEGRAPH_FILE, svg_path, "image/svg+xml"),

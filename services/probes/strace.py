@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 
 from services.executors.base import RunResult
-from services.probes.base import EvidenceDraft, Probe, missing_tool, unavailable
-from services.probes.stall import StopBeforeTimeout
+from services.probes.base import EvidenceDraft, TracerProbe, unavailable
 
 KIND = "strace"
 SUMMARY_FILE = "strace-summary.txt"
@@ -44,31 +43,17 @@ def parse_summary(text: str) -> tuple[list[dict], dict | None]:
     return rows, total
 
 
-class StraceProbe(Probe):
+class StraceProbe(TracerProbe):
     name = KIND
-
-    def __init__(self, context):
-        super().__init__(context)
-        self.strace = context.executor.tool_path("strace")
-        self._stopper: StopBeforeTimeout | None = None
-
-    def unavailable(self) -> EvidenceDraft | None:
-        if self.strace is None:
-            return missing_tool(KIND, "strace", self.context.executor)
-        return None
+    tool = "strace"
+    stop_signal = "TERM"
 
     def command(self, command: list[str]) -> list[str]:
         # -c counts system time per syscall (strace's default, what story 1 read);
         # -f follows threads and children, where the futex traffic is. -I 2 lets SIGTERM
         # through (strace blocks it by default with -o FILE PROG), which the watcher
         # sends before the hard timeout so a stalled run still gets its summary.
-        return [self.strace, "-f", "-c", "-I", "2", "-o", self.visible(SUMMARY_FILE), "--", *command]
-
-    def watcher(self) -> StopBeforeTimeout:
-        self._stopper = StopBeforeTimeout(
-            self.context.executor.tool_path("kill"), "TERM", self.context.timeout_s, self.context.last_snapshot_lead_s
-        )
-        return self._stopper
+        return [self.tool_path, "-f", "-c", "-I", "2", "-o", self.visible(SUMMARY_FILE), "--", *command]
 
     def collect(self, result: RunResult) -> list[EvidenceDraft]:
         path = self.context.run_dir / SUMMARY_FILE
@@ -94,7 +79,7 @@ class StraceProbe(Probe):
                 "timed_out": result.timed_out,
                 # True: strace was stopped before the hard timeout; the table covers the
                 # run up to then.
-                "stopped_before_timeout": self._stopper.stopped if self._stopper else False,
+                "stopped_before_timeout": self.stopped_before_timeout,
             },
             text=text,
         )]
