@@ -39,13 +39,22 @@ def cli() -> None:
 @click.option("--repeat", type=int, default=5, show_default=True,
               help="Most timing runs per configuration (fewer when the verdict settles early).")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill a run after this many seconds.")
+@click.option("--evidence", "evidence", default=None, metavar="PROBES",
+              help="Evidence probes for the drill after the screen, comma-separated: strace, pyspy, core, "
+                   "faulthandler (or all, or none). Default: all of them, where the screen found a "
+                   "CPU-sensitive command or test or a run slower than --stall-after; naming probes "
+                   "drills the whole command whatever the screen found.")
+@click.option("--stall-after", "stall_after_s", type=float, default=None, metavar="S",
+              help="Snapshot an evidence run (py-spy dump, core read by gdb, faulthandler) once it has run "
+                   "this long. Default: a multiple of the fast configuration's median "
+                   "(LAGTRACE_THRESHOLDS__STALL_MULTIPLE).")
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="Directory the command runs in (default: the current one).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
               help="Also write the lagtrace.report/v1 JSON here.")
 @click.option("--project", default="local", show_default=True, help="Project the job is stored under.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
-def run(executor, specs, repeat, timeout_s, workdir, json_path, project, command) -> None:
+def run(executor, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project, command) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import run_job
 
@@ -58,6 +67,8 @@ def run(executor, specs, repeat, timeout_s, workdir, json_path, project, command
             specs=list(specs),
             repeat=repeat,
             timeout_s=timeout_s,
+            evidence=evidence,
+            stall_after_s=stall_after_s,
             workdir=workdir,
             project=project,
             progress=_progress,

@@ -24,13 +24,15 @@ def run_job(
     repeat: int,
     timeout_s: float | None,
     workdir: Path | None,
+    evidence: str | None = None,
+    stall_after_s: float | None = None,
     project: str,
     progress: Progress,
 ) -> dict:
     executor = make_executor(executor_name, settings)
     plan = plan_job(
         executor, command=command, specs=specs, repeat=repeat, timeout_s=timeout_s,
-        workdir=(workdir or Path.cwd()).resolve(),
+        workdir=(workdir or Path.cwd()).resolve(), evidence=evidence, stall_after_s=stall_after_s,
     )
     progress(f"{executor.name} executor, configurations: {', '.join(c.label for c in plan.configs)}")
     engine = make_engine(settings)
@@ -43,6 +45,7 @@ def run_job(
             job = create_job(
                 session, project=project, command=plan.command, configs=plan.configs, executor=executor.name,
                 workdir=plan.workdir, repeat=plan.repeat, timeout_s=plan.timeout_s, notes=plan.notes,
+                probes=plan.probes, stall_after_s=plan.stall_after_s,
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")

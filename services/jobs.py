@@ -32,6 +32,8 @@ def create_job(
     timeout_s: float | None,
     notes: list[str] | None = None,
     source: str = "cli",
+    probes: list[str] | None = None,
+    stall_after_s: float | None = None,
 ) -> Job:
     job = Job(
         project=get_or_create_project(session, project),
@@ -42,6 +44,8 @@ def create_job(
         repeat=repeat,
         timeout_s=timeout_s,
         notes=list(notes or []),
+        probes=probes,
+        stall_after_s=stall_after_s,
         configs=[
             JobConfig(position=i, label=c.label, cpus=c.cpus, cpuset=c.cpuset_text) for i, c in enumerate(configs)
         ],

@@ -77,6 +77,10 @@ class Job(Base):
     workdir: Mapped[str | None] = mapped_column(Text)
     repeat: Mapped[int] = mapped_column(Integer)
     timeout_s: Mapped[float | None] = mapped_column(Float)
+    # The drill's probes (None: the default, every probe where the screen found
+    # something; []: no drill) and the stall threshold given (None: derived).
+    probes: Mapped[list[Any] | None] = mapped_column(JSON)
+    stall_after_s: Mapped[float | None] = mapped_column(Float)
     # What the screen left out and why (for instance a quota this host cannot enforce).
     notes: Mapped[list[Any]] = mapped_column(default=list)
     error: Mapped[str | None] = mapped_column(Text)
@@ -133,6 +137,10 @@ class Run(Base):
     foreign_cpus: Mapped[float] = mapped_column(Float, default=0.0)
     # The last lines the command printed, kept when it failed so the report can show why.
     output_tail: Mapped[str | None] = mapped_column(Text)
+    # Evidence runs only: which probe ran, and the test it was narrowed to (pytest node
+    # id); their wall time next to the timing runs' median is the observer effect.
+    probe: Mapped[str | None] = mapped_column(String(32))
+    test_id: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     config: Mapped[JobConfig] = relationship(back_populates="runs")
@@ -160,6 +168,8 @@ class Evidence(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     config_id: Mapped[int | None] = mapped_column(ForeignKey("job_configs.id", ondelete="CASCADE"))
+    # The evidence run that produced it.
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     test_id: Mapped[str | None] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(String(32))
     content: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -169,6 +179,7 @@ class Evidence(Base):
 
     job: Mapped[Job] = relationship(back_populates="evidence")
     config: Mapped[JobConfig | None] = relationship()
+    run: Mapped[Run | None] = relationship()
 
 
 class Finding(Base):

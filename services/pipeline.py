@@ -1,4 +1,4 @@
-"""One job from request to findings: validate, plan the matrix, screen, diagnose.
+"""One job from request to findings: validate, plan the matrix, screen, drill, diagnose.
 
 Shared by every entry point (the CLI now; the API, the workers and reruns later), so a
 job means the same thing wherever it comes from.
@@ -13,7 +13,9 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from services.analysis import diagnose
+from services.artifacts import make_artifact_store
 from services.configs import CpuConfig, default_matrix, parse_specs
+from services.drill import drill, parse_evidence
 from services.errors import BadInput
 from services.executors.base import Executor
 from services.jobs import mark_finished, mark_running
@@ -30,6 +32,8 @@ class JobPlan:
     repeat: int
     timeout_s: float | None
     notes: list[str] = field(default_factory=list)
+    probes: list[str] | None = None  # probe names; None: the default (see services.drill)
+    stall_after_s: float | None = None
 
 
 def plan_job(
@@ -40,12 +44,20 @@ def plan_job(
     repeat: int,
     timeout_s: float | None,
     workdir: Path,
+    evidence: str | None = None,
+    stall_after_s: float | None = None,
 ) -> JobPlan:
     """Check everything the user gave before anything is stored; BadInput says what is wrong."""
     if repeat < 1:
         raise BadInput(f"--repeat must be at least 1, not {repeat}")
     if timeout_s is not None and timeout_s <= 0:
         raise BadInput(f"--timeout must be a positive number of seconds, not {timeout_s:g}")
+    if stall_after_s is not None and stall_after_s <= 0:
+        raise BadInput(f"--stall-after must be a positive number of seconds, not {stall_after_s:g}")
+    if stall_after_s is not None and timeout_s is not None and stall_after_s >= timeout_s:
+        raise BadInput(f"--stall-after {stall_after_s:g} must be below --timeout {timeout_s:g}: "
+                       "the snapshot is taken while the run is still going")
+    probes = parse_evidence(evidence)
     executor.check_command(command, workdir)
     available = executor.available_cpus()
     quota_problem = executor.quota_unsupported_reason()
@@ -59,7 +71,7 @@ def plan_job(
         configs = default_matrix(available, quota_supported=quota_problem is None)
         if quota_problem:
             notes.append(f"the default cpus=0.5 configuration was left out: {quota_problem}")
-    return JobPlan(command, workdir, configs, repeat, timeout_s, notes)
+    return JobPlan(command, workdir, configs, repeat, timeout_s, notes, probes, stall_after_s)
 
 
 def execute_job(
@@ -80,6 +92,8 @@ def execute_job(
     checkpoint()
     try:
         screen(session, job, executor, settings.thresholds, progress=progress, checkpoint=checkpoint)
+        drill(session, job, executor, settings.thresholds, make_artifact_store(settings), probes=job.probes,
+              stall_after_s=job.stall_after_s, progress=progress, checkpoint=checkpoint)
         diagnose(session, job, settings.thresholds)
         mark_finished(job, JobStatus.done)
     except KeyboardInterrupt:

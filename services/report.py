@@ -62,7 +62,8 @@ def build_report(job: Job) -> dict[str, Any]:
     failed = [
         {"config": config.label, "repetition": run.repetition, "exit_code": run.exit_code,
          "timed_out": run.timed_out, "output_tail": run.output_tail}
-        for config in job.configs for run in config.runs if run.exit_code != 0 or run.timed_out
+        for config in job.configs for run in config.runs
+        if run.kind == RunKind.timing and (run.exit_code != 0 or run.timed_out)
     ]
     notes = list(job.notes)
     foreign = [run.foreign_cpus for config in job.configs for run in config.runs]
@@ -71,6 +72,22 @@ def build_report(job: Job) -> dict[str, Any]:
             f"other processes kept {statistics.median(foreign):.1f} CPUs busy during the median run: "
             "load on neighbouring cores changes the latency under study; rerun on a quiet machine"
         )
+    # Evidence runs beside the timing median of their configuration (and test): the
+    # observer effect of each probe.
+    evidence_runs = []
+    for config in job.configs:
+        medians = {None: wall[config.label].median if config.label in wall else None}
+        for run in config.runs:
+            if run.kind != RunKind.evidence:
+                continue
+            if run.test_id is not None and run.test_id not in medians:
+                summary = samples.test_summaries(run.test_id).get(config.label) if run.test_id in samples.tests else None
+                medians[run.test_id] = summary.median if summary else None
+            evidence_runs.append({
+                "id": run.id, "config": config.label, "test": run.test_id, "probe": run.probe,
+                "wall_s": run.wall_s, "timing_median_s": medians.get(run.test_id),
+                "exit_code": run.exit_code, "timed_out": run.timed_out,
+            })
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
     return {
         "schema": SCHEMA,
@@ -90,9 +107,10 @@ def build_report(job: Job) -> dict[str, Any]:
         "configs": configs,
         "tests": tests,
         "failed_runs": failed,
+        "evidence_runs": evidence_runs,
         "evidence": [
             {"id": e.id, "config": e.config.label if e.config else None, "test": e.test_id, "kind": e.kind,
-             "content": e.content, "text": e.text, "artifacts": e.artifacts}
+             "run": e.run_id, "content": e.content, "text": e.text, "artifacts": e.artifacts}
             for e in job.evidence
         ],
         "findings": [
@@ -172,6 +190,90 @@ def render_text(report: dict[str, Any]) -> str:
         tail = next((f["output_tail"] for f in report["failed_runs"] if f["output_tail"]), None)
         if tail:
             out += ["  last output:", *("    " + line for line in tail.rstrip().splitlines())]
+    if report["evidence"]:
+        out += ["", f"Evidence ({len(report['evidence'])} entries from {len(report['evidence_runs'])} evidence runs)"]
+        for entry in report["evidence"]:
+            out += render_evidence(entry)
+    if report["evidence_runs"]:
+        out += ["", "Evidence runs (wall time under the probe vs the timing median)"]
+        rows = [
+            [run["probe"], run["config"] + (f" [{run['test']}]" if run["test"] else ""), _seconds(run["wall_s"]),
+             _seconds(run["timing_median_s"]),
+             f"{run['wall_s'] / run['timing_median_s']:.1f}x" if run["timing_median_s"] else "-",
+             "timed out" if run["timed_out"] else f"exit {run['exit_code']}"]
+            for run in report["evidence_runs"]
+        ]
+        out += ["  " + line for line in _table(["probe", "config", "wall", "timing median", "ratio", "end"], rows)]
     for note in report["notes"]:
         out += ["", f"Note: {note}"]
     return "\n".join(out) + "\n"
+
+
+FRAMES_SHOWN = 4
+SYSCALLS_SHOWN = 5
+
+
+def _frames(frames: list[dict]) -> str:
+    shown = [f"{f['function']} ({str(f.get('file') or '?').rsplit('/', 1)[-1]}:{f.get('line')})"
+             for f in frames[:FRAMES_SHOWN]]
+    more = f" < ... {len(frames) - FRAMES_SHOWN} more" if len(frames) > FRAMES_SHOWN else ""
+    return " < ".join(shown) + more if shown else "(no Python frames)"
+
+
+def render_evidence(entry: dict[str, Any]) -> list[str]:
+    """The key lines of one evidence entry: top syscalls, threads and frames at the stall."""
+    content = entry["content"]
+    where = entry["config"] or "-"
+    if entry["test"]:
+        where += f" [{entry['test']}]"
+    head = f"  {entry['kind']} ({where})"
+    status = content.get("status", "ok")
+    if status != "ok":
+        return [f"{head}: {status}: {content.get('reason', '')}"]
+    kind = entry["kind"]
+    lines: list[str] = []
+    if kind == "strace":
+        lines.append(f"{head}: {content['top']} holds {content['top_pct_time']:.1f} % of syscall time")
+        for row in content["syscalls"][:SYSCALLS_SHOWN]:
+            lines.append(f"      {row['pct_time']:6.2f} %  {row['seconds']:10.6f} s  {row['calls']:9d} calls  "
+                         f"{row['errors']:7d} errors  {row['name']}")
+    elif kind == "stall":
+        lines.append(f"{head}: snapshot at {content['elapsed_s']:.2f} s (threshold {content['stall_after_s']:.2f} s), "
+                     f"run ended after {content['wall_s']:.2f} s{' (timed out)' if content['timed_out'] else ''}")
+    elif kind == "pyspy_dump":
+        lines.append(f"{head}: {len(content['threads'])} threads at {content.get('elapsed_s', 0):.2f} s "
+                     f"({content.get('phase', 'stall')})")
+        for thread in content["threads"]:
+            lines.append(f"      {thread['id']} \"{thread['name'] or ''}\" {thread['state']}: {_frames(thread['frames'])}")
+    elif kind == "gdb":
+        lines.append(f"{head}: {len(content['threads'])} threads, {content['waiting_for_gil']} waiting for the GIL "
+                     f"(read by {content['reader']})")
+        if content.get("py_bt"):
+            lines.append(f"      note: {content['py_bt']}")
+        for thread in content["threads"]:
+            flag = " [Waiting for the GIL]" if thread["waiting_for_gil"] else ""
+            lines.append(f"      thread {thread['id']} (LWP {thread['lwp']}){flag}: {_frames(thread['frames'])}")
+    elif kind == "faulthandler":
+        lines.append(f"{head}: {len(content['threads'])} threads at the {content['trigger']}")
+        for thread in content["threads"]:
+            lines.append(f"      {'current ' if thread['current'] else ''}thread {thread['id']}: {_frames(thread['frames'])}")
+    elif kind == "proc_io":
+        counters = content["counters"]
+        per_read = content.get("bytes_per_read_syscall")
+        lines.append(f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
+                     + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
+                     + f" (at {content['elapsed_s']:.2f} s, {content['phase']})")
+    elif kind == "pyspy":
+        lines.append(f"{head}: {content['samples']} samples at {content['rate_hz']} Hz, idle threads included")
+        for thread in content["threads"][:4]:
+            top = thread["top_frames"][0] if thread["top_frames"] else None
+            if top:
+                lines.append(f"      {thread['name']}: {top['pct']:.0f} % in {top['frame']}")
+    else:
+        lines.append(head)
+    for artifact in entry["artifacts"]:
+        if artifact.get("key"):
+            lines.append(f"      artifact {artifact['key']} ({artifact['size']} bytes, {artifact['stored_size']} stored)")
+        else:
+            lines.append(f"      artifact {artifact['name']} not stored: {artifact.get('reason')}")
+    return lines

@@ -60,7 +60,7 @@ def screen(
                     )
                 )
                 cases = junit.parse(run_dir / junit.JUNIT_FILE) if pytest_command else []
-                _store(session, job_config, repetition, result, cases)
+                store_run(session, job_config, RunKind.timing, repetition, result, cases)
                 checkpoint()
                 progress(_progress_line(job_config, repetition, job.repeat, result, len(cases)))
             if repetition >= thresholds.min_repetitions and repetition < job.repeat:
@@ -76,10 +76,23 @@ def screen(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _store(session: Session, job_config: JobConfig, repetition: int, result: RunResult, cases) -> None:
+def store_run(
+    session: Session,
+    job_config: JobConfig,
+    kind: RunKind,
+    repetition: int,
+    result: RunResult,
+    cases,
+    *,
+    probe: str | None = None,
+    test_id: str | None = None,
+) -> Run:
+    """Store one run (timing, or evidence with the probe and test it ran) with its test cases."""
     run = Run(
         config=job_config,
-        kind=RunKind.timing,
+        kind=kind,
+        probe=probe,
+        test_id=test_id,
         repetition=repetition,
         wall_s=result.wall_s,
         user_s=result.user_s,
@@ -98,6 +111,7 @@ def _store(session: Session, job_config: JobConfig, repetition: int, result: Run
     )
     session.add(run)
     session.flush()
+    return run
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:

@@ -24,6 +24,13 @@ class Settings(BaseSettings):
     # Unset: jobs run in-process (filled by the service issue).
     broker_url: str | None = None
     artifact_dir: Path = Field(default_factory=lambda: _data_dir() / "artifacts")
+    # Evidence artifacts (cores, flame graphs) are stored zstd-compressed; one larger than
+    # this after compression is left out and its evidence says so. Cores of big test
+    # processes are hundreds of MB raw but compress well (150 MB -> about 1 MB here).
+    artifact_max_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    artifact_zstd_level: int = Field(3, ge=1, le=22)
+    # Artifacts older than this are deleted (the parsed evidence stays in the database).
+    artifact_retention_days: float = Field(30.0, gt=0)
     # Where the local executor makes its per-run cgroups (v1: below the cpu hierarchy,
     # v2: below the unified root).
     cgroup_root: Path = Path("/sys/fs/cgroup")

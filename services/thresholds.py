@@ -37,3 +37,17 @@ class Thresholds(BaseModel):
     flaky_gap_ratio: float = Field(2.0, gt=1)
     flaky_dispersion: float = Field(0.5, gt=0)
     flaky_min_spread_s: float = Field(0.05, ge=0)
+
+    # The stall trigger of evidence runs, when --stall-after is not given: this many times
+    # the fast configuration's median, but never sooner than stall_min_s (a snapshot of a
+    # run that is merely starting up shows the start-up, not the stall).
+    stall_multiple: float = Field(10.0, gt=1.0)
+    stall_min_s: float = Field(0.5, ge=0.0)
+    # How long before the hard timeout a stalled run gets its last snapshot (py-spy dump
+    # and /proc I/O counters; a second core would not fit in the time left).
+    last_snapshot_lead_s: float = Field(1.0, gt=0.0)
+    # Evidence runs' hard timeout when --timeout is not given: tracers slow a command
+    # down (strace up to 170x on syscall-heavy loops), so this many times the slowest
+    # configuration's median, and at least evidence_timeout_min_s.
+    evidence_timeout_multiple: float = Field(5.0, gt=1.0)
+    evidence_timeout_min_s: float = Field(30.0, gt=0.0)

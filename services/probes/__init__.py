@@ -1,0 +1,22 @@
+"""Evidence probes, one module each; every probe runs in its own evidence run.
+
+``--evidence`` names them: strace, pyspy (record), core (the stall snapshot: py-spy
+dump, /proc I/O counters, gcore read by gdb) and faulthandler.
+"""
+
+from __future__ import annotations
+
+from services.probes.base import EvidenceDraft, Probe, ProbeContext
+from services.probes.core import CoreProbe
+from services.probes.faulthandler import FaulthandlerProbe
+from services.probes.pyspy import PySpyRecordProbe
+from services.probes.strace import StraceProbe
+
+PROBES: dict[str, type[Probe]] = {
+    "strace": StraceProbe,
+    "pyspy": PySpyRecordProbe,
+    "core": CoreProbe,
+    "faulthandler": FaulthandlerProbe,
+}
+
+__all__ = ["PROBES", "EvidenceDraft", "Probe", "ProbeContext"]
