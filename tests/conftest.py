@@ -18,6 +18,9 @@ from services.settings import Settings
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 IN_CI = os.environ.get("CI") == "true"
+# Programs under test run on the real interpreter: a version manager's shim (pyenv's
+# costs ~0.15 s of CPU per start) would add start-up CPU that a quota then throttles.
+PYTHON = sys.executable
 
 
 def require(condition: bool, reason: str) -> None:

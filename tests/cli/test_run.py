@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from services.models import Job
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, PYTHON, run_cli
 
-HANDOFF = ["python3", str(EXAMPLES / "handoff.py")]
-STEADY = ["python3", str(EXAMPLES / "steady.py")]
+HANDOFF = [PYTHON, str(EXAMPLES / "handoff.py")]
+STEADY = [PYTHON, str(EXAMPLES / "steady.py")]
 CORES = ["--config", "cpuset=0", "--config", "cpuset=0-1"]
 
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import EXAMPLES, run_cli
+from tests.conftest import EXAMPLES, PYTHON, run_cli
 
 
 def screen(tmp_path, database_url, command, *args):
@@ -50,7 +50,7 @@ THREAD_HASHER = """
 @pytest.mark.parametrize("program", ["example", "independent"])
 def test_cpu_throttling_under_a_quota_smaller_than_the_pool(program, sqlite_url, tmp_path):
     path = str(EXAMPLES / "pool_quota.py") if program == "example" else write(tmp_path, "hasher.py", THREAD_HASHER)
-    report, result = screen(tmp_path, sqlite_url, ["python3", path],
+    report, result = screen(tmp_path, sqlite_url, [PYTHON, path],
                             "--config", "cpus=0.5", "--config", "cpuset=0-1", "--repeat", "3")
     [finding] = of_kind(report, "cpu_throttling")
     assert finding["config"] == "cpus=0.5"
@@ -81,7 +81,7 @@ PIPE_WAITER = """
 @pytest.mark.parametrize("program", ["example", "independent"])
 def test_off_cpu_wait_when_wall_time_is_mostly_waiting(program, sqlite_url, tmp_path):
     path = str(EXAMPLES / "slow_peer.py") if program == "example" else write(tmp_path, "waiter.py", PIPE_WAITER)
-    report, _ = screen(tmp_path, sqlite_url, ["python3", path], "--config", "cpuset=0-1", "--repeat", "3")
+    report, _ = screen(tmp_path, sqlite_url, [PYTHON, path], "--config", "cpuset=0-1", "--repeat", "3")
     [finding] = of_kind(report, "off_cpu_wait")
     metrics = finding["metrics"]
     assert metrics["median_wall_s"] >= 1.0
@@ -108,7 +108,7 @@ EXPIRING_CACHE = """
 @pytest.mark.parametrize("program", ["example", "independent"])
 def test_latency_flaky_when_runs_fall_into_two_groups(program, sqlite_url, tmp_path):
     path = str(EXAMPLES / "stale_lock.py") if program == "example" else write(tmp_path, "cache.py", EXPIRING_CACHE)
-    report, _ = screen(tmp_path, sqlite_url, ["python3", path, str(tmp_path / "state")],
+    report, _ = screen(tmp_path, sqlite_url, [PYTHON, path, str(tmp_path / "state")],
                        "--config", "cpuset=0-1", "--repeat", "6")
     runs = len(report["configs"][0]["runs"])
     assert runs >= 5  # a spread-out configuration is not stopped at 3
@@ -142,7 +142,7 @@ QUIET_SERVICE_CALL = """
 @pytest.mark.parametrize("program", ["example", "independent"])
 def test_healthy_programs_yield_no_finding_at_all(program, sqlite_url, tmp_path):
     path = str(EXAMPLES / "steady.py") if program == "example" else write(tmp_path, "quiet.py", QUIET_SERVICE_CALL)
-    report, result = screen(tmp_path, sqlite_url, ["python3", path], "--repeat", "5")  # the default matrix
+    report, result = screen(tmp_path, sqlite_url, [PYTHON, path], "--repeat", "5")  # the default matrix
     assert report["findings"] == [], result.stdout
 
 
