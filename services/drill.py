@@ -17,7 +17,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from services import junit
-from services.analysis import cpu_sensitivity
+from services.analysis.diagnose import screen_findings
 from services.analysis.context import RuleContext
 from services.artifacts import ArtifactStore, ArtifactTooLarge
 from services.errors import BadInput
@@ -91,7 +91,7 @@ def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after
     wall = samples.wall_summaries()
     if not wall:
         return []
-    flagged = cpu_sensitivity.check(context)
+    flagged = screen_findings(context)
     found: list[Target] = []
     slowest = max(summary.median for summary in wall.values())
     command_flagged = any(draft.test_id is None for draft in flagged)
@@ -100,11 +100,10 @@ def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after
         found.append(Target(None, list(job.command), wall))
     if junit.is_pytest(job.command):
         workdir = Path(job.workdir or ".")
-        for draft in flagged:
-            if draft.test_id is not None:
+        for test_id in dict.fromkeys(draft.test_id for draft in flagged):
+            if test_id is not None:
                 found.append(Target(
-                    draft.test_id, narrow_to_test(job.command, draft.test_id, workdir),
-                    samples.test_summaries(draft.test_id),
+                    test_id, narrow_to_test(job.command, test_id, workdir), samples.test_summaries(test_id),
                 ))
     return found
 
@@ -124,7 +123,7 @@ def drill(
     """Run the evidence runs for ``job``; return how many ran. The caller commits.
 
     ``probes`` None is the default: every probe, but only where the screen found
-    something (a cpu_sensitivity finding, or a run slower than --stall-after). Given
+    something (a finding of the timing rules, or a run slower than --stall-after). Given
     explicitly, the whole command is drilled whatever the screen found.
     """
     names = list(PROBES) if probes is None else probes
@@ -133,7 +132,7 @@ def drill(
     store.purge_expired()
     chosen = targets(job, thresholds, probes is not None, stall_after_s)
     if not chosen:
-        job.notes = [*job.notes, "no evidence runs: no configuration made a difference and no run stalled "
+        job.notes = [*job.notes, "no evidence runs: the timing screen found nothing and no run stalled "
                                  "(pass --evidence to drill anyway)"]
         return 0
     by_label = {config.label: config for config in job.configs}

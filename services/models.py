@@ -6,7 +6,7 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -135,6 +135,9 @@ class Run(Base):
     # Average CPUs that other processes kept busy during the run: a loaded neighbour
     # core changes the latency under study, so the report warns about it.
     foreign_cpus: Mapped[float] = mapped_column(Float, default=0.0)
+    # read()-family syscalls and bytes (/proc io syscr and rchar of the reaped command).
+    read_syscalls: Mapped[int | None] = mapped_column(Integer)
+    read_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # The last lines the command printed, kept when it failed so the report can show why.
     output_tail: Mapped[str | None] = mapped_column(Text)
     # Evidence runs only: which probe ran, and the test it was narrowed to (pytest node

@@ -17,6 +17,7 @@ SCHEMA = "lagtrace.report/v1"
 RUN_FIELDS = (
     "wall_s", "user_s", "sys_s", "max_rss_kb", "voluntary_ctx_switches", "involuntary_ctx_switches",
     "exit_code", "timed_out", "nr_periods", "nr_throttled", "throttled_s", "foreign_cpus",
+    "read_syscalls", "read_bytes",
 )
 
 

@@ -107,6 +107,8 @@ def store_run(
         throttled_s=result.throttled_s,
         output_tail=result.output_tail,
         foreign_cpus=result.foreign_cpus,
+        read_syscalls=result.read_syscalls,
+        read_bytes=result.read_bytes,
         test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
     )
     session.add(run)

@@ -38,6 +38,33 @@ class Thresholds(BaseModel):
     flaky_dispersion: float = Field(0.5, gt=0)
     flaky_min_spread_s: float = Field(0.05, ge=0)
 
+    # futex_storm: futex's share of traced syscall time (strace -c), in percent, with
+    # at least futex_min_calls calls (a few futex waits at thread exit are normal).
+    futex_storm_pct: float = Field(80.0, gt=0, le=100)
+    futex_min_calls: int = Field(100, ge=1)
+
+    # busy_polling: sleep / poll / wait syscalls per second (strace) and voluntary
+    # context switches per second (rusage), at a CPU share no higher than
+    # busy_polling_max_cpu_share (a loop that computes is not polling).
+    busy_polling_min_calls_per_s: float = Field(200.0, gt=0)
+    busy_polling_min_switches_per_s: float = Field(200.0, gt=0)
+    busy_polling_max_cpu_share: float = Field(0.5, gt=0, le=1)
+
+    # tiny_reads: read syscalls per run (/proc io syscr) and their average size
+    # (rchar / syscr; interpreter start-up reads are included, hence a generous size).
+    tiny_reads_min_syscalls: int = Field(2000, ge=1)
+    tiny_reads_max_avg_bytes: float = Field(512.0, gt=0)
+
+    # observer_effect: an evidence run's wall time this many times above (or below) the
+    # timing median of the same configuration.
+    observer_effect_ratio: float = Field(2.0, gt=1)
+
+    # slow_startup: start-up (imports, pytest collection) at least this share of the
+    # run's wall time and at least slow_startup_min_s long (pytest itself starts in
+    # ~0.3 s here: a small healthy suite must not be flagged for that).
+    slow_startup_share: float = Field(0.5, gt=0, le=1)
+    slow_startup_min_s: float = Field(1.0, ge=0)
+
     # The stall trigger of evidence runs, when --stall-after is not given: this many times
     # the fast configuration's median, but never sooner than stall_min_s (a snapshot of a
     # run that is merely starting up shows the start-up, not the stall).

@@ -7,13 +7,37 @@ import shlex
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.analysis import cpu_sensitivity, cpu_throttling, latency_flaky, off_cpu_wait
+from services.analysis import (
+    busy_polling,
+    cpu_sensitivity,
+    cpu_throttling,
+    futex_storm,
+    gil_contention,
+    latency_flaky,
+    observer_effect,
+    off_cpu_wait,
+    slow_startup,
+    stall,
+    tiny_reads,
+)
 from services.analysis.context import RuleContext
 from services.analysis.findings import SEVERITY_ORDER, fingerprint
 from services.models import Finding, Job, TriageStatus
 from services.thresholds import Thresholds
 
-RULES = (cpu_sensitivity.check, cpu_throttling.check, off_cpu_wait.check, latency_flaky.check)
+# Rules that need only the timing screen: what they find decides what the drill traces.
+TIMING_RULES = (
+    cpu_sensitivity.check, cpu_throttling.check, off_cpu_wait.check, latency_flaky.check,
+    tiny_reads.check, slow_startup.check,
+)
+# Rules that read the drill's evidence.
+EVIDENCE_RULES = (futex_storm.check, gil_contention.check, busy_polling.check, stall.check, observer_effect.check)
+RULES = TIMING_RULES + EVIDENCE_RULES
+
+
+def screen_findings(context: RuleContext) -> list:
+    """What the timing screen alone shows: the drill's targets."""
+    return [draft for rule in TIMING_RULES for draft in rule(context)]
 
 
 def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:

@@ -71,6 +71,10 @@ class RunResult:
     throttled_s: float | None
     output_tail: str | None  # the last lines the command printed, when it failed
     foreign_cpus: float = 0.0  # CPUs other processes kept busy meanwhile (services/hostload.py)
+    # read()-family syscalls and their bytes (/proc io syscr, rchar): socket recv*() is
+    # not counted there, strace evidence covers it.
+    read_syscalls: int | None = None
+    read_bytes: int | None = None
 
 
 class Executor(Protocol):

@@ -96,6 +96,7 @@ class LocalExecutor:
         env = {**os.environ, **request.env}
         with open(output_path, "wb") as output:
             busy_before = hostload.busy_cpu_seconds()
+            io_before = hostload.own_io()
             started = time.perf_counter()
             try:
                 proc = subprocess.Popen(
@@ -130,6 +131,7 @@ class LocalExecutor:
                     timer.cancel()
             wall_s = time.perf_counter() - started
             busy_after = hostload.busy_cpu_seconds()
+            io_after = hostload.own_io()
             if request.watcher is not None:
                 request.watcher.finished()
             proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
@@ -151,6 +153,8 @@ class LocalExecutor:
             nr_throttled=stat.nr_throttled if stat else None,
             throttled_s=stat.throttled_s if stat else None,
             foreign_cpus=hostload.foreign_cpus(busy_before, busy_after, usage.ru_utime + usage.ru_stime, wall_s),
+            read_syscalls=io_after["syscr"] - io_before["syscr"],
+            read_bytes=io_after["rchar"] - io_before["rchar"],
             output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,
         )
 

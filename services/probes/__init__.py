@@ -1,7 +1,7 @@
 """Evidence probes, one module each; every probe runs in its own evidence run.
 
 ``--evidence`` names them: strace, pyspy (record), core (the stall snapshot: py-spy
-dump, /proc I/O counters, gcore read by gdb) and faulthandler.
+dump, /proc I/O counters, gcore read by gdb), faulthandler and imports (-X importtime).
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from services.probes.base import EvidenceDraft, Probe, ProbeContext
 from services.probes.core import CoreProbe
 from services.probes.faulthandler import FaulthandlerProbe
+from services.probes.imports import ImportTimeProbe
 from services.probes.pyspy import PySpyRecordProbe
 from services.probes.strace import StraceProbe
 
@@ -17,6 +18,7 @@ PROBES: dict[str, type[Probe]] = {
     "pyspy": PySpyRecordProbe,
     "core": CoreProbe,
     "faulthandler": FaulthandlerProbe,
+    "imports": ImportTimeProbe,
 }
 
 __all__ = ["PROBES", "EvidenceDraft", "Probe", "ProbeContext"]
