@@ -148,6 +148,10 @@ def render_text(report: dict[str, Any]) -> str:
             where += f" ({finding['status']})"
         out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
         out.append(f"         {finding['detail']}")
+        if finding["evidence"]:
+            kinds = {e["id"]: e["kind"] for e in report["evidence"]}
+            refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding["evidence"])
+            out.append(f"         evidence: {refs} (below, and in the JSON's evidence[])")
     out.append("")
 
     fastest = min((c["wall_s"]["median"] for c in report["configs"] if c["wall_s"]), default=None)
