@@ -22,15 +22,7 @@ RUN_FIELDS = (
 
 
 def _summary(summary: Summary | None) -> dict[str, Any] | None:
-    if summary is None:
-        return None
-    return {
-        "median": summary.median,
-        "ci_low": summary.ci_low,
-        "ci_high": summary.ci_high,
-        "n": summary.n,
-        "confidence": summary.confidence,
-    }
+    return summary.as_dict() if summary else None
 
 
 def build_report(job: Job) -> dict[str, Any]:

@@ -21,6 +21,10 @@ class Summary:
     ci_high: float
     confidence: float  # what the interval really achieves; below CONFIDENCE for tiny n
 
+    def as_dict(self) -> dict[str, float]:
+        return {"median": self.median, "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n,
+                "confidence": self.confidence}
+
 
 def _binom_cdf(k: int, n: int) -> float:
     return sum(math.comb(n, i) for i in range(k + 1)) / 2**n

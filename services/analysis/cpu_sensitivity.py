@@ -56,18 +56,9 @@ def _check_one(
         test_id=test_id,
         metrics={
             "ratio": ratio,
-            "slow": {"config": comparison.slow, **_summary(slow)},
-            "fast": {"config": comparison.fast, **_summary(fast)},
+            "slow": {"config": comparison.slow, **slow.as_dict()},
+            "fast": {"config": comparison.fast, **fast.as_dict()},
             "medians": {label: summary.median for label, summary in summaries.items()},
         },
     )
 
-
-def _summary(summary: Summary) -> dict:
-    return {
-        "median": summary.median,
-        "ci_low": summary.ci_low,
-        "ci_high": summary.ci_high,
-        "n": summary.n,
-        "confidence": summary.confidence,
-    }
