@@ -31,8 +31,11 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--executor", type=click.Choice(["auto", "local"]), default="auto", show_default=True,
-              help="Where the command runs.")
+@click.option("--executor", type=click.Choice(["auto", "local", "docker"]), default="auto", show_default=True,
+              help="Where the command runs: docker containers, the host (local), or docker when an "
+                   "engine answers and the runner image exists (auto).")
+@click.option("--image", default=None, metavar="IMG",
+              help="Image for the docker executor (default: LAGTRACE_DOCKER_IMAGE, lagtrace-runner:latest).")
 @click.option("--config", "specs", multiple=True, metavar="SPEC",
               help="A CPU configuration, key=value[,key=value] with keys cpus (quota) and cpuset "
                    "(e.g. cpuset=0, cpus=0.5). Repeatable. Default: one core, all cores, half a core.")
@@ -54,7 +57,8 @@ def cli() -> None:
               help="Also write the lagtrace.report/v1 JSON here.")
 @click.option("--project", default="local", show_default=True, help="Project the job is stored under.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
-def run(executor, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project, command) -> None:
+def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project,
+        command) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import run_job
 
@@ -64,6 +68,7 @@ def run(executor, specs, repeat, timeout_s, evidence, stall_after_s, workdir, js
             settings,
             command=list(command),
             executor_name=executor,
+            image=image,
             specs=list(specs),
             repeat=repeat,
             timeout_s=timeout_s,
