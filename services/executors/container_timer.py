@@ -9,9 +9,12 @@ The docker executor passes this file's source to the image's own interpreter
 imports from lagtrace.
 
 Protocol with the executor, on stdout: first line ``pid <N>`` (the command's pid inside
-the container, for the evidence tools), last line the JSON measurement.
+the container, for the evidence tools), then one line of JSON: the measurement. After
+that the timer lingers, keeping the container alive, so evidence tools can still run in
+it (gdb reading the core taken during a stall) until the executor removes it; LINGER_S
+bounds that for a lagtrace that died before removing it.
 
-    argv: OUTPUT_PATH TIMEOUT_S(or "none") -- COMMAND...
+    argv: OUTPUT_PATH TIMEOUT_S(or "none") LINGER_S -- COMMAND...
 """
 
 import json
@@ -63,9 +66,9 @@ def busy_cpu_seconds():
 
 
 def main():
-    output_path, timeout_text, separator, *command = sys.argv[1:]
+    output_path, timeout_text, linger_text, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
-        sys.exit("usage: container_timer OUTPUT TIMEOUT -- COMMAND...")
+        sys.exit("usage: container_timer OUTPUT TIMEOUT LINGER -- COMMAND...")
     timeout_s = None if timeout_text == "none" else float(timeout_text)
 
     before_cpu, before_oom = cpu_stat(), oom_kills()
@@ -127,6 +130,7 @@ def main():
         "oom_killed": before_oom is not None and after_oom is not None and after_oom > before_oom,
     }
     print(json.dumps(result), flush=True)
+    time.sleep(float(linger_text))
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ BUILD_HINT = "build it with services/executors/runner/build-offline.sh; lagtrace
 # The timer kills the command at the timeout itself; the engine-side kill is the backstop
 # for a timer that cannot (its container frozen or out of memory).
 BACKSTOP_GRACE_S = 30.0
+# How long a finished run's container waits for evidence tools before its timer exits,
+# should lagtrace die before removing it (it is removed at once otherwise).
+LINGER_S = 900
 
 
 def connect() -> docker.DockerClient:
@@ -273,7 +276,7 @@ class DockerExecutor:
         if self._py_spy:
             mounts.append(Mount(f"{TOOLS_DIR}/py-spy", self._py_spy, type="bind", read_only=True))
         return dict(
-            command=[CONTAINER_PYTHON, "-I", "-S", "-c", _timer_source(), str(output), timeout, "--", *request.command],
+            command=[CONTAINER_PYTHON, "-I", "-S", "-c", _timer_source(), str(output), timeout, str(LINGER_S), "--", *request.command],
             working_dir=str(request.workdir),
             # The working tree is read-only: bytecode caches go nowhere, HOME to the tmpfs.
             environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **request.env},
@@ -311,30 +314,39 @@ class DockerExecutor:
             backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, _kill, args=(container,))
             backstop.daemon = True
             backstop.start()
+        watched = False
+        measured = None
+        # The timer's stdout tells when the command started and when it ended; the stream
+        # blocks without polling (and without a socket timeout) for as long as the run takes.
+        stream = container.logs(stdout=True, stderr=False, stream=True, follow=True)
         try:
-            watched = False
-            if request.watcher is not None:
-                pid = _command_pid(container)
-                if pid is not None:
-                    request.watcher.started(DockerProcessHandle(container, pid, [request.run_dir, request.workdir]))
+            for line in _lines(stream):
+                if line.startswith("pid ") and request.watcher is not None:
+                    handle = DockerProcessHandle(container, int(line[4:]), [request.run_dir, request.workdir])
+                    request.watcher.started(handle)
                     watched = True
-            status = container.wait(timeout=None)
+                elif line.startswith("{"):
+                    measured = json.loads(line)
+                    break
         finally:
+            stream.close()
             if backstop is not None:
                 backstop.cancel()
         host_wall_s = time.perf_counter() - started
         if watched:
+            # The container still runs (the timer lingers): tools can read what they took.
             request.watcher.finished()
-        log = container.logs(stdout=True, stderr=False).decode("utf-8", "replace").splitlines()
-        container.reload()
-        return self._result(request, log, status, container.attrs["State"], host_wall_s)
-
-    def _result(self, request: RunRequest, log: list[str], status: dict, state: dict, host_wall_s: float) -> RunResult:
-        measured = _measurement(log)
         if measured is None:
-            # The timer itself was killed (out of memory, or by the backstop): no rusage,
-            # the host's clock (start-up included) is the best there is.
-            exit_code = status.get("StatusCode", 1)
+            # The timer itself was killed (out of memory, or by the backstop).
+            container.wait(timeout=None)
+        container.reload()
+        return self._result(request, measured, container.attrs["State"], host_wall_s)
+
+    def _result(self, request: RunRequest, measured: dict | None, state: dict, host_wall_s: float) -> RunResult:
+        if measured is None:
+            # No rusage without the timer; the host's clock (start-up included) is the
+            # best there is.
+            exit_code = state.get("ExitCode", 1)
             measured = {
                 "wall_s": host_wall_s, "user_s": 0.0, "sys_s": 0.0, "max_rss_kb": 0,
                 "voluntary_ctx_switches": 0, "involuntary_ctx_switches": 0,
@@ -453,29 +465,16 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _command_pid(container) -> int | None:
-    """The command's pid, from the timer's first line (printed right after the fork)."""
-    stream = container.logs(stdout=True, stderr=False, stream=True, follow=True)
+def _lines(stream):
+    """Lines of a chunked log stream."""
     buffer = b""
-    try:
-        for chunk in stream:
-            buffer += chunk
-            if b"\n" in buffer:
-                break
-    finally:
-        stream.close()
-    first = buffer.split(b"\n", 1)[0].decode("ascii", "replace")
-    return int(first[4:]) if first.startswith("pid ") and first[4:].isdigit() else None
-
-
-def _measurement(log: list[str]) -> dict | None:
-    for line in reversed(log):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-    return None
+    for chunk in stream:
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
 
 
 def _timer_source() -> str:
