@@ -207,8 +207,6 @@ class DockerExecutor:
     def check_command(self, command: list[str], workdir: Path) -> None:
         if not command:
             raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
-        if not workdir.is_dir():
-            raise BadInput(f"working directory {workdir} does not exist")
         _check_workdir(workdir)
         program = command[0]
         path = program if os.path.isabs(program) else os.path.join(workdir, program)
@@ -219,7 +217,7 @@ class DockerExecutor:
             if not os.access(path, os.X_OK):
                 raise BadInput(f"cannot execute {program!r}: not executable")
         elif self._locate([program])[program] is None:
-            raise BadInput(f"cannot execute {program!r}: not found in the image {self.run_image}")
+            raise BadInput(f"cannot execute {program!r}: not found on PATH in the image {self.run_image}")
 
     def _locate(self, programs: list[str]) -> dict[str, str | None]:
         """Where programs are on the run image's PATH, from one short hardened container."""
@@ -356,6 +354,9 @@ class DockerExecutor:
             }
         oom_killed = bool(measured["oom_killed"] or state.get("OOMKilled"))
         throttling = measured["throttling"] if request.config.cpus is not None else None
+        busy = measured["busy_cpu_s"]
+        own_cpu_s = measured["user_s"] + measured["sys_s"]
+        foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
         failed = measured["exit_code"] != 0 or measured["timed_out"]
         tail = _tail(request.run_dir / "output.log") if failed and (request.run_dir / "output.log").exists() else None
         if oom_killed:
@@ -374,8 +375,7 @@ class DockerExecutor:
             nr_throttled=throttling[1] if throttling else None,
             throttled_s=throttling[2] if throttling else None,
             output_tail=tail,
-            foreign_cpus=hostload.foreign_cpus(*busy, measured["user_s"] + measured["sys_s"], measured["wall_s"])
-            if (busy := measured["busy_cpu_s"]) else 0.0,
+            foreign_cpus=foreign_cpus,
             oom_killed=oom_killed,
         )
 
@@ -490,6 +490,12 @@ def _give_to_runner(run_dir: Path) -> None:
 
 
 def _check_workdir(workdir: Path) -> None:
+    if not workdir.is_dir():
+        raise BadInput(f"working directory {workdir} does not exist")
+    mode = workdir.stat()
+    if mode.st_uid != RUNNER_UID and (mode.st_mode & 0o005) != 0o005:
+        raise BadInput(f"working directory {workdir} is not readable by the container's user (uid {RUNNER_UID}); "
+                       f"make it so with chmod o+rx")
     text = str(workdir)
     if text == "/" or any(text == d or text.startswith(d + "/") for d in SYSTEM_DIRS):
         raise BadInput(f"working directory {workdir} cannot be mounted into a container at the same path: "
