@@ -425,7 +425,9 @@ class DockerProcessHandle:
                 spool.write(chunk)
             spool.seek(0)
             with tarfile.open(fileobj=spool) as archive:
-                member = next(m for m in archive.getmembers() if m.isfile())
+                member = next((m for m in archive.getmembers() if m.isfile()), None)
+                if member is None:
+                    raise LagtraceError(f"{path} in the container is not a regular file")
                 with archive.extractfile(member) as data, open(host_path, "wb") as target:
                     shutil.copyfileobj(data, target)
 

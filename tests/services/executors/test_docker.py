@@ -211,7 +211,7 @@ class StallSnapshot:
             for core in self.cores
         ]
         # A file outside the mounts comes out through the engine (the container still exists).
-        self.handle.copy_out("/etc/os-release", self.run_dir / "os-release")
+        self.handle.copy_out("/usr/lib/os-release", self.run_dir / "os-release")
 
 
 def test_stall_snapshot_in_the_container_shows_threads_waiting_for_the_gil(workdir, tmp_path):
