@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -19,6 +20,10 @@ def _load_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         raise click.UsageError(f"invalid LAGTRACE_* setting: {exc}") from None
+
+
+def _cancel(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _progress(message: str) -> None:
@@ -63,6 +68,9 @@ def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, work
     from cli.run import run_job
 
     settings = _load_settings()
+    # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
+    # container is removed on the way out, instead of the process vanishing mid-run.
+    signal.signal(signal.SIGTERM, _cancel)
     try:
         report = run_job(
             settings,

@@ -217,7 +217,8 @@ class DockerExecutor:
             if not os.access(path, os.X_OK):
                 raise BadInput(f"cannot execute {program!r}: not executable")
         elif self._locate([program])[program] is None:
-            raise BadInput(f"cannot execute {program!r}: not found on PATH in the image {self.run_image}")
+            where = "no such file" if "/" in program else "not found on PATH"
+            raise BadInput(f"cannot execute {program!r}: {where} in the image {self.run_image}")
 
     def _locate(self, programs: list[str]) -> dict[str, str | None]:
         """Where programs are on the run image's PATH, from one short hardened container."""

@@ -352,27 +352,44 @@ def test_bad_input_exits_2_and_leaves_nothing_running(args, env, message, tmp_pa
     assert message in result.stderr
 
 
-def test_containers_of_a_killed_lagtrace_are_reaped_at_the_next_start(tmp_path, engine):
-    database = f"sqlite:///{tmp_path / 'lagtrace.db'}"
-    victim = subprocess.Popen(
+def start_sleeping_job(database: str) -> subprocess.Popen:
+    return subprocess.Popen(
         [sys.executable, "-m", "cli.main", "run", "--executor", "docker", "--config", "cpuset=0", "--repeat", "1",
          "--", "python3", "-c", "import time; time.sleep(120)"],
         cwd=REPO, env={**os.environ, "LAGTRACE_DATABASE_URL": database},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
-    owner = None
+
+
+def wait_for_run_container(engine, job: subprocess.Popen) -> str:
+    """The owner label of the job's run container, once it runs."""
+    owner = docker_executor.owner_id(job.pid)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and job.poll() is None:
+        if engine.containers.list(filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"}):
+            return owner
+        time.sleep(0.2)
+    job.kill()
+    raise AssertionError(f"no run container appeared: {job.communicate()[1]}")
+
+
+def test_cancelling_a_run_removes_its_container_at_once(tmp_path, engine):
+    job = start_sleeping_job(f"sqlite:///{tmp_path / 'lagtrace.db'}")
+    owner = wait_for_run_container(engine, job)
+    job.send_signal(signal.SIGTERM)
+    _, stderr = job.communicate(timeout=60)
+    assert job.returncode != 0
+    assert engine.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"}) == [], stderr
+
+
+def test_containers_of_a_killed_lagtrace_are_reaped_at_the_next_start(tmp_path, engine):
+    database = f"sqlite:///{tmp_path / 'lagtrace.db'}"
+    victim = start_sleeping_job(database)
     try:
-        deadline = time.monotonic() + 60
-        while owner is None and time.monotonic() < deadline and victim.poll() is None:
-            owner = docker_executor.owner_id(victim.pid)
-            running = engine.containers.list(filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"})
-            owner = owner if running else None
-            time.sleep(0.2)
-        assert owner is not None, f"no run container appeared: {victim.stderr.read() if victim.poll() else ''}"
+        owner = wait_for_run_container(engine, victim)
     finally:
         victim.send_signal(signal.SIGKILL)
-        victim.wait()
-        victim.stderr.close()
+        victim.communicate()
     assert engine.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"}), "nothing was left over"
 
     result = run_cli(["run", "--executor", "docker", "--config", "cpuset=0", "--repeat", "1", "--", "true"], database)
