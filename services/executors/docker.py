@@ -53,6 +53,7 @@ RUNNER_USER = f"{RUNNER_UID}:{RUNNER_UID}"
 CONTAINER_PYTHON = "/usr/bin/python3"
 TOOLS_DIR = "/lagtrace/tools"
 DEPS_VENV = "/lagtrace/deps/venv"
+CA_BUNDLE = "/lagtrace/ca-bundle.pem"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
 # Lock and requirements files whose content decides the prepared environment.
@@ -165,13 +166,19 @@ class DockerExecutor:
         script = (f'{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} '
                   f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"')
         environment = {"HOME": "/tmp", **{key: os.environ[key] for key in PIP_ENV if key in os.environ}}
+        mounts = [Mount(str(workdir), str(workdir), type="bind", read_only=True)]
+        # A CA bundle pip is told to trust (a company proxy or index) is a host file: mount it.
+        ca_bundle = os.environ.get("PIP_CERT")
+        if ca_bundle and os.path.isfile(ca_bundle):
+            mounts.append(Mount(CA_BUNDLE, os.path.realpath(ca_bundle), type="bind", read_only=True))
+            environment["PIP_CERT"] = CA_BUNDLE
         try:
             container = self.client.containers.create(
                 self.image,
                 ["sh", "-c", script, "prepare", *requirements, *constraints],
                 working_dir=str(workdir),
                 environment=environment,
-                mounts=[Mount(str(workdir), str(workdir), type="bind", read_only=True)],
+                mounts=mounts,
                 network_mode=self.settings.docker_prepare_network,
                 # The root stays writable here: the install writes the venv into the image.
                 **self._hardening(read_only=False, job_id=None),

@@ -35,7 +35,7 @@ WORKLOAD = r"""
 import json, os, queue, threading, time
 started = time.perf_counter()
 total = 0
-for i in range(300_000):
+for i in range(1_500_000):
     total += i * i
 for _ in range(3_000):
     os.stat("/")
@@ -106,7 +106,7 @@ def main() -> None:
 
     median = statistics.median
     ratio = median(lagtrace_self) / median(plain_self)
-    print(f"workload: CPU loop + 3000 stat() + 300 thread hand-offs, cpuset={args.cpuset}, {args.repeat} rounds")
+    print(f"workload: CPU loop (1.5M) + 3000 stat() + 300 thread hand-offs, cpuset={args.cpuset}, {args.repeat} rounds")
     print(f"{'':38} {'median':>9} {'min':>9} {'max':>9}")
     rows = [
         ("test time, lagtrace docker executor", lagtrace_self),
