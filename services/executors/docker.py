@@ -236,14 +236,22 @@ class DockerExecutor:
                 for i, program in enumerate(programs)}
 
     def _one_shot(self, argv: list[str]) -> str:
+        # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
+        # SIGTERM) in the middle must still remove the container.
         try:
-            output = self.client.containers.run(
-                self.run_image, argv, remove=True, stdout=True, stderr=False,
-                network_mode="none", **self._hardening(read_only=True, job_id=None),
+            container = self.client.containers.create(
+                self.run_image, argv, network_mode="none", **self._hardening(read_only=True, job_id=None),
             )
         except APIError as exc:
             raise self._engine_refused(f"a container of {self.run_image}", exc) from None
-        return output.decode("utf-8", "replace")
+        try:
+            container.start()
+            container.wait(timeout=None)
+            return container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        except APIError as exc:
+            raise self._engine_refused(f"a container of {self.run_image}", exc) from None
+        finally:
+            _remove(container)
 
     # -- paths and tools ---------------------------------------------------------------
 

@@ -361,11 +361,12 @@ def start_sleeping_job(database: str) -> subprocess.Popen:
 
 
 def wait_for_run_container(engine, job: subprocess.Popen) -> str:
-    """The owner label of the job's run container, once it runs."""
+    """The owner label of the job's run container (job 1 in its fresh database), once it runs."""
     owner = docker_executor.owner_id(job.pid)
+    labels = [f"{OWNER_LABEL}={owner}", f"{docker_executor.JOB_LABEL}=1"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and job.poll() is None:
-        if engine.containers.list(filters={"label": f"{OWNER_LABEL}={owner}", "status": "running"}):
+        if engine.containers.list(filters={"label": labels, "status": "running"}):
             return owner
         time.sleep(0.2)
     job.kill()
