@@ -396,3 +396,23 @@ def test_containers_of_a_killed_lagtrace_are_reaped_at_the_next_start(tmp_path, 
     assert result.returncode == 0, result.stderr
     assert "removed 1 container(s) left by a lagtrace process that was killed" in result.stderr
     assert engine.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"}) == []
+
+
+@pytest.mark.latency
+def test_evidence_probes_work_inside_the_container(tmp_path):
+    """The evidence issue's probes, unchanged, through the docker executor's interface."""
+    traced, _ = cli_report(["--executor", "docker", "--config", "cpuset=0-1", "--repeat", "1", "--evidence", "strace"],
+                           ["python3", "examples/handoff.py", "300"], tmp_path)
+    [strace] = [e for e in traced["evidence"] if e["kind"] == "strace"]
+    assert strace["content"]["syscalls"][0]["name"] == "futex"
+
+    report, _ = cli_report(["--executor", "docker", "--config", "cpuset=0-1", "--repeat", "1",
+                            "--evidence", "core", "--stall-after", "1", "--timeout", "60"],
+                           ["python3", "examples/handoff.py", "30000"], tmp_path)
+    evidence = {e["kind"]: e for e in report["evidence"]}
+    assert evidence["stall"]["content"]["status"] == "ok"
+    assert evidence["pyspy_dump"]["content"]["status"] == "ok"
+    gdb = evidence["gdb"]["content"]
+    assert gdb["status"] == "ok" and len(gdb["threads"]) == 3
+    # the core was copied out of the container into the artifact store
+    assert any(a["name"].startswith("core.") for a in evidence["gdb"]["artifacts"])
