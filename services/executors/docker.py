@@ -106,7 +106,6 @@ class DockerExecutor:
     def __init__(self, settings: Settings, image: str | None = None, progress: Callable[[str], None] = lambda m: None):
         self.settings = settings
         self.image = image or settings.docker_image
-        self.progress = progress
         self.client = connect()
         try:
             self._image_id = self.client.images.get(self.image).id
