@@ -65,6 +65,13 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def own_io():
+    """The timer's I/O counters, which take in the command's once it is reaped (as in
+    services/hostload.py): the difference is the command's read syscalls and bytes."""
+    with open("/proc/self/io") as handle:
+        return {key: int(value) for key, value in (line.split(": ") for line in handle.read().splitlines())}
+
+
 def main():
     output_path, timeout_text, linger_text, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
@@ -75,6 +82,7 @@ def main():
     output = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
     busy_before = busy_cpu_seconds()
+    io_before = own_io()
     started = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -106,6 +114,7 @@ def main():
     _, status, usage = os.wait4(pid, 0)
     wall_s = time.perf_counter() - started
     busy_after = busy_cpu_seconds()
+    io_after = own_io()
     signal.setitimer(signal.ITIMER_REAL, 0)
     try:  # background processes the command left would load the next measurement
         os.killpg(pid, signal.SIGKILL)
@@ -127,6 +136,8 @@ def main():
         "timed_out": bool(timed_out),
         "throttling": throttling,
         "busy_cpu_s": [busy_before, busy_after],
+        "read_syscalls": io_after["syscr"] - io_before["syscr"],
+        "read_bytes": io_after["rchar"] - io_before["rchar"],
         "oom_killed": before_oom is not None and after_oom is not None and after_oom > before_oom,
     }
     print(json.dumps(result), flush=True)

@@ -365,7 +365,8 @@ class DockerExecutor:
                 "voluntary_ctx_switches": 0, "involuntary_ctx_switches": 0,
                 "exit_code": -(exit_code - 128) if exit_code > 128 else exit_code,
                 "timed_out": request.timeout_s is not None and host_wall_s >= request.timeout_s,
-                "throttling": None, "busy_cpu_s": None, "oom_killed": False,
+                "throttling": None, "busy_cpu_s": None, "read_syscalls": None, "read_bytes": None,
+                "oom_killed": False,
             }
         oom_killed = bool(measured["oom_killed"] or state.get("OOMKilled"))
         throttling = measured["throttling"] if request.config.cpus is not None else None
@@ -391,6 +392,8 @@ class DockerExecutor:
             throttled_s=throttling[2] if throttling else None,
             output_tail=tail,
             foreign_cpus=foreign_cpus,
+            read_syscalls=measured["read_syscalls"],
+            read_bytes=measured["read_bytes"],
             oom_killed=oom_killed,
         )
 

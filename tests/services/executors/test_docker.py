@@ -161,6 +161,7 @@ def test_quota_pinning_and_rusage_are_measured_inside_the_container(workdir, tmp
     # Half a CPU: 0.3 s of CPU takes about 0.6 s, and the cgroup says it was throttled.
     assert result.wall_s >= 0.45
     assert result.nr_throttled and result.nr_periods >= result.nr_throttled and result.throttled_s > 0
+    assert result.read_syscalls > 0 and result.read_bytes > 0  # the interpreter reads its modules
 
 
 def test_timeout_kills_the_command_and_keeps_the_measurement(workdir, tmp_path):
