@@ -26,7 +26,7 @@ from services.executors import docker as docker_executor
 from services.executors.base import RunRequest
 from services.executors.docker import OWNER_LABEL, DockerExecutor
 from services.settings import Settings
-from tests.conftest import EXAMPLES, REPO, require, run_cli
+from tests.conftest import EXAMPLES, PYTHON, REPO, require, run_cli
 
 CORES = ["--config", "cpuset=0", "--config", "cpuset=0-1"]
 
@@ -304,10 +304,10 @@ def cli_report(args, command, tmp_path):
 @pytest.mark.latency
 def test_cpu_sensitive_example_gets_the_same_verdict_as_local(tmp_path):
     # The screen's verdict only: evidence runs would add findings that depend on the instant.
-    command = ["python3", "examples/handoff.py"]
+    # Each side on its interpreter without a version manager's shim (the image has no shim).
     args = [*CORES, "--repeat", "5", "--evidence", "none"]
-    local, _ = cli_report(["--executor", "local", *args], command, tmp_path)
-    in_docker, progress = cli_report(["--executor", "docker", *args], command, tmp_path)
+    local, _ = cli_report(["--executor", "local", *args], [PYTHON, "examples/handoff.py"], tmp_path)
+    in_docker, progress = cli_report(["--executor", "docker", *args], ["python3", "examples/handoff.py"], tmp_path)
     assert in_docker["executor"] == "docker"
 
     def verdict(report):
