@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +22,10 @@ def _load_settings() -> Settings:
         raise click.UsageError(f"invalid LAGTRACE_* setting: {exc}") from None
 
 
+def _cancel(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def _progress(message: str) -> None:
     click.echo(f"lagtrace: {message}", err=True)
 
@@ -31,8 +36,11 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--executor", type=click.Choice(["auto", "local"]), default="auto", show_default=True,
-              help="Where the command runs.")
+@click.option("--executor", type=click.Choice(["auto", "local", "docker"]), default="auto", show_default=True,
+              help="Where the command runs: docker containers, the host (local), or docker when an "
+                   "engine answers and the runner image exists (auto).")
+@click.option("--image", default=None, metavar="IMG",
+              help="Image for the docker executor (default: LAGTRACE_DOCKER_IMAGE, lagtrace-runner:latest).")
 @click.option("--config", "specs", multiple=True, metavar="SPEC",
               help="A CPU configuration, key=value[,key=value] with keys cpus (quota) and cpuset "
                    "(e.g. cpuset=0, cpus=0.5). Repeatable. Default: one core, all cores, half a core.")
@@ -54,16 +62,21 @@ def cli() -> None:
               help="Also write the lagtrace.report/v1 JSON here.")
 @click.option("--project", default="local", show_default=True, help="Project the job is stored under.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
-def run(executor, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project, command) -> None:
+def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project,
+        command) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import run_job
 
     settings = _load_settings()
+    # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
+    # container is removed on the way out, instead of the process vanishing mid-run.
+    signal.signal(signal.SIGTERM, _cancel)
     try:
         report = run_job(
             settings,
             command=list(command),
             executor_name=executor,
+            image=image,
             specs=list(specs),
             repeat=repeat,
             timeout_s=timeout_s,

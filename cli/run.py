@@ -20,6 +20,7 @@ def run_job(
     *,
     command: list[str],
     executor_name: str,
+    image: str | None = None,
     specs: list[str],
     repeat: int,
     timeout_s: float | None,
@@ -29,10 +30,11 @@ def run_job(
     project: str,
     progress: Progress,
 ) -> dict:
-    executor = make_executor(executor_name, settings)
+    executor = make_executor(executor_name, settings, image=image, progress=progress)
     plan = plan_job(
         executor, command=command, specs=specs, repeat=repeat, timeout_s=timeout_s,
         workdir=(workdir or Path.cwd()).resolve(), evidence=evidence, stall_after_s=stall_after_s,
+        progress=progress,
     )
     progress(f"{executor.name} executor, configurations: {', '.join(c.label for c in plan.configs)}")
     engine = make_engine(settings)

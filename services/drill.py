@@ -184,6 +184,7 @@ def _evidence_run(session: Session, job: Job, job_config: JobConfig, target: Tar
             timeout_s=context.timeout_s,
             env=probe.env(),
             watcher=probe.watcher(),
+            job_id=job.id,
         ))
     except BadInput as exc:
         # The screen ran this command, so what failed to start is the probe's tool (a

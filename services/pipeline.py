@@ -46,6 +46,7 @@ def plan_job(
     workdir: Path,
     evidence: str | None = None,
     stall_after_s: float | None = None,
+    progress: Progress = lambda message: None,
 ) -> JobPlan:
     """Check everything the user gave before anything is stored; BadInput says what is wrong."""
     if repeat < 1:
@@ -58,6 +59,8 @@ def plan_job(
         raise BadInput(f"--stall-after {stall_after_s:g} must be below --timeout {timeout_s:g}: "
                        "the snapshot is taken while the run is still going")
     probes = parse_evidence(evidence)
+    # Before the command check: the program may come from the dependencies installed here.
+    executor.prepare(workdir, progress)
     executor.check_command(command, workdir)
     available = executor.available_cpus()
     quota_problem = executor.quota_unsupported_reason()

@@ -57,6 +57,7 @@ def screen(
                         config=cpu_config(job_config),
                         run_dir=run_dir,
                         timeout_s=job.timeout_s,
+                        job_id=job.id,
                     )
                 )
                 cases = junit.parse(run_dir / junit.JUNIT_FILE) if pytest_command else []

@@ -35,6 +35,14 @@ class Settings(BaseSettings):
     # v2: below the unified root).
     cgroup_root: Path = Path("/sys/fs/cgroup")
     cgroup_name: str = "lagtrace"
+    # The docker executor: the runner image (built by services/executors/runner/), the
+    # limits every run container gets, and the network the prepare step installs with
+    # ("host" where the engine runs without a bridge, as in this project's CI).
+    docker_image: str = "lagtrace-runner:latest"
+    docker_memory: str = "2g"
+    docker_pids_limit: int = 1024
+    docker_tmpfs_size: str = "1g"
+    docker_prepare_network: str = "bridge"
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -54,6 +55,8 @@ class RunRequest:
     timeout_s: float | None = None
     env: dict[str, str] = field(default_factory=dict)
     watcher: RunWatcher | None = None
+    # Labels the run's container (docker executor) so a job's leftovers can be found.
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class RunResult:
     # not counted there, strace evidence covers it.
     read_syscalls: int | None = None
     read_bytes: int | None = None
+    # The kernel killed a process of the run for memory above its limit (docker executor).
+    oom_killed: bool = False
 
 
 class Executor(Protocol):
@@ -85,6 +90,9 @@ class Executor(Protocol):
 
     def quota_unsupported_reason(self) -> str | None:
         """None where ``cpus=`` quotas are enforced; otherwise why they cannot be."""
+
+    def prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
+        """Make the job's environment (dependencies) ready once, before any run."""
 
     def check_command(self, command: list[str], workdir: Path) -> None:
         """Raise BadInput when the command cannot be started as given."""

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from services import cgroups, hostload
@@ -43,6 +44,9 @@ class LocalExecutor:
     def quota_unsupported_reason(self) -> str | None:
         found = self._quota_hierarchy()
         return found if isinstance(found, str) else None
+
+    def prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
+        """Nothing to build: the local executor runs in the host's environment as it is."""
 
     def check_command(self, command: list[str], workdir: Path) -> None:
         if not command:

@@ -81,7 +81,8 @@ def test_pytest_command_gets_one_entry_per_test_and_only_the_sensitive_test_is_f
     out = tmp_path / "out.json"
     suite = EXAMPLES / "pytest_suite"
     result = run_cli(
-        ["run", *CORES, "--repeat", "5", "--workdir", str(suite), "--json", str(out), "--",
+        # local: the command is this test's own interpreter, which no container has
+        ["run", "--executor", "local", *CORES, "--repeat", "5", "--workdir", str(suite), "--json", str(out), "--",
          sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_latency.py"],
         sqlite_url,
     )

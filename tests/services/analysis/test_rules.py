@@ -16,7 +16,8 @@ from tests.conftest import EXAMPLES, PYTHON, run_cli
 
 def screen(tmp_path, database_url, command, *args):
     out = tmp_path / f"report{len(list(tmp_path.glob('report*.json')))}.json"
-    result = run_cli(["run", *args, "--json", str(out), "--", *command], database_url)
+    # local: the programs and their state files live in tmp_path, outside any container
+    result = run_cli(["run", "--executor", "local", *args, "--json", str(out), "--", *command], database_url)
     assert result.returncode == 0, result.stderr
     return result.report(out), result
 

@@ -11,7 +11,7 @@ from tests.conftest import EXAMPLES, run_cli
 # steady.py waits ~0.3 s on ~0.03 s of CPU: with the wall minimum lowered it is a
 # cheap, deterministic off_cpu_wait finding.
 CHEAP_FINDING = {"LAGTRACE_THRESHOLDS__OFF_CPU_MIN_WALL_S": "0.1"}
-ARGS = ["run", "--config", "cpuset=0", "--repeat", "3"]
+ARGS = ["run", "--executor", "local", "--config", "cpuset=0", "--repeat", "3"]  # sys.executable: host only
 
 
 def job(tmp_path, database_url, name, command=(sys.executable, str(EXAMPLES / "steady.py"))):
