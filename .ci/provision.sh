@@ -41,7 +41,15 @@ if ! "$pg_bin/pg_isready" -q -h 127.0.0.1 -p "$pg_port"; then
     -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" start >/dev/null)
 fi
 
+# --- Docker engine and the runner image -------------------------------------------
+# No registry here: the engine runs without a bridge and the image is built offline
+# (debootstrap + docker import), cached by a tag that hashes its recipe.
+$SUDO .ci/docker-engine.sh
+$SUDO services/executors/runner/build-offline.sh
+
 cat > "$state/test.env" <<ENV
 export LAGTRACE_TEST_POSTGRES_URL=postgresql+psycopg://postgres@127.0.0.1:$pg_port/postgres
+# dockerd runs with --bridge=none, so the prepare step's pip reaches PyPI through the host network.
+export LAGTRACE_DOCKER_PREPARE_NETWORK=host
 ENV
 say "ready ($state/test.env)"

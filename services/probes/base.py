@@ -23,6 +23,11 @@ UNAVAILABLE = "unavailable"  # the tool is missing, or lacks what it needs (py-b
 DENIED = "denied"  # ptrace (or reading /proc) not permitted
 FAILED = "failed"  # the tool ran and failed for another reason
 NO_STALL = "no_stall"  # the run ended before the stall threshold: nothing to snapshot
+ENDED = "ended"  # the process exited while the tool was attaching to it
+
+# What gdb/gcore print when the process is gone: checked before the denial markers,
+# since "ptrace: No such process." would otherwise read as a denial.
+PROCESS_GONE_MARKERS = ("No such process", "The program is not being run", "without a process to debug")
 
 PTRACE_DENIED_MARKERS = ("Operation not permitted", "Permission denied", "ptrace: ", "EPERM")
 
@@ -55,6 +60,9 @@ def unavailable(kind: str, reason: str, status: str = UNAVAILABLE, **extra: Any)
 def tool_failure(kind: str, tool: str, result: ToolResult, **extra: Any) -> EvidenceDraft:
     """Evidence saying a tool ran but failed, telling a ptrace denial apart from other errors."""
     output = (result.stderr or "") + (result.stdout or "")
+    if any(marker in output for marker in PROCESS_GONE_MARKERS):
+        reason = f"the process ended while {tool} was attaching to it: {_last_lines(output)}"
+        return unavailable(kind, reason, ENDED, **extra)
     if any(marker in output for marker in PTRACE_DENIED_MARKERS):
         reason = (f"{tool} was not permitted to trace the process (ptrace denied: it needs "
                   f"CAP_SYS_PTRACE or kernel.yama.ptrace_scope=0): {_last_lines(output)}")
