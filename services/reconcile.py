@@ -17,11 +17,14 @@ from services.steps import fail_job
 from services.submissions import FINISHED, lease_from_now
 
 
-def reconcile(session: Session, settings: Settings) -> list[Step]:
-    now = utcnow()
+def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -> list[Step]:
+    """Steps to send again. ``orphaned``: every unfinished step is (the embedded server
+    starting up is the only one that ever ran them, so none is in flight)."""
+    unfinished = JobTask.state.in_([TaskState.pending, TaskState.running])
+    due = unfinished if orphaned else unfinished & (JobTask.lease_expires_at < utcnow())
     expired = session.scalars(
         select(JobTask)
-        .where(JobTask.state.in_([TaskState.pending, TaskState.running]), JobTask.lease_expires_at < now)
+        .where(due)
         .order_by(JobTask.id)
         # Two reconcilers (two beat processes by mistake) split the work instead of doubling it.
         .with_for_update(skip_locked=True)

@@ -50,7 +50,16 @@ def run_step(session_factory: sessionmaker[Session], settings: Settings, dispatc
         if task is None:
             return
         session.commit()
-        follow = handler(session, settings, task)
+        try:
+            follow = handler(session, settings, task)
+        except Exception as exc:
+            # A bug or a lost database connection: say so on the job rather than leave
+            # the step to wait out its lease.
+            session.rollback()
+            follow = fail_job(session, settings, task.job, task, f"{task.name}: {type(exc).__name__}: {exc}")
+            session.commit()
+            send_all(dispatcher, follow)
+            raise
         session.commit()
     send_all(dispatcher, follow)
 
@@ -125,6 +134,8 @@ def prepare(session: Session, settings: Settings, task: JobTask) -> list[Step]:
     except (BadInput, sources.SourceError) as exc:
         return fail_job(session, settings, job, task, str(exc))
     # The worker's own view of the machine decides: the default matrix, CPUs that exist.
+    job.configs.clear()
+    session.flush()  # the old rows go before new ones with the same labels arrive
     job.configs = [JobConfig(position=i, label=c.label, cpus=c.cpus, cpuset=c.cpuset_text)
                    for i, c in enumerate(plan.configs)]
     job.notes = [*plan.notes, *([nodelock.PACKING_NOTE] if settings.pack_disjoint_cores else [])]
