@@ -99,24 +99,17 @@ def make_celery(settings: Settings) -> Celery:
     dispatcher = CeleryDispatcher(app)
     worker_process_init.connect(database.after_fork, weak=False)
 
-    def run(kind: str, job_id: int, name: str) -> None:
-        run_step(database.session_factory(), settings, dispatcher, Step(kind, job_id, name))
+    def step_task(kind: str):
+        # One task per step, so that steps can be routed and rate-limited apart; the body
+        # is the same: ids in, one service call (which commits), follow-ups sent after.
+        def task(job_id: int, name: str) -> None:
+            run_step(database.session_factory(), settings, dispatcher, Step(kind, job_id, name))
 
-    @app.task(name=task_name(PREPARE))
-    def prepare(job_id: int, name: str) -> None:
-        run(PREPARE, job_id, name)
+        task.__name__ = task.__qualname__ = kind
+        return app.task(name=task_name(kind))(task)
 
-    @app.task(name=task_name(SCREEN))
-    def screen(job_id: int, name: str) -> None:
-        run(SCREEN, job_id, name)
-
-    @app.task(name=task_name(FINISH))
-    def finish(job_id: int, name: str) -> None:
-        run(FINISH, job_id, name)
-
-    @app.task(name=task_name(NOTIFY))
-    def notify(job_id: int, name: str) -> None:
-        run(NOTIFY, job_id, name)
+    for kind in (PREPARE, SCREEN, FINISH, NOTIFY):
+        step_task(kind)
 
     @app.task(name=task_name(RECONCILE))
     def reconcile() -> None:
