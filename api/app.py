@@ -7,7 +7,7 @@ import time
 from flask import Flask, g, request
 from sqlalchemy import Engine
 
-from api import errors, findings, health, jobs, openapi, webhooks
+from api import artifacts, errors, findings, health, jobs, openapi, webhooks
 from api.context import ApiContext, close_db, ctx
 from api.metrics import make_metrics
 from services.db import make_engine, make_session_factory
@@ -27,7 +27,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
     session_factory = make_session_factory(engine)
     app.extensions["lagtrace"] = ApiContext(settings, dispatcher, engine, session_factory,
                                             make_metrics(session_factory))
-    for blueprint in (jobs.bp, findings.bp, webhooks.bp, health.bp, openapi.bp):
+    for blueprint in (jobs.bp, findings.bp, artifacts.bp, webhooks.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     errors.register(app)
     app.teardown_appcontext(close_db)

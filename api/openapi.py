@@ -112,6 +112,13 @@ def document() -> dict[str, Any]:
                                 _responses("200", "The finding", "Finding", ("400", "401", "404", "415", "422")),
                                 body="Triage", params=_path_id("finding_id")),
         },
+        "/api/v1/artifacts/{key}": {"get": _operation(
+            "Download an evidence artifact (key from the report's evidence[].artifacts[].key)",
+            {"200": {"description": "The file, decompressed",
+                     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+             **{code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in ("401", "404")}},
+            params=[{"name": "key", "in": "path", "required": True, "schema": {"type": "string"},
+                     "description": "e.g. job-3/run-17/flamegraph.svg"}])},
         "/api/v1/webhooks/github": {"post": {
             **_operation("GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256)",
                          _responses("202", "A job was started", "Delivery", ("400", "401", "422")), secure=False),

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.configs import parse_spec
 from services.errors import BadInput
+from services.probes import PROBES
 
-EVIDENCE_KINDS = ("strace", "pyspy", "core", "faulthandler")
 MAX_REPEAT = 100
 
 Spec = Annotated[str, Field(min_length=1, max_length=200, examples=["cpuset=0", "cpus=0.5"])]
@@ -48,8 +48,10 @@ class JobSpec(BaseModel):
         description="CPU configurations (key=value[,key=value], keys cpus and cpuset); empty: the default matrix.")
     repeat: int = Field(5, ge=1, le=MAX_REPEAT, description="Most timing runs per configuration.")
     timeout_s: float | None = Field(None, gt=0, le=86400, description="Kill a run after this many seconds.")
-    evidence: list[Literal["strace", "pyspy", "core", "faulthandler"]] = Field(
-        default_factory=list, description="Evidence probes for the drill.")
+    evidence: list[str] | None = Field(
+        None, max_length=len(PROBES),
+        description=f"Probes for the drill ({', '.join(PROBES)}). Unset: every probe, where the screen found "
+                    "something; []: no drill; a list: those probes on the whole command whatever the screen found.")
     stall_after_s: float | None = Field(None, gt=0, le=86400, description="Snapshot a run slower than this.")
     executor: str = Field("auto", max_length=32, description="auto, local (docker once available).")
     image: str | None = Field(None, min_length=1, max_length=255,
@@ -71,6 +73,16 @@ class JobSpec(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("a configuration is given more than once")
         return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _known_probes(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in PROBES]
+        if unknown:
+            raise ValueError(f"unknown probe {', '.join(map(repr, unknown))} (known: {', '.join(PROBES)})")
+        return list(dict.fromkeys(value))
 
     @field_validator("command")
     @classmethod

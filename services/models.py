@@ -225,7 +225,7 @@ class TaskState(str, enum.Enum):
 
 
 class JobSource(Base):
-    """Where a service job's code comes from and what else was asked of it.
+    """Where a service job's code comes from, the runner image, and its GitHub check run.
 
     Kept beside the job rather than on it: `lagtrace run` jobs have none of this.
     """
@@ -242,8 +242,6 @@ class JobSource(Base):
     archive: Mapped[bytes | None] = mapped_column(LargeBinary)
     # True when command and configurations are read from the repository's .lagtrace.yml.
     from_repository_config: Mapped[bool] = mapped_column(default=False)
-    evidence: Mapped[list[Any]] = mapped_column(default=list)
-    stall_after_s: Mapped[float | None] = mapped_column(Float)
     image: Mapped[str | None] = mapped_column(String(255))
     # GitHub: the repository (owner/name), the commit the check run belongs to, its id.
     github_repository: Mapped[str | None] = mapped_column(String(255))

@@ -1,7 +1,7 @@
 """The steps of a service job, run by Celery tasks or by `lagtrace serve`'s own thread.
 
 prepare (fetch the code, read .lagtrace.yml, plan) -> screen, one task per
-configuration, possibly on different nodes -> finish (diagnose) -> notify (GitHub).
+configuration, possibly on different nodes -> finish (drill: evidence runs; diagnose) -> notify (GitHub).
 
 Each step claims its entry in the JobTask ledger first: a duplicate message, a step of
 a cancelled job, or a step another worker holds under a live lease does nothing. This
@@ -22,12 +22,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services import nodelock, sources
 from services.analysis import diagnose
+from services.artifacts import make_artifact_store
 from services.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Dispatcher, Step, send_all
+from services.drill import drill
 from services.errors import BadInput
 from services.executors import Executor, make_executor
 from services.github import GitHubClient, GitHubError, check_run_body
 from services.jobs import cpu_config, mark_finished, mark_running
-from services.models import Job, JobConfig, JobSource, JobStatus, JobTask, TaskState, utcnow
+from services.models import Job, JobConfig, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
 from services.pipeline import plan_job
 from services.report import build_report
 from services.screen import screen
@@ -95,6 +97,24 @@ def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
     return make_executor(job.executor, settings)
 
 
+def _evidence_option(probes: list[str] | None) -> str | None:
+    """The stored probe list as plan_job takes it (the `--evidence` text)."""
+    if probes is None:
+        return None
+    return ",".join(probes) or "none"
+
+
+def _stop_if_cancelled(session: Session, job: Job) -> Callable[[], None]:
+    """A checkpoint: commit what was measured, then stop if the API cancelled the job."""
+    def checkpoint() -> None:
+        session.commit()
+        session.refresh(job, ["status"])
+        if job.status is JobStatus.cancelled:
+            raise JobCancelled
+
+    return checkpoint
+
+
 def fail_job(session: Session, settings: Settings, job: Job, task: JobTask, error: str) -> list[Step]:
     task.state = TaskState.failed
     task.error = error
@@ -122,13 +142,14 @@ def prepare(session: Session, settings: Settings, task: JobTask) -> list[Step]:
                 spec = sources.read_repository_config(directory)
                 job.command, job.repeat, job.timeout_s, job.executor = (
                     spec.command, spec.repeat, spec.timeout_s, spec.executor)
-                source.evidence, source.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
+                job.probes, job.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
                 specs = spec.configs
             else:
                 specs = [config.label for config in job.configs]
             executor = _executor(job, source, settings)
             plan = plan_job(executor, command=job.command, specs=specs, repeat=job.repeat, timeout_s=job.timeout_s,
-                            workdir=directory)
+                            workdir=directory, evidence=_evidence_option(job.probes),
+                            stall_after_s=job.stall_after_s)
         finally:
             sources.remove(directory)
     except (BadInput, sources.SourceError) as exc:
@@ -140,6 +161,7 @@ def prepare(session: Session, settings: Settings, task: JobTask) -> list[Step]:
                    for i, c in enumerate(plan.configs)]
     job.notes = [*plan.notes, *([nodelock.PACKING_NOTE] if settings.pack_disjoint_cores else [])]
     job.executor = executor.name
+    job.probes, job.stall_after_s = plan.probes, plan.stall_after_s
     mark_running(job)
     task.state = TaskState.done
     session.flush()
@@ -156,13 +178,7 @@ def screen_config(session: Session, settings: Settings, task: JobTask) -> list[S
     for run in list(config.runs):
         session.delete(run)
     session.flush()
-
-    def checkpoint() -> None:
-        session.commit()
-        session.refresh(job, ["status"])
-        if job.status is JobStatus.cancelled:
-            raise JobCancelled
-
+    checkpoint = _stop_if_cancelled(session, job)
     try:
         directory, _ = sources.checkout(source, settings, f"screen-{task.id}")
         try:
@@ -194,11 +210,34 @@ def screen_config(session: Session, settings: Settings, task: JobTask) -> list[S
 
 
 def finish(session: Session, settings: Settings, task: JobTask) -> list[Step]:
-    job = task.job
+    """Drill (evidence runs in the slowest and fastest configuration), then diagnose."""
+    job, source = task.job, session.get(JobSource, task.job_id)
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return []
-    # The drill (evidence runs, once issue 3 lands) belongs here, before the rules run.
+    # An earlier attempt that died leaves evidence runs behind: this attempt starts over.
+    for old in list(job.evidence):
+        session.delete(old)
+    for config in job.configs:
+        for run in [r for r in config.runs if r.kind is RunKind.evidence]:
+            session.delete(run)
+    session.flush()
+    checkpoint = _stop_if_cancelled(session, job)
+    try:
+        directory, _ = sources.checkout(source, settings, f"finish-{task.id}")
+        try:
+            # Evidence runs use the slowest and the fastest configuration: the whole node.
+            with nodelock.measurement_slot(settings, None):
+                checkpoint()
+                drill(session, job, _executor(job, source, settings), settings.thresholds,
+                      make_artifact_store(settings), probes=job.probes, stall_after_s=job.stall_after_s,
+                      checkpoint=checkpoint, workdir=directory,
+                      progress=lambda line: log.info("job %s: %s", job.id, line))
+        finally:
+            sources.remove(directory)
+    except JobCancelled:
+        task.state = TaskState.cancelled
+        return []
     diagnose(session, job, settings.thresholds)
     mark_finished(job, JobStatus.done)
     task.state = TaskState.done

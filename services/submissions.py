@@ -86,13 +86,12 @@ def submit_job(
     job = create_job(
         session, project=project.name, command=spec.command if spec else [], configs=configs,
         executor=spec.executor if spec else "auto", workdir=None, repeat=spec.repeat if spec else 1,
-        timeout_s=spec.timeout_s if spec else None, source=origin,
+        timeout_s=spec.timeout_s if spec else None, source=origin, probes=spec.evidence if spec else None,
+        stall_after_s=spec.stall_after_s if spec else None,
     )
     session.add(JobSource(
         job_id=job.id, kind="git" if repository_url else "archive", repository_url=repository_url, ref=ref,
-        commit_sha=commit_sha, archive=archive, from_repository_config=spec is None,
-        evidence=list(spec.evidence) if spec else [], stall_after_s=spec.stall_after_s if spec else None,
-        image=spec.image if spec else None, github_repository=github_repository, github_head_sha=commit_sha,
+        commit_sha=commit_sha, archive=archive, from_repository_config=spec is None, image=spec.image if spec else None, github_repository=github_repository, github_head_sha=commit_sha,
     ))
     session.flush()
     return job, [add_task(session, job, settings, PREPARE)]
@@ -108,18 +107,18 @@ def rerun_job(session: Session, settings: Settings, parent: Job, *, configs: lis
         raise Conflict(f"job {parent.id} has not read its .lagtrace.yml yet: rerun it once it is running")
     spec = JobSpec(
         command=parent.command, configs=configs or [c.label for c in parent.configs],
-        repeat=repeat or parent.repeat, timeout_s=timeout_s or parent.timeout_s, evidence=source.evidence,
-        stall_after_s=source.stall_after_s, executor=parent.executor, image=source.image,
+        repeat=repeat or parent.repeat, timeout_s=timeout_s or parent.timeout_s, evidence=parent.probes,
+        stall_after_s=parent.stall_after_s, executor=parent.executor, image=source.image,
     )
     job = create_job(
         session, project=parent.project.name, command=spec.command, configs=_check_spec(spec, settings),
         executor=spec.executor, workdir=None, repeat=spec.repeat, timeout_s=spec.timeout_s, source=origin,
+        probes=spec.evidence, stall_after_s=spec.stall_after_s,
     )
     job.parent_id = parent.id
     session.add(JobSource(
         job_id=job.id, kind=source.kind, repository_url=source.repository_url, ref=source.ref,
-        commit_sha=source.commit_sha, archive=source.archive, evidence=list(source.evidence),
-        stall_after_s=source.stall_after_s, image=source.image, github_repository=source.github_repository,
+        commit_sha=source.commit_sha, archive=source.archive, image=source.image, github_repository=source.github_repository,
         github_head_sha=source.github_head_sha,
     ))
     session.flush()
@@ -195,7 +194,7 @@ def job_summary(session: Session, job: Job) -> dict[str, Any]:
         "repository": ({"url": source.repository_url, "ref": source.ref, "commit": source.commit_sha}
                        if source and source.kind == "git" else None),
         "archive": bool(source and source.kind == "archive"),
-        "evidence": list(source.evidence) if source else [],
+        "evidence": job.probes, "stall_after_s": job.stall_after_s,
     }
 
 
@@ -235,3 +234,16 @@ def compare_reports(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, 
             "gone": kinds({p: parent_prints[p] for p in parent_prints if p not in child_prints}),
         },
     }
+
+
+def find_artifact(session: Session, project: Project, key: str) -> dict[str, Any]:
+    """The stored artifact reference ``key`` of one of the project's jobs, or NotFound."""
+    job_part, _, _ = key.partition("/")
+    if not job_part.startswith("job-") or not job_part[4:].isdigit():
+        raise NotFound(f"artifact {key!r} does not exist")
+    job = get_job(session, project, int(job_part[4:]))
+    for evidence in job.evidence:
+        for artifact in evidence.artifacts:
+            if artifact.get("key") == key:
+                return artifact
+    raise NotFound(f"artifact {key!r} does not exist in job {job.id}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from openapi_spec_validator import validate
 from sqlalchemy import create_engine
 
@@ -48,7 +50,7 @@ def test_the_openapi_document_is_valid_and_covers_every_route(sqlite_api):
     documented = {(path, method) for path, item in document["paths"].items() for method in item}
     served = set()
     for rule in sqlite_api.client.application.url_map.iter_rules():
-        path = rule.rule.replace("<int:", "{").replace("<", "{").replace(">", "}")
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             served.add((path, method.lower()))
     assert served == documented

@@ -151,3 +151,22 @@ def test_findings_are_listed_filtered_and_triaged_with_history(sqlite_api):
     assert still_new["kind"] == "off_cpu_wait"
     with sqlite_api.session_factory() as session:
         assert session.get(Finding, high["id"]).status is TriageStatus.acknowledged
+
+
+def test_evidence_artifacts_are_downloaded_by_their_project_only(api, tmp_path):
+    url, _ = make_repository(tmp_path / "repo", None)
+    job = api.wait(create(api, repository={"url": url}, command=STEADY, configs=["cpuset=0"], repeat=1,
+                          evidence=["pyspy"]).get_json()["id"])
+    assert job["status"] == "done", job["error"]
+    assert job["evidence"] == ["pyspy"]
+    stored = [a for e in job["report"]["evidence"] for a in e["artifacts"] if a.get("key")]
+    assert stored, job["report"]["evidence"]
+    artifact = stored[0]
+    response = api.get(f"/api/v1/artifacts/{artifact['key']}")
+    assert response.status_code == 200
+    assert len(response.data) == artifact["size"]
+    assert artifact["name"] in response.headers["Content-Disposition"]
+    other = {"Authorization": f"Bearer {api.new_token('other-team')}"}
+    assert api.client.get(f"/api/v1/artifacts/{artifact['key']}", headers=other).status_code == 404
+    assert api.get(f"/api/v1/artifacts/job-{job['id']}/run-1/../../etc/passwd").status_code == 404
+    assert api.get("/api/v1/artifacts/not-a-key").status_code == 404

@@ -37,7 +37,7 @@ INVALID_JOBS = [
     ({**VALID, "configs": ["cpuset=0", "cpuset=0"]}, 422, "more than once"),
     ({**VALID, "configs": [""]}, 422, "configs.0"),
     ({**VALID, "configs": [None]}, 422, "configs.0"),
-    ({**VALID, "evidence": ["xray"]}, 422, "evidence.0"),
+    ({**VALID, "evidence": ["xray"]}, 422, "unknown probe 'xray'"),
     ({**VALID, "evidence": "strace"}, 422, "evidence"),
     ({**VALID, "stall_after_s": 0}, 422, "stall_after_s"),
     ({**VALID, "executor": "kubernetes"}, 422, "unknown executor"),

@@ -1,17 +1,17 @@
 """service: tokens, webhook deliveries, job sources, task ledger, triage history
 
-Revision ID: 0004_service
-Revises: 0001
+Revision ID: 0006_service
+Revises: 0005
 Create Date: 2026-11-21
 
-The lead re-chains down_revision after the 0002/0003 migrations of other branches.
+Everything the service adds is in new tables: no existing column changes.
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0004_service'
-down_revision = '0001'
+revision = '0006_service'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
@@ -39,8 +39,6 @@ def upgrade() -> None:
     sa.Column('commit_sha', sa.String(length=64), nullable=True),
     sa.Column('archive', sa.LargeBinary(), nullable=True),
     sa.Column('from_repository_config', sa.Boolean(), nullable=False),
-    sa.Column('evidence', sa.JSON(), nullable=False),
-    sa.Column('stall_after_s', sa.Float(), nullable=True),
     sa.Column('image', sa.String(length=255), nullable=True),
     sa.Column('github_repository', sa.String(length=255), nullable=True),
     sa.Column('github_head_sha', sa.String(length=64), nullable=True),
