@@ -170,6 +170,20 @@ def token_create(project: str, name: str) -> None:
         sys.exit(1)
 
 
+def _probe_list(evidence: str | None) -> list[str] | None:
+    """`--evidence` text as the API takes it; the server names an unknown probe."""
+    if evidence is None:
+        return None
+    names = [name.strip() for name in evidence.split(",") if name.strip()]
+    if names == ["none"]:
+        return []
+    if names == ["all"]:
+        from services.probes import PROBES
+
+        return list(PROBES)
+    return names
+
+
 @cli.command()
 @click.option("--url", envvar="LAGTRACE_API_URL", default="http://127.0.0.1:8080", show_default=True,
               help="The API (env LAGTRACE_API_URL).")
@@ -182,7 +196,10 @@ def token_create(project: str, name: str) -> None:
 @click.option("--config", "specs", multiple=True, metavar="SPEC", help="A CPU configuration, as for `run`.")
 @click.option("--repeat", type=int, default=5, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=None)
-@click.option("--evidence", default="", help="Comma-separated probes: strace,pyspy,core,faulthandler.")
+@click.option("--evidence", default=None, metavar="PROBES",
+              help="As for `run`: probes (comma-separated), all, or none. Default: every probe where the "
+                   "screen found something.")
+@click.option("--stall-after", "stall_after_s", type=float, default=None, help="As for `run`.")
 @click.option("--executor", default="auto", show_default=True)
 @click.option("--image", default=None)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
@@ -190,8 +207,8 @@ def token_create(project: str, name: str) -> None:
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Follow the job until it finishes.")
 @click.option("--poll", "poll_s", type=float, default=1.0, show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evidence, executor, image, json_path,
-           wait, poll_s, command) -> None:
+def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evidence, stall_after_s, executor, image,
+           json_path, wait, poll_s, command) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
     from cli.submit import ApiClient, ApiError, submit_and_wait
     from services.report import render_text
@@ -199,7 +216,7 @@ def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evide
     if repo and directory:
         raise click.UsageError("give --repo or --dir, not both")
     spec = {"command": list(command), "configs": list(specs), "repeat": repeat, "timeout_s": timeout_s,
-            "evidence": [e for e in evidence.split(",") if e], "executor": executor, "image": image}
+            "evidence": _probe_list(evidence), "stall_after_s": stall_after_s, "executor": executor, "image": image}
     try:
         job = submit_and_wait(ApiClient(url, api_token), spec,
                               repository={"url": repo, "ref": ref} if repo else None,
