@@ -1,7 +1,8 @@
 """The steps of a service job, run by Celery tasks or by `lagtrace serve`'s own thread.
 
 prepare (fetch the code, read .lagtrace.yml, plan) -> screen, one task per
-configuration, possibly on different nodes -> finish (drill: evidence runs; diagnose) -> notify (GitHub).
+configuration, possibly on different nodes -> finish (drill: evidence runs; diagnose)
+-> notify (GitHub check run).
 
 Each step claims its entry in the JobTask ledger first: a duplicate message, a step of
 a cancelled job, or a step another worker holds under a live lease does nothing. This
