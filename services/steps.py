@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import socket
 from collections.abc import Callable
 
@@ -38,7 +39,11 @@ from services.settings import Settings
 from services.submissions import FINISHED, add_task, lease_from_now, notify_step
 
 log = logging.getLogger("lagtrace.steps")
-WORKER_NAME = socket.gethostname()
+
+
+def worker_name() -> str:
+    # Host and process: two workers of one node are told apart in the ledger.
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 class JobCancelled(Exception):
@@ -79,7 +84,7 @@ def claim(session: Session, settings: Settings, step: Step) -> JobTask | None:
         return None
     task.state = TaskState.running
     task.attempts += 1
-    task.worker = WORKER_NAME
+    task.worker = worker_name()
     task.lease_expires_at = lease_from_now(settings)
     return task
 

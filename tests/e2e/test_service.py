@@ -3,9 +3,10 @@ beat), the API server, a local GitHub, and `lagtrace submit` as a user runs it."
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,8 @@ from services.models import Job, WebhookDelivery
 from tests.conftest import REPO
 from tests.service_support import SECRET, GitHubServer, delivery_headers, make_repository, push_payload
 
+# Database 0 is left to whoever else uses the test Redis; 1-15 go round per stack.
+REDIS_DATABASES = itertools.cycle(range(1, 16))
 HANDOFF_YML = "command: python3 handoff.py\nconfigs: [cpuset=0, cpuset=0-1]\nrepeat: 5\n"
 
 
@@ -34,7 +37,8 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, base: Path, database_url: str, broker_url: str, github: GitHubServer):
+    def __init__(self, base: Path, database_url: str, broker_url: str, github: GitHubServer, workers: int = 1,
+                 **settings: str):
         self.base, self.database_url, self.github = base, database_url, github
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -43,8 +47,9 @@ class Stack:
             "LAGTRACE_WORK_DIR": str(base / "work"), "LAGTRACE_ALLOW_FILE_REPOSITORIES": "true",
             "LAGTRACE_GITHUB_API_URL": github.url, "LAGTRACE_GITHUB_TOKEN": "e2e-token",
             "LAGTRACE_GITHUB_WEBHOOK_SECRET": SECRET, "LAGTRACE_PUBLIC_URL": self.url,
-            "LAGTRACE_RECONCILE_INTERVAL_S": "5",
+            "LAGTRACE_RECONCILE_INTERVAL_S": "5", **settings,
         }
+        self.workers = workers
         self.processes: list[subprocess.Popen] = []
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -61,11 +66,13 @@ class Stack:
     def start(self) -> Stack:
         assert self.cli("migrate").returncode == 0
         self.token = self.cli("token", "create", "--project", "octo/demo").stdout.strip()
-        worker_log = self.spawn("worker", "worker", "--beat", "--loglevel=INFO")
+        # One beat for the cluster: only the first worker runs the reconciler.
+        worker_logs = [self.spawn(f"worker{i}", "worker", "--loglevel=INFO", *(["--beat"] if i == 0 else []))
+                       for i in range(self.workers)]
         self.spawn("api", "serve", "--port", str(self.port))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if "ready." in worker_log.read_text() and self.ready():
+            if all("ready." in log.read_text() for log in worker_logs) and self.ready():
                 return self
             time.sleep(0.2)
         raise AssertionError(f"the stack did not come up:\n{self.logs()}")
@@ -122,17 +129,17 @@ class Stack:
             engine.dispose()
 
 
-@pytest.fixture(scope="module")
-def stack(postgres_server_url, redis_url, tmp_path_factory):
+@contextlib.contextmanager
+def running_stack(postgres_server_url: str, redis_url: str, base: Path, **options):
     name = f"lagtrace_e2e_{uuid.uuid4().hex[:10]}"
     admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
-    # A Redis database of its own, so a parallel test run's worker never takes our messages.
-    broker_url = f"{redis_url.rsplit('/', 1)[0]}/{random.randint(1, 15)}"
+    # A Redis database of its own, so another stack's workers never take our messages.
+    broker_url = f"{redis_url.rsplit('/', 1)[0]}/{next(REDIS_DATABASES)}"
+    base.mkdir(parents=True, exist_ok=True)
     github = GitHubServer().start()
-    running = Stack(tmp_path_factory.mktemp("stack"), f"{postgres_server_url.rsplit('/', 1)[0]}/{name}", broker_url,
-                    github)
+    running = Stack(base, f"{postgres_server_url.rsplit('/', 1)[0]}/{name}", broker_url, github, **options)
     try:
         yield running.start()
     finally:
@@ -142,6 +149,12 @@ def stack(postgres_server_url, redis_url, tmp_path_factory):
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def stack(postgres_server_url, redis_url, tmp_path_factory):
+    with running_stack(postgres_server_url, redis_url, tmp_path_factory.mktemp("stack")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +176,7 @@ def test_a_trivial_job_round_trip(stack, repository):
     done = stack.wait(job["id"])
     elapsed = time.perf_counter() - started
     assert done["status"] == "done", done["error"]
-    assert done["progress"]["configs"][0]["worker"] == socket.gethostname()
+    assert done["progress"]["configs"][0]["worker"].startswith(socket.gethostname() + "/")
     print(f"API job round trip (clone, plan, one run, diagnose): {elapsed:.2f} s")
     assert elapsed < 30
 
@@ -243,3 +256,44 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert child["parent_id"] == job["id"] and child["status"] == "done"
     assert child["comparison"]["parent_id"] == job["id"]
     assert [c["label"] for c in child["comparison"]["configs"]] == ["cpuset=0", "cpuset=0-1"]
+
+
+# Each run records when it started and ended; the configurations' runs are then checked
+# for overlap.
+STAMP = ("import sys, time; started = time.time(); time.sleep(0.3); "
+         "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {started} {time.time()}\\n')")
+
+
+def stamped_job(stack: Stack, url: str, stamps: Path, configs: list[str]) -> dict:
+    body = {"repository": {"url": url}, "command": ["python3", "-c", STAMP, str(stamps), "run"],
+            "configs": configs, "repeat": 3, "evidence": []}
+    status, job = stack.request("POST", "/api/v1/jobs", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    assert status == 201, job
+    return stack.wait(job["id"])
+
+
+def intervals(stamps: Path) -> list[tuple[float, float]]:
+    return [(float(start), float(end)) for _, start, end in (line.split() for line in stamps.read_text().splitlines())]
+
+
+def overlapping(spans: list[tuple[float, float]]) -> int:
+    return sum(1 for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1])
+
+
+@pytest.mark.parametrize("packing", [False, True], ids=["one-run-per-node", "packed-on-disjoint-cores"])
+def test_configurations_go_to_different_workers_and_share_a_node_only_when_packing(
+        postgres_server_url, redis_url, tmp_path, repository, packing):
+    options = {"LAGTRACE_PACK_DISJOINT_CORES": "true"} if packing else {}
+    with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=2, **options) as two_workers:
+        stamps = tmp_path / "stamps"
+        job = stamped_job(two_workers, repository[0], stamps, ["cpuset=0", "cpuset=1"])
+    assert job["status"] == "done", job["error"]
+    workers = {config["worker"] for config in job["progress"]["configs"]}
+    assert len(workers) == 2, job["progress"]  # one configuration on each worker
+    spans = intervals(stamps)
+    assert len(spans) == 6
+    packing_noted = any("PACK_DISJOINT_CORES" in note for note in job["report"]["notes"])
+    if packing:
+        assert overlapping(spans) > 0 and packing_noted
+    else:
+        assert overlapping(spans) == 0 and not packing_noted
