@@ -155,8 +155,9 @@ def test_findings_are_listed_filtered_and_triaged_with_history(sqlite_api):
 
 def test_evidence_artifacts_are_downloaded_by_their_project_only(api, tmp_path):
     url, _ = make_repository(tmp_path / "repo", None)
-    job = api.wait(create(api, repository={"url": url}, command=STEADY, configs=["cpuset=0"], repeat=1,
-                          evidence=["pyspy"]).get_json()["id"])
+    # A second of sleep: long enough for py-spy to attach and sample whatever the load.
+    job = api.wait(create(api, repository={"url": url}, command=["python3", "-c", "import time; time.sleep(1)"],
+                          configs=["cpuset=0"], repeat=1, evidence=["pyspy"]).get_json()["id"])
     assert job["status"] == "done", job["error"]
     assert job["evidence"] == ["pyspy"]
     stored = [a for e in job["report"]["evidence"] for a in e["artifacts"] if a.get("key")]
