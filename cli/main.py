@@ -170,20 +170,6 @@ def token_create(project: str, name: str) -> None:
         sys.exit(1)
 
 
-def _probe_list(evidence: str | None) -> list[str] | None:
-    """`--evidence` text as the API takes it; the server names an unknown probe."""
-    if evidence is None:
-        return None
-    names = [name.strip() for name in evidence.split(",") if name.strip()]
-    if names == ["none"]:
-        return []
-    if names == ["all"]:
-        from services.probes import PROBES
-
-        return list(PROBES)
-    return names
-
-
 @cli.command()
 @click.option("--url", envvar="LAGTRACE_API_URL", default="http://127.0.0.1:8080", show_default=True,
               help="The API (env LAGTRACE_API_URL).")
@@ -211,12 +197,18 @@ def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evide
            json_path, wait, poll_s, command) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
     from cli.submit import ApiClient, ApiError, submit_and_wait
+    from services.drill import parse_evidence
     from services.report import render_text
 
     if repo and directory:
         raise click.UsageError("give --repo or --dir, not both")
+    try:
+        probes = parse_evidence(evidence)
+    except BadInput as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2)
     spec = {"command": list(command), "configs": list(specs), "repeat": repeat, "timeout_s": timeout_s,
-            "evidence": _probe_list(evidence), "stall_after_s": stall_after_s, "executor": executor, "image": image}
+            "evidence": probes, "stall_after_s": stall_after_s, "executor": executor, "image": image}
     try:
         job = submit_and_wait(ApiClient(url, api_token), spec,
                               repository={"url": repo, "ref": ref} if repo else None,

@@ -17,7 +17,9 @@ import datetime as dt
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -121,6 +123,19 @@ def _stop_if_cancelled(session: Session, job: Job) -> Callable[[], None]:
     return checkpoint
 
 
+@contextmanager
+def _measuring(settings: Settings, source: JobSource, name: str, cpuset: tuple[int, ...] | None,
+               checkpoint: Callable[[], None]) -> Iterator[Path]:
+    """A fresh checkout of the job's code, held with the node's measurement slot."""
+    directory, _ = sources.checkout(source, settings, name)
+    try:
+        with nodelock.measurement_slot(settings, cpuset):
+            checkpoint()  # the job may have been cancelled while this waited for the node
+            yield directory
+    finally:
+        sources.remove(directory)
+
+
 def fail_job(session: Session, settings: Settings, job: Job, task: JobTask, error: str) -> list[Step]:
     task.state = TaskState.failed
     task.error = error
@@ -186,15 +201,9 @@ def screen_config(session: Session, settings: Settings, task: JobTask) -> list[S
     session.flush()
     checkpoint = _stop_if_cancelled(session, job)
     try:
-        directory, _ = sources.checkout(source, settings, f"screen-{task.id}")
-        try:
-            executor = _executor(job, source, settings)
-            with nodelock.measurement_slot(settings, cpu_config(config).cpuset):
-                checkpoint()  # the job may have been cancelled while this waited for the node
-                screen(session, job, executor, settings.thresholds, checkpoint=checkpoint, configs=[config],
-                       workdir=directory, progress=lambda line: log.info("job %s: %s", job.id, line))
-        finally:
-            sources.remove(directory)
+        with _measuring(settings, source, f"screen-{task.id}", cpu_config(config).cpuset, checkpoint) as directory:
+            screen(session, job, _executor(job, source, settings), settings.thresholds, checkpoint=checkpoint,
+                   configs=[config], workdir=directory, progress=lambda line: log.info("job %s: %s", job.id, line))
     except JobCancelled:
         task.state = TaskState.cancelled
         return []
@@ -230,17 +239,11 @@ def finish(session: Session, settings: Settings, task: JobTask) -> list[Step]:
     session.flush()
     checkpoint = _stop_if_cancelled(session, job)
     try:
-        directory, _ = sources.checkout(source, settings, f"finish-{task.id}")
-        try:
-            # Evidence runs use the slowest and the fastest configuration: the whole node.
-            with nodelock.measurement_slot(settings, None):
-                checkpoint()
-                drill(session, job, _executor(job, source, settings), settings.thresholds,
-                      make_artifact_store(settings), probes=job.probes, stall_after_s=job.stall_after_s,
-                      checkpoint=checkpoint, workdir=directory,
-                      progress=lambda line: log.info("job %s: %s", job.id, line))
-        finally:
-            sources.remove(directory)
+        # Evidence runs use the slowest and the fastest configuration: the whole node.
+        with _measuring(settings, source, f"finish-{task.id}", None, checkpoint) as directory:
+            drill(session, job, _executor(job, source, settings), settings.thresholds, make_artifact_store(settings),
+                  probes=job.probes, stall_after_s=job.stall_after_s, checkpoint=checkpoint, workdir=directory,
+                  progress=lambda line: log.info("job %s: %s", job.id, line))
     except JobCancelled:
         task.state = TaskState.cancelled
         return []

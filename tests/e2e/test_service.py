@@ -202,6 +202,8 @@ def test_submit_exits_2_with_the_message_on_a_bad_request(stack):
     done = stack.cli("submit", "--url", stack.url, "--token", stack.token, "--repo", "https://example.com/r.git",
                      "--config", "cpuset=nope", "--", "python3", "x.py")
     assert done.returncode == 2 and "configs" in done.stderr and "cpuset" in done.stderr
+    unknown_probe = stack.cli("submit", "--url", stack.url, "--token", stack.token, "--evidence", "xray", "--", "x")
+    assert unknown_probe.returncode == 2 and "xray" in unknown_probe.stderr
     unauthorised = stack.cli("submit", "--url", stack.url, "--token", "wrong", "--repo",
                              "https://example.com/r.git", "--", "python3", "x.py")
     assert unauthorised.returncode == 2 and "token" in unauthorised.stderr
