@@ -53,7 +53,8 @@ class JobSpec(BaseModel):
         description=f"Probes for the drill ({', '.join(PROBES)}). Unset: every probe, where the screen found "
                     "something; []: no drill; a list: those probes on the whole command whatever the screen found.")
     stall_after_s: float | None = Field(None, gt=0, le=86400, description="Snapshot a run slower than this.")
-    executor: str = Field("auto", max_length=32, description="auto, local (docker once available).")
+    executor: str = Field("auto", max_length=32,
+                          description="auto (docker where an engine answers, else local), local or docker.")
     image: str | None = Field(None, min_length=1, max_length=255,
                               description="Runner image for the docker executor.")
 

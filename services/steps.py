@@ -98,11 +98,13 @@ def _aware(moment: dt.datetime | None) -> dt.datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
 
 
+def _progress(job: Job) -> Callable[[str], None]:
+    return lambda line: log.info("job %s: %s", job.id, line)
+
+
 def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
-    if source.image:
-        # The docker executor reads its image from the settings; a job may name its own.
-        settings = settings.model_copy(update={"docker_image": source.image})
-    return make_executor(job.executor, settings)
+    # After prepare, job.executor is the one `auto` chose there, not `auto` again.
+    return make_executor(job.executor, settings, image=source.image, progress=_progress(job))
 
 
 def _evidence_option(probes: list[str] | None) -> str | None:
@@ -124,14 +126,18 @@ def _stop_if_cancelled(session: Session, job: Job) -> Callable[[], None]:
 
 
 @contextmanager
-def _measuring(settings: Settings, source: JobSource, name: str, cpuset: tuple[int, ...] | None,
-               checkpoint: Callable[[], None]) -> Iterator[Path]:
-    """A fresh checkout of the job's code, held with the node's measurement slot."""
+def _measuring(settings: Settings, job: Job, source: JobSource, name: str, cpuset: tuple[int, ...] | None,
+               checkpoint: Callable[[], None]) -> Iterator[tuple[Executor, Path]]:
+    """A fresh checkout of the job's code and its executor, held with the node's measurement slot."""
     directory, _ = sources.checkout(source, settings, name)
     try:
+        executor = _executor(job, source, settings)
         with nodelock.measurement_slot(settings, cpuset):
             checkpoint()  # the job may have been cancelled while this waited for the node
-            yield directory
+            # Inside the slot: installing dependencies (cached per node) burns CPU that
+            # would disturb a run being measured beside it.
+            executor.prepare(directory, _progress(job))
+            yield executor, directory
     finally:
         sources.remove(directory)
 
@@ -170,7 +176,7 @@ def prepare(session: Session, settings: Settings, task: JobTask) -> list[Step]:
             executor = _executor(job, source, settings)
             plan = plan_job(executor, command=job.command, specs=specs, repeat=job.repeat, timeout_s=job.timeout_s,
                             workdir=directory, evidence=_evidence_option(job.probes),
-                            stall_after_s=job.stall_after_s)
+                            stall_after_s=job.stall_after_s, progress=_progress(job))
         finally:
             sources.remove(directory)
     except (BadInput, sources.SourceError) as exc:
@@ -201,9 +207,10 @@ def screen_config(session: Session, settings: Settings, task: JobTask) -> list[S
     session.flush()
     checkpoint = _stop_if_cancelled(session, job)
     try:
-        with _measuring(settings, source, f"screen-{task.id}", cpu_config(config).cpuset, checkpoint) as directory:
-            screen(session, job, _executor(job, source, settings), settings.thresholds, checkpoint=checkpoint,
-                   configs=[config], workdir=directory, progress=lambda line: log.info("job %s: %s", job.id, line))
+        slot = _measuring(settings, job, source, f"screen-{task.id}", cpu_config(config).cpuset, checkpoint)
+        with slot as (executor, directory):
+            screen(session, job, executor, settings.thresholds, checkpoint=checkpoint, configs=[config],
+                   workdir=directory, progress=_progress(job))
     except JobCancelled:
         task.state = TaskState.cancelled
         return []
@@ -240,10 +247,9 @@ def finish(session: Session, settings: Settings, task: JobTask) -> list[Step]:
     checkpoint = _stop_if_cancelled(session, job)
     try:
         # Evidence runs use the slowest and the fastest configuration: the whole node.
-        with _measuring(settings, source, f"finish-{task.id}", None, checkpoint) as directory:
-            drill(session, job, _executor(job, source, settings), settings.thresholds, make_artifact_store(settings),
-                  probes=job.probes, stall_after_s=job.stall_after_s, checkpoint=checkpoint, workdir=directory,
-                  progress=lambda line: log.info("job %s: %s", job.id, line))
+        with _measuring(settings, job, source, f"finish-{task.id}", None, checkpoint) as (executor, directory):
+            drill(session, job, executor, settings.thresholds, make_artifact_store(settings), probes=job.probes,
+                  stall_after_s=job.stall_after_s, checkpoint=checkpoint, workdir=directory, progress=_progress(job))
     except JobCancelled:
         task.state = TaskState.cancelled
         return []

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from services.configs import CpuConfig, parse_spec
 from services.dispatch import NOTIFY, PREPARE, Step
 from services.errors import BadInput, Conflict, NotFound
-from services.executors import make_executor
+from services.executors import EXECUTORS
 from services.jobs import create_job, mark_finished
 from services.jobspec import MAX_CPU, JobSpec
 from services.models import Job, JobSource, JobStatus, JobTask, Project, Run, RunKind, TaskState, utcnow
@@ -25,7 +25,6 @@ from services.settings import Settings
 from services.sources import check_archive, check_ref, check_repository_url
 
 FINISHED = (JobStatus.done, JobStatus.failed, JobStatus.cancelled)
-DOCKER = "docker"
 
 
 def add_task(session: Session, job: Job, settings: Settings, kind: str, name: str | None = None,
@@ -53,10 +52,12 @@ def notify_step(session: Session, job: Job, settings: Settings) -> list[Step]:
     return [add_task(session, job, settings, NOTIFY, name)]
 
 
-def _check_spec(spec: JobSpec, settings: Settings) -> list[CpuConfig]:
-    if spec.image and spec.executor != DOCKER:
-        raise BadInput(f"image: only the docker executor uses an image, not executor {spec.executor!r}")
-    make_executor(spec.executor, settings)  # an unknown executor name is the caller's mistake
+def _check_spec(spec: JobSpec) -> list[CpuConfig]:
+    """What can be checked without the worker's machine; the engine and CPUs are checked at prepare."""
+    if spec.executor not in EXECUTORS:
+        raise BadInput(f"executor: unknown executor {spec.executor!r} (known: {', '.join(EXECUTORS)})")
+    if spec.image and spec.executor == "local":
+        raise BadInput("image: applies to the docker executor only (executor docker or auto)")
     return [parse_spec(label, tuple(range(MAX_CPU + 1))) for label in spec.configs]
 
 
@@ -82,7 +83,7 @@ def submit_job(
             check_ref(ref)
     else:
         check_archive(archive, settings)
-    configs = _check_spec(spec, settings) if spec else []
+    configs = _check_spec(spec) if spec else []
     job = create_job(
         session, project=project.name, command=spec.command if spec else [], configs=configs,
         executor=spec.executor if spec else "auto", workdir=None, repeat=spec.repeat if spec else 1,
@@ -111,7 +112,7 @@ def rerun_job(session: Session, settings: Settings, parent: Job, *, configs: lis
         stall_after_s=parent.stall_after_s, executor=parent.executor, image=source.image,
     )
     job = create_job(
-        session, project=parent.project.name, command=spec.command, configs=_check_spec(spec, settings),
+        session, project=parent.project.name, command=spec.command, configs=_check_spec(spec),
         executor=spec.executor, workdir=None, repeat=spec.repeat, timeout_s=spec.timeout_s, source=origin,
         probes=spec.evidence, stall_after_s=spec.stall_after_s,
     )
