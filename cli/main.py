@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -113,6 +114,120 @@ def migrate() -> None:
     settings = _load_settings()
     migrations.upgrade(settings)
     _progress("database schema is at head")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--threads", type=int, default=8, show_default=True, help="Request threads.")
+def serve(host: str, port: int, threads: int) -> None:
+    """Serve the API. Without LAGTRACE_BROKER_URL jobs run in this process, one at a time."""
+    from cli.service import serve as serve_api
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        serve_api(_load_settings(), host, port, threads)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Tasks at once. Above 1 only with LAGTRACE_PACK_DISJOINT_CORES (runs then share the node).")
+@click.option("--beat/--no-beat", default=False, help="Also run the periodic reconciler here (one per cluster).")
+@click.option("--loglevel", default="INFO", show_default=True)
+def worker(concurrency: int, beat: bool, loglevel: str) -> None:
+    """Run a Celery worker on LAGTRACE_BROKER_URL."""
+    from cli.service import worker as run_worker
+
+    settings = _load_settings()
+    if not settings.broker_url:
+        raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
+    try:
+        run_worker(settings, concurrency, beat, loglevel)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.group()
+def token() -> None:
+    """API tokens (one project each)."""
+
+
+@token.command("create")
+@click.option("--project", required=True, help="The project the token may read and submit to.")
+@click.option("--name", default="default", show_default=True, help="A label, shown as the actor in triage history.")
+def token_create(project: str, name: str) -> None:
+    """Print a new token. It is shown only this once; the database keeps its hash."""
+    from cli.service import new_token
+
+    try:
+        click.echo(new_token(_load_settings(), project, name))
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--url", envvar="LAGTRACE_API_URL", default="http://127.0.0.1:8080", show_default=True,
+              help="The API (env LAGTRACE_API_URL).")
+@click.option("--token", "api_token", envvar="LAGTRACE_API_TOKEN", required=True,
+              help="Bearer token (env LAGTRACE_API_TOKEN).")
+@click.option("--repo", default=None, help="Git URL to screen (default: upload --dir).")
+@click.option("--ref", default=None, help="Branch, tag or commit of --repo.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="Directory to upload as a tarball (default: the current one).")
+@click.option("--config", "specs", multiple=True, metavar="SPEC", help="A CPU configuration, as for `run`.")
+@click.option("--repeat", type=int, default=5, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=None)
+@click.option("--evidence", default=None, metavar="PROBES",
+              help="As for `run`: probes (comma-separated), all, or none. Default: every probe where the "
+                   "screen found something.")
+@click.option("--stall-after", "stall_after_s", type=float, default=None, help="As for `run`.")
+@click.option("--executor", default="auto", show_default=True)
+@click.option("--image", default=None)
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
+              help="Also write the lagtrace.report/v1 JSON here.")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Follow the job until it finishes.")
+@click.option("--poll", "poll_s", type=float, default=1.0, show_default=True)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evidence, stall_after_s, executor, image,
+           json_path, wait, poll_s, command) -> None:
+    """Submit COMMAND (after --) to a lagtrace server and print its report."""
+    from cli.submit import ApiClient, ApiError, submit_and_wait
+    from services.drill import parse_evidence
+    from services.report import render_text
+
+    if repo and directory:
+        raise click.UsageError("give --repo or --dir, not both")
+    try:
+        probes = parse_evidence(evidence)
+    except BadInput as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2)
+    spec = {"command": list(command), "configs": list(specs), "repeat": repeat, "timeout_s": timeout_s,
+            "evidence": probes, "stall_after_s": stall_after_s, "executor": executor, "image": image}
+    try:
+        job = submit_and_wait(ApiClient(url, api_token), spec,
+                              repository={"url": repo, "ref": ref} if repo else None,
+                              directory=None if repo else (directory or Path.cwd()), wait=wait, poll_s=poll_s,
+                              progress=_progress)
+    except ApiError as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2 if 400 <= exc.status < 500 else 1)
+    if not wait:
+        click.echo(json.dumps({"id": job["id"], "status": job["status"]}))
+        return
+    report = job["report"]
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        _progress(f"report written to {json_path}")
+    click.echo(render_text(report), nl=False)
+    if job["status"] != "done":
+        click.echo(f"lagtrace: job {job['id']} {job['status']}: {job['error']}", err=True)
+        sys.exit(1)
 
 
 def main() -> None:

@@ -85,7 +85,8 @@ def narrow_to_test(command: list[str], node_id: str, workdir: Path) -> list[str]
     return [*kept, node_id]
 
 
-def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after_s: float | None) -> list[Target]:
+def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after_s: float | None,
+            workdir: Path | None = None) -> list[Target]:
     context = RuleContext(job, thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
@@ -99,7 +100,7 @@ def targets(job: Job, thresholds: Thresholds, probes_explicit: bool, stall_after
     if probes_explicit or command_flagged or stalled:
         found.append(Target(None, list(job.command), wall))
     if junit.is_pytest(job.command):
-        workdir = Path(job.workdir or ".")
+        workdir = workdir or Path(job.workdir or ".")
         for test_id in dict.fromkeys(draft.test_id for draft in flagged):
             if test_id is not None:
                 found.append(Target(
@@ -119,6 +120,7 @@ def drill(
     stall_after_s: float | None,
     progress: Progress = lambda message: None,
     checkpoint=lambda: None,
+    workdir: Path | None = None,
 ) -> int:
     """Run the evidence runs for ``job``; return how many ran. The caller commits.
 
@@ -130,7 +132,9 @@ def drill(
     if not names:
         return 0
     store.purge_expired()
-    chosen = targets(job, thresholds, probes is not None, stall_after_s)
+    # A service worker drills in its own checkout (``workdir``), not in job.workdir.
+    workdir = workdir or Path(job.workdir or ".")
+    chosen = targets(job, thresholds, probes is not None, stall_after_s, workdir)
     if not chosen:
         job.notes = [*job.notes, "no evidence runs: the timing screen found nothing and no run stalled "
                                  "(pass --evidence to drill anyway)"]
@@ -154,7 +158,7 @@ def drill(
                     run_dir = scratch / f"{count}-{name}"
                     run_dir.mkdir()
                     context = ProbeContext(executor, run_dir, stall, timeout, thresholds.last_snapshot_lead_s)
-                    _evidence_run(session, job, by_label[label], target, name, context, store, progress)
+                    _evidence_run(session, job, by_label[label], target, name, context, store, progress, workdir)
                     checkpoint()
                     shutil.rmtree(run_dir, ignore_errors=True)  # cores are large
     finally:
@@ -163,7 +167,7 @@ def drill(
 
 
 def _evidence_run(session: Session, job: Job, job_config: JobConfig, target: Target, name: str,
-                  context: ProbeContext, store: ArtifactStore, progress: Progress) -> None:
+                  context: ProbeContext, store: ArtifactStore, progress: Progress, workdir: Path) -> None:
     probe = PROBES[name](context)
     where = f"{job_config.label}" + (f" [{target.test_id}]" if target.test_id else "")
     missing = probe.unavailable()
@@ -178,7 +182,7 @@ def _evidence_run(session: Session, job: Job, job_config: JobConfig, target: Tar
     try:
         result = context.executor.run(RunRequest(
             command=probe.command(command),
-            workdir=Path(job.workdir or "."),
+            workdir=workdir,
             config=cpu_config(job_config),
             run_dir=context.run_dir,
             timeout_s=context.timeout_s,

@@ -7,3 +7,11 @@ class LagtraceError(Exception):
 
 class BadInput(LagtraceError):
     """The request cannot be run as given; the message says what to change."""
+
+
+class NotFound(LagtraceError):
+    """The thing asked for does not exist (or belongs to another project)."""
+
+
+class Conflict(LagtraceError):
+    """The request is valid but the current state does not allow it (e.g. cancel a finished job)."""

@@ -27,7 +27,7 @@ def create_job(
     command: list[str],
     configs: list[CpuConfig],
     executor: str,
-    workdir: Path,
+    workdir: Path | None,
     repeat: int,
     timeout_s: float | None,
     notes: list[str] | None = None,
@@ -40,7 +40,7 @@ def create_job(
         source=source,
         command=list(command),
         executor=executor,
-        workdir=str(workdir),
+        workdir=str(workdir) if workdir is not None else None,  # service jobs: one checkout per task
         repeat=repeat,
         timeout_s=timeout_s,
         notes=list(notes or []),

@@ -6,7 +6,9 @@ import datetime as dt
 import enum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON, BigInteger, DateTime, Enum, Float, ForeignKey, Integer, LargeBinary, MetaData, String, Text, UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -209,3 +211,114 @@ class Finding(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     job: Mapped[Job] = relationship(back_populates="findings")
+
+
+# --- The service: where jobs came from, who may call the API, the task ledger. ---
+
+
+class TaskState(str, enum.Enum):
+    pending = "pending"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class JobSource(Base):
+    """Where a service job's code comes from, the runner image, and its GitHub check run.
+
+    Kept beside the job rather than on it: `lagtrace run` jobs have none of this.
+    """
+
+    __tablename__ = "job_sources"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "git" or "archive"
+    repository_url: Mapped[str | None] = mapped_column(Text)
+    ref: Mapped[str | None] = mapped_column(String(255))
+    # The commit the ref resolved to at prepare time: a rerun measures the same code.
+    commit_sha: Mapped[str | None] = mapped_column(String(64))
+    # An uploaded tarball lives in the database so that every worker node can unpack it.
+    archive: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # True when command and configurations are read from the repository's .lagtrace.yml.
+    from_repository_config: Mapped[bool] = mapped_column(default=False)
+    image: Mapped[str | None] = mapped_column(String(255))
+    # GitHub: the repository (owner/name), the commit the check run belongs to, its id.
+    github_repository: Mapped[str | None] = mapped_column(String(255))
+    github_head_sha: Mapped[str | None] = mapped_column(String(64))
+    github_check_run_id: Mapped[int | None] = mapped_column(BigInteger)
+
+    job: Mapped[Job] = relationship()
+
+
+class JobTask(Base):
+    """One step of a service job (prepare, screen one configuration, finish, notify).
+
+    The database is the record of what ran: a message lost by the broker or a worker
+    that died leaves a task pending or running past its lease, and the reconciler sends
+    it again.
+    """
+
+    __tablename__ = "job_tasks"
+    __table_args__ = (UniqueConstraint("job_id", "name", name="uq_job_tasks_job_id_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    config_id: Mapped[int | None] = mapped_column(ForeignKey("job_configs.id", ondelete="CASCADE"))
+    step: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(64))  # step, or step:config_id
+    state: Mapped[TaskState] = mapped_column(_enum(TaskState), default=TaskState.pending, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Until when the current holder (or the message in the queue) owns the task.
+    lease_expires_at: Mapped[dt.datetime | None] = mapped_column()
+    worker: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    job: Mapped[Job] = relationship()
+    config: Mapped[JobConfig | None] = relationship()
+
+
+class ApiToken(Base):
+    """A Bearer token for one project. Only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    # The first characters, so an operator can tell tokens apart without the secret.
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_used_at: Mapped[dt.datetime | None] = mapped_column()
+    revoked_at: Mapped[dt.datetime | None] = mapped_column()
+
+    project: Mapped[Project] = relationship()
+
+
+class WebhookDelivery(Base):
+    """A GitHub delivery seen once: its id makes a redelivery a no-op."""
+
+    __tablename__ = "webhook_deliveries"
+
+    delivery_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    outcome: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class TriageEvent(Base):
+    """One change of a finding's triage state, for the history the dashboard shows."""
+
+    __tablename__ = "triage_events"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    finding_id: Mapped[int] = mapped_column(ForeignKey("findings.id", ondelete="CASCADE"), index=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus))
+    assignee: Mapped[str | None] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -33,14 +33,18 @@ def screen(
     *,
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
+    configs: list[JobConfig] | None = None,
+    workdir: Path | None = None,
 ) -> None:
     """Run the timing screen for ``job``, storing every run as it finishes.
 
     ``checkpoint`` is called after each stored run; the CLI passes ``session.commit``
-    so that a killed lagtrace loses at most the run in flight.
+    so that a killed lagtrace loses at most the run in flight. A service worker screens
+    one configuration (``configs``) in its own checkout (``workdir``); early stopping
+    then compares with whatever the other configurations have stored so far.
     """
     pytest_command = junit.is_pytest(job.command)
-    active = list(job.configs)
+    active = list(configs if configs is not None else job.configs)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
     try:
         for repetition in range(1, job.repeat + 1):
@@ -53,7 +57,7 @@ def screen(
                 result = executor.run(
                     RunRequest(
                         command=command,
-                        workdir=Path(job.workdir or "."),
+                        workdir=workdir or Path(job.workdir or "."),
                         config=cpu_config(job_config),
                         run_dir=run_dir,
                         timeout_s=job.timeout_s,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.thresholds import Thresholds
@@ -48,3 +48,43 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    # --- The service (lagtrace serve / worker) -------------------------------------
+    # Where the API is reached from outside: links in GitHub check runs point here.
+    public_url: str = "http://127.0.0.1:8080"
+    github_webhook_secret: SecretStr | None = None
+    github_api_url: str = "https://api.github.com"
+    # A token allowed to write check runs (a GitHub App installation token or a PAT).
+    github_token: SecretStr | None = None
+    github_check_name: str = "lagtrace"
+    # Checkouts and unpacked archives of service jobs, one directory per task.
+    work_dir: Path = Field(default_factory=lambda: _data_dir() / "work")
+    # file:// and plain paths read the server's own disk: only for tests and one-machine use.
+    allow_file_repositories: bool = False
+    max_archive_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    clone_timeout_s: float = Field(300.0, gt=0)
+    # A task is killed at its hard limit, which must come before the broker hands the
+    # unacknowledged message (late acks) to another worker; the ledger's lease outlives
+    # the hard limit, so a reclaimed task is one whose worker is really gone.
+    task_soft_time_limit_s: int = Field(3300, gt=0)
+    task_time_limit_s: int = Field(3500, gt=0)
+    broker_visibility_timeout_s: int = Field(3600, gt=0)
+    task_max_attempts: int = Field(3, ge=1)
+    reconcile_interval_s: float = Field(60.0, gt=0)
+    # Off by default: one measured run per node. On: runs pinned to disjoint cores may
+    # share a node (more throughput, and the report says so).
+    pack_disjoint_cores: bool = False
+
+    @model_validator(mode="after")
+    def _time_limits_nest(self) -> "Settings":
+        if not self.task_soft_time_limit_s < self.task_time_limit_s < self.broker_visibility_timeout_s:
+            raise ValueError(
+                "task time limits must nest: LAGTRACE_TASK_SOFT_TIME_LIMIT_S < LAGTRACE_TASK_TIME_LIMIT_S "
+                "< LAGTRACE_BROKER_VISIBILITY_TIMEOUT_S (a task outliving the visibility timeout runs twice)"
+            )
+        return self
+
+    @property
+    def lease_s(self) -> float:
+        """How long a running task owns its ledger entry: past the hard limit it is dead."""
+        return self.task_time_limit_s + 60.0

@@ -90,3 +90,11 @@ def run_cli(
         cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout,
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The test Redis (.ci/redis.sh); each test uses its own database number where it matters."""
+    url = os.environ.get("LAGTRACE_TEST_REDIS_URL")
+    require(bool(url), "LAGTRACE_TEST_REDIS_URL is not set: no Redis server")
+    return url

@@ -1,0 +1,70 @@
+"""Domain errors and HTTP errors to JSON, in one place.
+
+Every error body is {"error": message, "problems": [{"field", "message"}]} so clients
+(and `lagtrace submit`) can show the field that is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from services.errors import BadInput, Conflict, LagtraceError, NotFound
+from services.sources import field_path
+from services.tokens import Unauthorized
+
+log = logging.getLogger("lagtrace.api")
+
+STATUS_OF = ((Unauthorized, 401), (NotFound, 404), (Conflict, 409), (BadInput, 422))
+
+
+class BadRequest(Exception):
+    """Malformed request (not JSON, wrong content type, bad query string): 400, 415 or 422."""
+
+    def __init__(self, message: str, status: int = 400, problems: list[dict] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.problems = problems or []
+
+
+def error_response(status: int, message: str, problems: list[dict] | None = None):
+    response = jsonify({"error": message, "problems": problems or []})
+    response.status_code = status
+    if status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="lagtrace"'
+    return response
+
+
+def validation_problems(exc: ValidationError, prefix: str = "") -> list[dict]:
+    return [{"field": prefix + field_path(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+
+
+def register(app: Flask) -> None:
+    @app.errorhandler(ValidationError)
+    def _invalid(exc: ValidationError):
+        problems = validation_problems(exc)
+        return error_response(422, "; ".join(f"{p['field']}: {p['message']}" for p in problems), problems)
+
+    @app.errorhandler(BadRequest)
+    def _bad_request(exc: BadRequest):
+        return error_response(exc.status, str(exc), exc.problems)
+
+    @app.errorhandler(LagtraceError)
+    def _domain(exc: LagtraceError):
+        for kind, status in STATUS_OF:
+            if isinstance(exc, kind):
+                return error_response(status, str(exc))
+        log.error("request failed: %s", exc)
+        return error_response(500, f"internal error: {exc}")
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException):
+        return error_response(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception):
+        log.exception("unhandled error")
+        return error_response(500, "internal error (see the server log)")

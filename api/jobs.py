@@ -1,0 +1,85 @@
+"""/api/v1/jobs: create, get, list, cancel, rerun."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request, url_for
+
+from api.auth import caller
+from api.context import ctx, db
+from api.errors import BadRequest
+from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
+from services import submissions
+from services.dispatch import send_all
+
+bp = Blueprint("jobs", __name__, url_prefix="/api/v1")
+
+
+def _created(job, steps):
+    session = db()
+    session.commit()
+    send_all(ctx().dispatcher, steps)  # only now: a worker must find the committed job
+    ctx().metrics.jobs_submitted.labels(source=job.source).inc()
+    response = jsonify(submissions.job_detail(session, job))
+    response.status_code = 201
+    response.headers["Location"] = url_for("jobs.get_job", job_id=job.id)
+    return response
+
+
+@bp.post("/jobs")
+def create_job():
+    who = caller()
+    if request.mimetype == "multipart/form-data":
+        if "archive" not in request.files:
+            raise BadRequest("archive: missing (multipart field `archive`, a tar or tar.gz of the code)", 422,
+                             [{"field": "archive", "message": "missing"}])
+        spec = parse_json_text(JobCreate, request.form.get("job", ""), "form field `job`")
+        if spec.repository is not None:
+            raise BadRequest("repository: give either a repository or an archive, not both", 422,
+                             [{"field": "repository", "message": "not allowed with an archive"}])
+        archive = request.files["archive"].read()
+        job, steps = submissions.submit_job(db(), ctx().settings, who.project, spec, archive=archive)
+    else:
+        spec = json_body(JobCreate)
+        if spec.repository is None:
+            raise BadRequest("repository: required (or upload an archive as multipart/form-data)", 422,
+                             [{"field": "repository", "message": "required"}])
+        job, steps = submissions.submit_job(db(), ctx().settings, who.project, spec,
+                                            repository_url=spec.repository.url, ref=spec.repository.ref)
+    return _created(job, steps)
+
+
+@bp.get("/jobs")
+def list_jobs():
+    who = caller()
+    params = query(JobListQuery)
+    jobs = submissions.list_jobs(db(), who.project, status=params.status, limit=params.limit,
+                                 before_id=params.before_id)
+    return jsonify({"jobs": [submissions.job_summary(db(), job) for job in jobs],
+                    "next_before_id": jobs[-1].id if len(jobs) == params.limit else None})
+
+
+@bp.get("/jobs/<int:job_id>")
+def get_job(job_id: int):
+    who = caller()
+    return jsonify(submissions.job_detail(db(), submissions.get_job(db(), who.project, job_id)))
+
+
+@bp.post("/jobs/<int:job_id>/cancel")
+def cancel_job(job_id: int):
+    who = caller()
+    session = db()
+    job = submissions.get_job(session, who.project, job_id)
+    steps = submissions.cancel_job(session, ctx().settings, job, who.token_name)
+    session.commit()
+    send_all(ctx().dispatcher, steps)
+    return jsonify(submissions.job_detail(session, job))
+
+
+@bp.post("/jobs/<int:job_id>/rerun")
+def rerun_job(job_id: int):
+    who = caller()
+    body = json_body(Rerun)
+    parent = submissions.get_job(db(), who.project, job_id)
+    job, steps = submissions.rerun_job(db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat,
+                                       timeout_s=body.timeout_s)
+    return _created(job, steps)

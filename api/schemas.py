@@ -1,0 +1,90 @@
+"""Request bodies and query strings, validated by pydantic (messages name the field)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from flask import request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from api.errors import BadRequest, validation_problems
+from services.jobspec import MAX_REPEAT, JobSpec, Spec
+
+JOB_STATUSES = Literal["queued", "running", "done", "failed", "cancelled"]
+TRIAGE_STATUSES = Literal["new", "acknowledged", "muted", "fixed"]
+
+
+class Repository(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(min_length=1, max_length=2000, description="git URL (https, ssh, git; file where allowed)")
+    ref: str | None = Field(None, min_length=1, max_length=255, description="Branch, tag or commit (default HEAD)")
+
+
+class JobCreate(JobSpec):
+    """A job on a repository (JSON), or on an uploaded tarball (multipart: `job` + `archive`)."""
+
+    repository: Repository | None = None
+
+
+class Rerun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    configs: list[Spec] = Field(min_length=1, max_length=32, description="The configurations to run this time.")
+    repeat: int | None = Field(None, ge=1, le=MAX_REPEAT)
+    timeout_s: float | None = Field(None, gt=0, le=86400)
+
+
+class Triage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: TRIAGE_STATUSES | None = None
+    assignee: str | None = Field(None, max_length=200)
+    note: str | None = Field(None, max_length=10000)
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> Triage:
+        if not self.model_fields_set:
+            raise ValueError("send at least one of status, assignee, note")
+        if "status" in self.model_fields_set and self.status is None:
+            raise ValueError("status cannot be null (new, acknowledged, muted, fixed)")
+        return self
+
+
+class JobListQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: JOB_STATUSES | None = None
+    limit: int = Field(50, ge=1, le=200)
+    before_id: int | None = Field(None, ge=1)
+
+
+class FindingListQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    job_id: int | None = Field(None, ge=1)
+    kind: str | None = Field(None, max_length=32)
+    status: TRIAGE_STATUSES | None = None
+    severity: Literal["high", "medium", "low", "info"] | None = None
+    fingerprint: str | None = Field(None, max_length=64)
+    test: str | None = None
+    limit: int = Field(100, ge=1, le=500)
+    before_id: int | None = Field(None, ge=1)
+
+
+def json_body(model: type[BaseModel]) -> BaseModel:
+    if request.mimetype != "application/json":
+        raise BadRequest(f"send the body as application/json, not {request.mimetype or 'nothing'}", 415)
+    return parse_json_text(model, request.get_data(), "body")
+
+
+def parse_json_text(model: type[BaseModel], raw: bytes | str, what: str) -> BaseModel:
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+    return model.model_validate(data)
+
+
+def query(model: type[BaseModel]) -> BaseModel:
+    try:
+        return model.model_validate(request.args.to_dict())
+    except ValidationError as exc:
+        problems = validation_problems(exc, "query.")
+        raise BadRequest("; ".join(f"{p['field']}: {p['message']}" for p in problems), 422, problems) from None

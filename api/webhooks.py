@@ -1,0 +1,64 @@
+"""POST /api/v1/webhooks/github: signature first, then one job per delivery."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qs
+
+from flask import Blueprint, jsonify, request
+from sqlalchemy.exc import IntegrityError
+
+from api.context import ctx, db
+from api.errors import BadRequest, error_response
+from services.dispatch import send_all
+from services.github import signature_valid
+from services.models import WebhookDelivery
+from services.webhooks import handle_delivery
+
+bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
+
+
+@bp.post("/webhooks/github")
+def github():
+    settings, metrics = ctx().settings, ctx().metrics
+    if settings.github_webhook_secret is None:
+        metrics.webhooks.labels(outcome="not_configured").inc()
+        return error_response(503, "GitHub webhooks are off: set LAGTRACE_GITHUB_WEBHOOK_SECRET")
+    body = request.get_data()  # the raw bytes GitHub signed, before any parsing
+    if not signature_valid(settings.github_webhook_secret.get_secret_value(), body,
+                           request.headers.get("X-Hub-Signature-256")):
+        metrics.webhooks.labels(outcome="bad_signature").inc()
+        return error_response(401, "missing or wrong X-Hub-Signature-256: nothing was stored")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
+    event = request.headers.get("X-GitHub-Event", "").strip()
+    if not delivery_id or not event or len(delivery_id) > 100 or len(event) > 64:
+        raise BadRequest("X-GitHub-Delivery and X-GitHub-Event headers are required")
+    payload = _payload(body)
+    session = db()
+    try:
+        outcome = handle_delivery(session, settings, delivery_id=delivery_id, event=event, payload=payload)
+        session.commit()
+    except IntegrityError:
+        # The same delivery arrived twice at once and the other request stored it first.
+        session.rollback()
+        seen = session.get(WebhookDelivery, delivery_id)
+        metrics.webhooks.labels(outcome="duplicate").inc()
+        return jsonify({"delivery": delivery_id, "duplicate": True, "job_id": seen.job_id if seen else None,
+                        "outcome": "duplicate delivery"})
+    send_all(ctx().dispatcher, outcome.steps)
+    metrics.webhooks.labels(outcome="duplicate" if outcome.duplicate else event).inc()
+    started = outcome.job_id is not None and not outcome.duplicate
+    response = jsonify({"delivery": delivery_id, "duplicate": outcome.duplicate, "job_id": outcome.job_id,
+                        "outcome": outcome.outcome})
+    response.status_code = 202 if started else 200
+    return response
+
+
+def _payload(body: bytes) -> object:
+    # GitHub sends JSON, or a form with one `payload` field when so configured.
+    try:
+        if request.mimetype == "application/x-www-form-urlencoded":
+            return json.loads(parse_qs(body.decode())["payload"][0])
+        return json.loads(body)
+    except (ValueError, KeyError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the delivery body is not a JSON payload: {exc}") from None

@@ -1,0 +1,96 @@
+"""`lagtrace serve`, `lagtrace worker`, `lagtrace token create`: the service's processes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from services import migrate
+from services.db import make_engine, make_session_factory
+from services.dispatch import Dispatcher, InProcessDispatcher, send_all
+from services.errors import LagtraceError
+from services.reconcile import reconcile
+from services.settings import Settings
+from services.steps import run_step
+from services.tokens import create_token
+
+log = logging.getLogger("lagtrace.serve")
+
+
+def _current_engine(settings: Settings):
+    engine = make_engine(settings)
+    try:
+        migrate.ensure_current(settings, engine)
+    except migrate.SchemaNotCurrent as exc:
+        engine.dispose()
+        raise LagtraceError(str(exc)) from None
+    return engine
+
+
+def _reconcile_forever(session_factory, settings: Settings, dispatcher: Dispatcher, stop: threading.Event) -> None:
+    # The embedded server has no beat: this thread resends what a lost step left behind.
+    while not stop.wait(settings.reconcile_interval_s):
+        try:
+            with session_factory() as session:
+                steps = reconcile(session, settings)
+                session.commit()
+            send_all(dispatcher, steps)
+        except Exception:
+            log.exception("reconciler pass failed; trying again in %s s", settings.reconcile_interval_s)
+
+
+def serve(settings: Settings, host: str, port: int, threads: int) -> None:
+    import waitress
+
+    from api import create_app
+
+    engine = _current_engine(settings)
+    session_factory = make_session_factory(engine)
+    stop = threading.Event()
+    if settings.broker_url:
+        from worker import CeleryDispatcher, make_celery
+
+        dispatcher: Dispatcher = CeleryDispatcher(make_celery(settings))
+        log.info("jobs go to the Celery workers at %s", settings.broker_url)
+    else:
+        dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step)).start()
+        # Nothing else ever ran these steps: whatever is unfinished was cut off by our last exit.
+        with session_factory() as session:
+            leftovers = reconcile(session, settings, orphaned=True)
+            session.commit()
+        send_all(dispatcher, leftovers)
+        threading.Thread(target=_reconcile_forever, args=(session_factory, settings, dispatcher, stop),
+                         name="lagtrace-reconciler", daemon=True).start()
+        log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
+    app = create_app(settings, dispatcher, engine)
+    try:
+        waitress.serve(app, host=host, port=port, threads=threads, ident="lagtrace")
+    finally:
+        stop.set()
+        if isinstance(dispatcher, InProcessDispatcher):
+            dispatcher.stop(timeout=5)
+        engine.dispose()
+
+
+def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> None:
+    from worker import make_celery
+
+    _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
+    app = make_celery(settings)
+    argv = ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--queues=lagtrace",
+            "--without-gossip", "--without-mingle"]
+    if beat:
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+        argv += ["--beat", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"]
+    app.worker_main(argv)
+
+
+def new_token(settings: Settings, project: str, name: str) -> str:
+    engine = _current_engine(settings)
+    try:
+        with make_session_factory(engine)() as session:
+            token = create_token(session, project, name)
+            session.commit()
+            return token
+    finally:
+        engine.dispose()

@@ -1,0 +1,100 @@
+"""`lagtrace submit`: a client of the API. Posts a job, follows it, returns its report."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Left out of an uploaded directory: history, environments and caches are not the code.
+SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", "node_modules",
+             ".state"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class ApiClient:
+    def __init__(self, base_url: str, token: str, timeout_s: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = urllib.request.Request(self.base_url + path, data=body, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, _error_message(exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ApiError(0, f"cannot reach {self.base_url}: {exc}") from None
+
+    def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path, json.dumps(payload).encode())
+
+    def post_archive(self, path: str, job: dict[str, Any], archive: bytes) -> dict[str, Any]:
+        boundary = uuid.uuid4().hex
+        parts = [
+            f'--{boundary}\r\nContent-Disposition: form-data; name="job"\r\n'
+            f"Content-Type: application/json\r\n\r\n{json.dumps(job)}\r\n".encode(),
+            f'--{boundary}\r\nContent-Disposition: form-data; name="archive"; filename="code.tar.gz"\r\n'
+            f"Content-Type: application/gzip\r\n\r\n".encode() + archive + b"\r\n",
+            f"--{boundary}--\r\n".encode(),
+        ]
+        return self.request("POST", path, b"".join(parts), f"multipart/form-data; boundary={boundary}")
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read())
+        return body.get("error") or str(body)
+    except ValueError:
+        return f"HTTP {exc.code} {exc.reason}"
+
+
+def pack_directory(directory: Path) -> bytes:
+    def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if Path(member.name).name in SKIP_DIRS else member
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for entry in sorted(directory.iterdir()):
+            archive.add(entry, arcname=entry.name, filter=keep)
+    return buffer.getvalue()
+
+
+def submit_and_wait(client: ApiClient, spec: dict[str, Any], *, repository: dict[str, Any] | None,
+                    directory: Path | None, wait: bool, poll_s: float,
+                    progress: Callable[[str], None]) -> dict[str, Any]:
+    if repository is not None:
+        job = client.post_json("/api/v1/jobs", {**spec, "repository": repository})
+    else:
+        archive = pack_directory(directory)
+        progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
+        job = client.post_archive("/api/v1/jobs", spec, archive)
+    progress(f"job {job['id']} queued")
+    last = None
+    while wait and job["report"] is None:
+        time.sleep(poll_s)
+        job = client.request("GET", f"/api/v1/jobs/{job['id']}")
+        state = job["progress"]
+        line = f"job {job['id']}: {state['phase']}, {state['runs_done']}/{state['runs_planned']} runs"
+        if line != last:
+            progress(line)
+            last = line
+    return job

@@ -1,0 +1,59 @@
+"""/healthz, /readyz, /metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+import re
+
+from openapi_spec_validator import validate
+from sqlalchemy import create_engine
+
+from api.openapi import OPENAPI_PATH
+
+
+def test_healthz_and_readyz(api):
+    assert api.client.get("/healthz").get_json() == {"status": "ok"}
+    ready = api.client.get("/readyz")
+    assert ready.status_code == 200 and ready.get_json()["status"] == "ready"
+
+
+def test_readyz_says_what_is_missing(sqlite_api):
+    # The fixture's job thread was never started: nothing would run a job.
+    response = sqlite_api.client.get("/readyz")
+    assert response.status_code == 503
+    assert "not running" in response.get_json()["problems"]["queue"]
+
+
+def test_readyz_with_an_unreachable_database(sqlite_api):
+    # Nothing listens on port 1: a database that went away.
+    sqlite_api.client.application.extensions["lagtrace"].engine = create_engine(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    response = sqlite_api.client.get("/readyz")
+    assert response.status_code == 503 and "database" in response.get_json()["problems"]
+
+
+def test_metrics_count_requests_and_jobs(sqlite_api):
+    sqlite_api.post("/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"}, "command": ["x"]})
+    sqlite_api.post("/api/v1/jobs", json={})
+    text = sqlite_api.client.get("/metrics").get_data(as_text=True)
+    assert 'lagtrace_jobs{status="queued"} 1.0' in text
+    assert 'lagtrace_tasks{state="pending",step="prepare"} 1.0' in text
+    assert 'lagtrace_http_requests_total{endpoint="/api/v1/jobs",method="POST",status="201"} 1.0' in text
+    assert 'lagtrace_http_requests_total{endpoint="/api/v1/jobs",method="POST",status="422"} 1.0' in text
+    assert 'lagtrace_jobs_submitted_total{source="api"} 1.0' in text
+
+
+def test_the_openapi_document_is_valid_and_covers_every_route(sqlite_api):
+    response = sqlite_api.client.get(OPENAPI_PATH)
+    assert response.status_code == 200
+    document = response.get_json()
+    validate(document)
+    documented = {(path, method) for path, item in document["paths"].items() for method in item}
+    served = set()
+    for rule in sqlite_api.client.application.url_map.iter_rules():
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            served.add((path, method.lower()))
+    assert served == documented
+    # Request schemas are the validating models themselves.
+    assert "repository" in document["components"]["schemas"]["JobCreate"]["properties"]
+    assert document["components"]["schemas"]["Triage"]["properties"]["status"]
