@@ -47,9 +47,13 @@ fi
 $SUDO .ci/docker-engine.sh
 $SUDO services/executors/runner/build-offline.sh
 
+# --- Redis (the Celery broker) ----------------------------------------------------
+redis_url=$(.ci/redis.sh)
+
 cat > "$state/test.env" <<ENV
 export LAGTRACE_TEST_POSTGRES_URL=postgresql+psycopg://postgres@127.0.0.1:$pg_port/postgres
 # dockerd runs with --bridge=none, so the prepare step's pip reaches PyPI through the host network.
 export LAGTRACE_DOCKER_PREPARE_NETWORK=host
+export LAGTRACE_TEST_REDIS_URL=$redis_url
 ENV
 say "ready ($state/test.env)"

@@ -76,12 +76,10 @@ def _carry_triage(session: Session, finding: Finding) -> None:
     Muted and acknowledged problems stay so in later jobs; a problem marked fixed that
     shows up again is a regression and goes back to new.
     """
-    previous = session.scalar(
-        select(Finding)
-        .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
-        .order_by(Finding.job_id.desc(), Finding.id.desc())
-        .limit(1)
-    )
+    # no_autoflush: the new finding is already attached to the job, and must not be
+    # flushed half-built by this query.
+    with session.no_autoflush:
+        previous = _previous(session, finding)
     if previous is None:
         return
     if previous.status == TriageStatus.fixed:
@@ -91,3 +89,12 @@ def _carry_triage(session: Session, finding: Finding) -> None:
         finding.status = previous.status
         finding.assignee = previous.assignee
         finding.note = previous.note
+
+
+def _previous(session: Session, finding: Finding) -> Finding | None:
+    return session.scalar(
+        select(Finding)
+        .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
+        .order_by(Finding.job_id.desc(), Finding.id.desc())
+        .limit(1)
+    )
