@@ -124,15 +124,15 @@ def store_run(
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
     """Settled against every other configuration, for the command and for every test.
 
-    A configuration whose own runs are far apart is not settled either until it has
-    enough runs to tell a two-mode latency from noise (the latency_flaky rule).
+    A configuration whose own runs are far apart is never settled: every further run
+    helps tell a two-mode latency from noise (the latency_flaky rule).
     """
     series = [samples.wall, *samples.tests.values()]
     for per_config in series:
         mine = per_config.get(label)
         if not mine:
             continue
-        if len(mine) < thresholds.flaky_min_runs and _spread_out(mine, thresholds):
+        if _spread_out(mine, thresholds):
             return False
         for other, values in per_config.items():
             if other == label or not values:

@@ -22,6 +22,9 @@ class Thresholds(BaseModel):
 
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
+    # ... and only when the median run lost at least this long to throttling (an
+    # interpreter start-up that overshoots the first period by a few ms is not a finding).
+    cpu_throttling_min_s: float = Field(0.05, ge=0)
 
     # off_cpu_wait: CPU time (user + sys) at most this share of wall time, for a run of
     # at least off_cpu_min_wall_s (a shorter wait is not worth a finding).
@@ -29,7 +32,7 @@ class Thresholds(BaseModel):
     off_cpu_min_wall_s: float = Field(1.0, ge=0)
 
     # latency_flaky: judged once a configuration has flaky_min_runs runs (a spread-out
-    # configuration keeps running until then, up to --repeat). Multi-modal: two groups
+    # configuration is never stopped early: it runs up to --repeat). Multi-modal: two groups
     # of runs, each at least a fifth of them, whose medians differ by flaky_gap_ratio.
     # Widely dispersed: interquartile range at least flaky_dispersion x the median.
     # Either only counts when the slow runs lose at least flaky_min_spread_s.
@@ -58,6 +61,8 @@ class Thresholds(BaseModel):
     # observer_effect: an evidence run's wall time this many times above (or below) the
     # timing median of the same configuration.
     observer_effect_ratio: float = Field(2.0, gt=1)
+    # ... and at least this many seconds apart (a 50 ms program traced is always slower).
+    observer_effect_min_s: float = Field(0.1, ge=0)
 
     # slow_startup: start-up (imports, pytest collection) at least this share of the
     # run's wall time and at least slow_startup_min_s long (pytest itself starts in

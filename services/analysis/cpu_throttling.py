@@ -25,6 +25,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if share < context.thresholds.cpu_throttling_share:
             continue
         throttled_s = statistics.median(run.throttled_s or 0.0 for run in runs)
+        if throttled_s < context.thresholds.cpu_throttling_min_s:
+            continue
         wall_s = statistics.median(run.wall_s for run in runs)
         # CPUs the command wanted while it was allowed to run: above the quota means
         # more parallelism than the quota pays for.

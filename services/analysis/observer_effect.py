@@ -27,6 +27,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 continue
             ratio = wall / median
             distortion = max(ratio, 1 / ratio) if ratio > 0 else float("inf")
+            if abs(wall - median) < context.thresholds.observer_effect_min_s:
+                continue
             if distortion >= limit and (run.test_id not in worst or distortion > worst[run.test_id][0]):
                 worst[run.test_id] = (distortion, ratio, run, config.label, median, wall)
     drafts = []

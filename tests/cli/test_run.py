@@ -50,8 +50,7 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
     assert two["ci_low"] > one["ci_high"]
     assert two["median"] / one["median"] >= 2
 
-    [finding] = report["findings"]
-    assert finding["kind"] == "cpu_sensitivity"
+    [finding] = [f for f in report["findings"] if f["kind"] == "cpu_sensitivity"]
     assert finding["config"] == "cpuset=0-1" and finding["test"] is None
     assert finding["metrics"]["fast"]["config"] == "cpuset=0"
     assert finding["metrics"]["ratio"] == pytest.approx(two["median"] / one["median"])

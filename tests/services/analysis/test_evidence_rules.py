@@ -16,7 +16,7 @@ from tests.services.analysis.test_rules import of_kind, screen, write
 CONDITION_PINGPONG = """
     import threading
     # Two threads alternate through a Condition while a third adds numbers in Python.
-    turn = {"who": 0, "left": 400}
+    turn = {"who": 0, "left": 1500}
     cond = threading.Condition()
     stop = False
     def player(me):
