@@ -57,8 +57,15 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     assert set(futex["evidence"]) & strace_ids
 
     [gil] = of_kind(report, "gil_contention")
-    assert gil["metrics"]["threads_waiting_for_gil"] >= 1
-    assert "Waiting for the GIL" in gil["detail"]
+    # The snapshot is one instant: gdb sees a thread in take_gil ("Waiting for the
+    # GIL") most of the time, py-spy sees the holder with other threads runnable; the
+    # finding must rest on at least one of them and say which.
+    snapshot_kinds = {e["kind"] for e in report["evidence"] if e["id"] in gil["evidence"]}
+    assert snapshot_kinds & {"gdb", "pyspy_dump"}
+    if gil["metrics"]["threads_waiting_for_gil"]:
+        assert "Waiting for the GIL" in gil["detail"] and "gdb" in snapshot_kinds
+    else:
+        assert "holds the GIL (active+gil)" in gil["detail"] and "pyspy_dump" in snapshot_kinds
 
     [stall] = of_kind(report, "stall")
     assert stall["metrics"]["elapsed_s"] >= stall["metrics"]["stall_after_s"]
