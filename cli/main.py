@@ -121,7 +121,8 @@ def migrate() -> None:
 @click.option("--port", type=int, default=8080, show_default=True)
 @click.option("--threads", type=int, default=8, show_default=True, help="Request threads.")
 def serve(host: str, port: int, threads: int) -> None:
-    """Serve the API. Without LAGTRACE_BROKER_URL jobs run in this process, one at a time."""
+    """Serve the API (/api/v1) and the dashboard (/). Without LAGTRACE_BROKER_URL jobs run in
+    this process, one at a time."""
     from cli.service import serve as serve_api
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -168,6 +169,39 @@ def token_create(project: str, name: str) -> None:
     except LagtraceError as exc:
         click.echo(f"lagtrace: failed: {exc}", err=True)
         sys.exit(1)
+
+
+@cli.group()
+def user() -> None:
+    """Dashboard accounts."""
+
+
+@user.command("create")
+@click.argument("username")
+@click.option("--project", "projects", multiple=True, metavar="NAME",
+              help="A project the user may see and act on (made if new). Repeatable.")
+@click.option("--admin", is_flag=True, help="May see every project.")
+@click.option("--password-stdin", is_flag=True,
+              help="Read the password from the first line of stdin instead of prompting (for scripts).")
+def user_create(username: str, projects: tuple[str, ...], admin: bool, password_stdin: bool) -> None:
+    """Create a dashboard account with a password (stored as a salted scrypt hash)."""
+    from cli.service import new_user
+
+    if not projects and not admin:
+        raise click.UsageError("give --project NAME (repeatable) or --admin: a user who sees nothing cannot work")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    try:
+        new_user(_load_settings(), username, password, list(projects), admin)
+    except BadInput as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+    _progress(f"user {username} created" + (" (admin)" if admin else f" with access to {', '.join(projects)}"))
 
 
 @cli.command()
