@@ -19,6 +19,13 @@ from sqlalchemy.orm import Session
 from services.models import Finding, Job, JobConfig, JobStatus, Project, Run, RunKind, TestResult, TriageStatus
 
 
+def _narrowed(project_ids: list[int], project_id: int | None) -> list[int]:
+    """One project if asked for and visible; none if asked for and not visible."""
+    if project_id is None:
+        return project_ids
+    return [project_id] if project_id in project_ids else []
+
+
 @dataclass
 class FindingGroup:
     """One problem (fingerprint) across jobs, represented by its newest finding."""
@@ -50,7 +57,7 @@ def inbox(session: Session, project_ids: list[int], *, project_id: int | None = 
     Kind and severity filter the findings; status filters on the newest finding of a
     group, because triage state follows the fingerprint into later jobs.
     """
-    visible = [project_id] if project_id is not None and project_id in project_ids else project_ids
+    visible = _narrowed(project_ids, project_id)
     groups = (
         select(Finding.fingerprint, func.count(distinct(Finding.job_id)).label("recurrence"),
                func.min(Finding.created_at).label("first_seen"), func.max(Finding.created_at).label("last_seen"),
@@ -79,7 +86,7 @@ def inbox(session: Session, project_ids: list[int], *, project_id: int | None = 
 
 
 def finding_kinds(session: Session, project_ids: list[int]) -> list[str]:
-    return list(session.scalars(select(distinct(Finding.kind)).join(Job).where(Job.project_id.in_(project_ids))
+    return list(session.scalars(select(Finding.kind).distinct().join(Job).where(Job.project_id.in_(project_ids))
                                 .order_by(Finding.kind)))
 
 
@@ -94,7 +101,7 @@ class JobRow:
 def job_list(session: Session, project_ids: list[int], *, project_id: int | None = None, status: str | None = None,
              limit: int = 50, before_id: int | None = None) -> list[JobRow]:
     """Newest jobs first (keyset pagination on the id), with their run and finding counts."""
-    visible = [project_id] if project_id is not None and project_id in project_ids else project_ids
+    visible = _narrowed(project_ids, project_id)
     query = (select(Job, Project.name).join(Project).where(Job.project_id.in_(visible))
              .order_by(Job.id.desc()).limit(limit))
     if status:
@@ -113,7 +120,7 @@ def job_list(session: Session, project_ids: list[int], *, project_id: int | None
 HISTORY_JOBS = 20
 
 
-def test_history(session: Session, job: Job, test_id: str | None) -> list[dict[str, Any]]:
+def latency_history(session: Session, job: Job, test_id: str | None) -> list[dict[str, Any]]:
     """Median per configuration of ``test_id`` (None: the whole command) in the project's
     recent finished jobs up to this one, oldest first: is it getting worse?"""
     recent = list(session.scalars(
@@ -132,7 +139,3 @@ def test_history(session: Session, job: Job, test_id: str | None) -> list[dict[s
         values[job_id][label].append(seconds)
     return [{"job_id": job_id, "medians": {label: statistics.median(v) for label, v in values[job_id].items()}}
             for job_id in sorted(values)]
-
-
-# Not a pytest test, whatever its name says.
-test_history.__test__ = False  # type: ignore[attr-defined]

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from api.context import ctx, db
-from api.errors import status_of
+from api.errors import status_of, validation_problems
 from api.schemas import Rerun
 from services import dashboard, submissions, triage
 from services.accounts import SignInFailed, require_project, sign_in, visible_projects
@@ -77,16 +77,25 @@ def _headers(response: Response) -> Response:
     return response
 
 
-@bp.errorhandler(LagtraceError)
-def _domain_error(exc: LagtraceError):
-    # The same mapping as the API (api.errors.STATUS_OF), rendered as a page.
-    status = status_of(exc)
+def _error_page(status: int, message: str):
     back = request.referrer
     if request.method == "POST" and status in (409, 422) and back and back.startswith(request.host_url):
         # A form that cannot be run as filled in: back to it, saying what to change.
-        flash(str(exc), "error")
+        flash(message, "error")
         return redirect(back)
-    return render_template("error.html", status=status, message=str(exc)), status
+    return render_template("error.html", status=status, message=message), status
+
+
+@bp.errorhandler(LagtraceError)
+def _domain_error(exc: LagtraceError):
+    # The same mapping as the API (api.errors.STATUS_OF), rendered as a page.
+    return _error_page(status_of(exc), str(exc))
+
+
+@bp.errorhandler(ValidationError)
+def _invalid(exc: ValidationError):
+    # A JobSpec built inside services/ (a rerun's) names the field as the API does.
+    return _error_page(422, "; ".join(f"{p['field']}: {p['message']}" for p in validation_problems(exc)))
 
 
 @bp.errorhandler(HTTPException)
@@ -164,13 +173,6 @@ def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]
             **({"command": command} if command is not None else {})}
 
 
-def _validated(model, data: dict[str, Any]):
-    try:
-        return model(**data)
-    except ValidationError as exc:
-        raise BadInput("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())) from None
-
-
 @bp.route("/jobs/new", methods=["GET", "POST"])
 def new_job():
     projects = visible_projects(db(), g.user)
@@ -186,7 +188,8 @@ def new_job():
         command = shlex.split(form.get("command", ""))
     except ValueError as exc:
         raise BadInput(f"command: {exc}") from None
-    spec = _validated(JobSpec, {**_spec_from_form(form, command=command), "executor": form.get("executor", "auto")})
+    # A ValidationError becomes a 422 naming the field (_invalid), back on the form.
+    spec = JobSpec(**_spec_from_form(form, command=command), executor=form.get("executor", "auto"))
     archive = request.files.get("archive")
     session_ = db()
     if archive and archive.filename:
@@ -242,7 +245,7 @@ def test(job_id: int):
                 for result in run.test_results:
                     if result.test_id == test_id:
                         durations[run.id] = result
-    history = dashboard.test_history(db(), found, test_id)
+    history = dashboard.latency_history(db(), found, test_id)
     labels = [c.label for c in found.configs]
     title = f"{test_id or 'the whole command'}: latency per configuration"
     return render_template("test.html", job=found, test_id=test_id, plot=strip_plot(per_config, title),
@@ -255,7 +258,7 @@ def test(job_id: int):
 def rerun(job_id: int):
     parent = auth.visible_job(job_id)
     asked = _spec_from_form(request.form)
-    wanted = _validated(Rerun, {"configs": asked["configs"], "repeat": asked["repeat"]})
+    wanted = Rerun(configs=asked["configs"], repeat=asked["repeat"])
     session_ = db()
     child, steps = submissions.rerun_job(session_, ctx().settings, parent, configs=wanted.configs,
                                          repeat=wanted.repeat, origin="web",

@@ -24,10 +24,11 @@ FRAMES = [{"function": "call_soon_threadsafe", "file": "/usr/lib/python3.11/asyn
 
 def _timing_runs(config: JobConfig, walls: list[float], slow_test: list[float]) -> None:
     for i, (wall, slow) in enumerate(zip(walls, slow_test)):
-        run = Run(config=config, kind=RunKind.timing, repetition=i + 1, wall_s=wall, user_s=wall * 0.9, sys_s=0.05,
+        run = Run(kind=RunKind.timing, repetition=i + 1, wall_s=wall, user_s=wall * 0.9, sys_s=0.05,
                   max_rss_kb=30000, voluntary_ctx_switches=1200, involuntary_ctx_switches=40, exit_code=0)
         run.test_results = [TestResult(test_id=TEST_SLOW, duration_s=slow, outcome="passed"),
                             TestResult(test_id=TEST_STEADY, duration_s=0.010 + i * 0.001, outcome="passed")]
+        config.runs.append(run)
 
 
 def flame_graph_file(path: Path) -> Path:

@@ -123,7 +123,8 @@ def test_flame_graph_is_served_decompressed_same_origin_with_a_strict_policy(das
     src = re.search(r'<object class="flamegraph" type="image/svg\+xml" data="([^"]+)"', html).group(1)
     response = dashboard.client.get(src)
     assert response.status_code == 200 and response.mimetype == "image/svg+xml"
-    assert response.get_data(as_text=True).lstrip().startswith("<svg") and "call_soon_threadsafe" in response.get_data(as_text=True)
+    body = response.get_data(as_text=True)
+    assert "<svg" in body and "call_soon_threadsafe" in body
     policy = response.headers["Content-Security-Policy"]
     assert "default-src 'none'" in policy and "sandbox" in policy and "script-src" not in policy
     download = dashboard.client.get(src + "?download=1")
