@@ -181,25 +181,29 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     assert page.locator("ol.frames code").count() >= 1
     flame = page.locator("object.flamegraph")
     assert flame.count() >= 1, page.content()[-3000:]
+    page.screenshot(path=shots / "05-finding.png")
+    page.locator("section.evidence:has(.thread)").first.screenshot(path=shots / "06-finding-stacks.png")
     flame.first.scroll_into_view_if_needed()
     page.wait_for_timeout(500)  # let the <object> draw before the screenshot
-    page.screenshot(path=shots / "05-finding-stacks-flamegraph.png", full_page=True)
+    page.locator("section.evidence:has(object.flamegraph)").first.screenshot(path=shots / "07-finding-flamegraph.png")
     svg = page.request.get(flame.first.get_attribute("data"))
     assert svg.ok and svg.headers["content-type"].startswith("image/svg+xml") and "<svg" in svg.text()
 
-    page.check("input[name=status][value=muted]")
+    # Back at the top of a freshly loaded page, as someone coming from the inbox would be.
+    page.goto(page.url)
+    page.get_by_label("muted", exact=True).check()
     page.fill("input[name=assignee]", "ann")
     page.fill("textarea[name=note]", "expected: the example sleeps on purpose")
     page.click("form.triage button[type=submit]")
     page.wait_for_selector("p.flash")
     assert "is now muted" in page.inner_text("p.flash")
     assert "expected: the example sleeps on purpose" in page.inner_text("section.history")
-    page.screenshot(path=shots / "06-finding-muted.png", full_page=True)
+    page.screenshot(path=shots / "08-finding-muted.png")
 
     page.goto("/?status=muted")
     assert page.locator("table.inbox tbody tr").count() >= 1
     assert "No findings match" not in page.inner_text("table.inbox")
-    page.screenshot(path=shots / "07-inbox-muted.png", full_page=True)
+    page.screenshot(path=shots / "09-inbox-muted.png", full_page=True)
 
     # Rerun with another CPU count: a new job linked to this one, followed to the end.
     page.goto(job_url)
@@ -210,16 +214,16 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     page.wait_for_url(re.compile(r"/jobs/\d+$"))
     assert page.url != job_url
     assert "queued as job" in page.inner_text("p.flash")
-    page.screenshot(path=shots / "08-rerun-progress.png", full_page=True)
+    page.screenshot(path=shots / "10-rerun-progress.png", full_page=True)
     wait_for_matrix(page, server)
     headers = page.locator("table.matrix thead th").all_inner_texts()
     assert headers[1:] == ["cpuset=0", "cpus=1"], headers
     assert "Against job" in page.content()
-    page.screenshot(path=shots / "09-rerun-matrix.png", full_page=True)
+    page.screenshot(path=shots / "11-rerun-matrix.png", full_page=True)
 
     # The muted problem stays muted in the rerun (the fingerprint carries the triage).
     page.goto("/jobs")
-    page.screenshot(path=shots / "10-jobs.png", full_page=True)
+    page.screenshot(path=shots / "12-jobs.png", full_page=True)
     assert page.locator("table.jobs tbody tr").count() == 2
 
 
@@ -229,12 +233,12 @@ def test_pages_read_without_javascript(browser, server, shots):
     try:
         sign_in(page)
         page.goto("/jobs")
-        page.screenshot(path=shots / "11-jobs-no-javascript.png", full_page=True)
+        page.screenshot(path=shots / "13-jobs-no-javascript.png", full_page=True)
         first = page.locator("table.jobs tbody a").first
         if first.count():
             first.click()
             page.wait_for_selector("table.matrix")
-            page.screenshot(path=shots / "12-job-no-javascript.png", full_page=True)
+            page.screenshot(path=shots / "14-job-no-javascript.png", full_page=True)
     finally:
         context.close()
 
@@ -246,7 +250,7 @@ def test_the_hand_off_lights_up_the_matrix(page, server, shots, tmp_path):
     # No probes chosen: the default drill, evidence only where the screen finds something.
     submit_job(page, repository, "python3 handoff.py", ["cpuset=0", "cpuset=0-1"], 5, [])
     wait_for_matrix(page, server)
-    page.screenshot(path=shots / "13-handoff-matrix.png", full_page=True)
+    page.screenshot(path=shots / "15-handoff-matrix.png", full_page=True)
     titles = page.locator("article.finding h3").all_inner_texts()
     assert any("slower with cpuset=0-1" in title for title in titles), titles
     assert page.locator("table.matrix td.heat-3, table.matrix td.heat-4").count() >= 1
