@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import distinct, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from services.models import Finding, Job, JobConfig, JobStatus, Project, Run, RunKind, TestResult, TriageStatus
 
@@ -102,8 +102,9 @@ def job_list(session: Session, project_ids: list[int], *, project_id: int | None
              limit: int = 50, before_id: int | None = None) -> list[JobRow]:
     """Newest jobs first (keyset pagination on the id), with their run and finding counts."""
     visible = _narrowed(project_ids, project_id)
+    # The page lists each job's configurations: load them in one query, not one per row.
     query = (select(Job, Project.name).join(Project).where(Job.project_id.in_(visible))
-             .order_by(Job.id.desc()).limit(limit))
+             .options(selectinload(Job.configs)).order_by(Job.id.desc()).limit(limit))
     if status:
         query = query.where(Job.status == JobStatus(status))
     if before_id:
