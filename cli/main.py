@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,19 @@ def _load_settings() -> Settings:
 
 def _cancel(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _exit_on_domain_errors():
+    """Bad input exits 2, any other domain failure 1, each with its message on stderr."""
+    try:
+        yield
+    except BadInput as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
 
 
 def _progress(message: str) -> None:
@@ -73,26 +87,21 @@ def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, work
     # container is removed on the way out, instead of the process vanishing mid-run.
     signal.signal(signal.SIGTERM, _cancel)
     try:
-        report = run_job(
-            settings,
-            command=list(command),
-            executor_name=executor,
-            image=image,
-            specs=list(specs),
-            repeat=repeat,
-            timeout_s=timeout_s,
-            evidence=evidence,
-            stall_after_s=stall_after_s,
-            workdir=workdir,
-            project=project,
-            progress=_progress,
-        )
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
+        with _exit_on_domain_errors():
+            report = run_job(
+                settings,
+                command=list(command),
+                executor_name=executor,
+                image=image,
+                specs=list(specs),
+                repeat=repeat,
+                timeout_s=timeout_s,
+                evidence=evidence,
+                stall_after_s=stall_after_s,
+                workdir=workdir,
+                project=project,
+                progress=_progress,
+            )
     except Exception as exc:  # the job is marked failed; say why without a wall of traceback
         if os.environ.get("LAGTRACE_DEBUG"):
             raise
@@ -193,14 +202,8 @@ def user_create(username: str, projects: tuple[str, ...], admin: bool, password_
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
-    try:
+    with _exit_on_domain_errors():
         new_user(_load_settings(), username, password, list(projects), admin)
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
     _progress(f"user {username} created" + (" (admin)" if admin else f" with access to {', '.join(projects)}"))
 
 

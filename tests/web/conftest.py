@@ -11,12 +11,10 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from services import migrate
 from services.accounts import create_user
-from services.db import make_engine, make_session_factory
 from services.dispatch import InProcessDispatcher
 from services.settings import Settings
-from services.steps import run_step
+from tests.service_support import in_process_service
 from web import create_combined_app
 
 PASSWORD = "correct horse battery"
@@ -54,34 +52,20 @@ class Dashboard:
         return response.get_data(as_text=True)
 
 
-@pytest.fixture(scope="session")
-def migrated_template(tmp_path_factory) -> Path:
-    """Migrated once and copied per test: migrating costs about 0.5 s."""
-    path = tmp_path_factory.mktemp("web-template") / "lagtrace.db"
-    migrate.upgrade(Settings(database_url=f"sqlite:///{path}"))
-    return path
-
-
 def build_dashboard(database_url: str, tmp_path: Path, *, run_jobs: bool, migrated: bool = False) -> Dashboard:
     settings = Settings(database_url=database_url, work_dir=tmp_path / "work", artifact_dir=tmp_path / "artifacts",
                         allow_file_repositories=True, secret_key="test-secret-key")
-    if not migrated:
-        migrate.upgrade(settings)
-    engine = make_engine(settings)
-    session_factory = make_session_factory(engine)
-    dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step))
-    if run_jobs:
-        dispatcher.start()
-    app = create_combined_app(settings, dispatcher, engine)
+    app, engine, session_factory, dispatcher = in_process_service(settings, create_combined_app, run_jobs=run_jobs,
+                                                                  migrated=migrated)
     made = Dashboard(app.test_client(), settings, session_factory, dispatcher)
     made.engine = engine
     return made
 
 
 @pytest.fixture
-def dashboard(sqlite_url, tmp_path, migrated_template):
+def dashboard(sqlite_url, tmp_path, migrated_sqlite):
     """SQLite and no job execution: for pages over data the test stores itself."""
-    shutil.copy(migrated_template, sqlite_url.removeprefix("sqlite:///"))
+    shutil.copy(migrated_sqlite, sqlite_url.removeprefix("sqlite:///"))
     made = build_dashboard(sqlite_url, tmp_path, run_jobs=False, migrated=True)
     yield made
     made.engine.dispose()
