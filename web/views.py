@@ -63,6 +63,20 @@ def seconds(value: float | None) -> str:
 
 
 @bp.app_template_filter()
+def number(value: Any) -> str:
+    """Metrics as people read them: 4 significant digits, nested numbers too."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {number(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return ", ".join(number(item) for item in value)
+    return str(value)
+
+
+@bp.app_template_filter()
 def when(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "–"
 

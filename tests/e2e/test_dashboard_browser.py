@@ -219,9 +219,11 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     headers = page.locator("table.matrix thead th").all_inner_texts()
     assert headers[1:] == ["cpuset=0", "cpus=1"], headers
     assert "Against job" in page.content()
+    # The rerun stalled again (same threshold): the muted problem stays muted there.
+    stalled = page.locator("article.finding", has_text="stalled past")
+    assert stalled.count() == 1 and "muted" in stalled.inner_text()
     page.screenshot(path=shots / "11-rerun-matrix.png", full_page=True)
 
-    # The muted problem stays muted in the rerun (the fingerprint carries the triage).
     page.goto("/jobs")
     page.screenshot(path=shots / "12-jobs.png", full_page=True)
     assert page.locator("table.jobs tbody tr").count() == 2
