@@ -12,13 +12,14 @@ from flask import Flask, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from services.accounts import SignInFailed
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
 from services.sources import field_path
 from services.tokens import Unauthorized
 
 log = logging.getLogger("lagtrace.api")
 
-STATUS_OF = ((Unauthorized, 401), (NotFound, 404), (Conflict, 409), (BadInput, 422))
+STATUS_OF = ((Unauthorized, 401), (SignInFailed, 401), (NotFound, 404), (Conflict, 409), (BadInput, 422))
 
 
 class BadRequest(Exception):
@@ -28,6 +29,14 @@ class BadRequest(Exception):
         super().__init__(message)
         self.status = status
         self.problems = problems or []
+
+
+def status_of(exc: LagtraceError) -> int:
+    """The HTTP status of a domain error, for the API and the dashboard alike."""
+    for kind, status in STATUS_OF:
+        if isinstance(exc, kind):
+            return status
+    return 500
 
 
 def error_response(status: int, message: str, problems: list[dict] | None = None):
@@ -54,11 +63,11 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(LagtraceError)
     def _domain(exc: LagtraceError):
-        for kind, status in STATUS_OF:
-            if isinstance(exc, kind):
-                return error_response(status, str(exc))
-        log.error("request failed: %s", exc)
-        return error_response(500, f"internal error: {exc}")
+        status = status_of(exc)
+        if status == 500:
+            log.error("request failed: %s", exc)
+            return error_response(500, f"internal error: {exc}")
+        return error_response(status, str(exc))
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,19 @@ def _load_settings() -> Settings:
 
 def _cancel(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _exit_on_domain_errors():
+    """Bad input exits 2, any other domain failure 1, each with its message on stderr."""
+    try:
+        yield
+    except BadInput as exc:
+        click.echo(f"lagtrace: error: {exc}", err=True)
+        sys.exit(2)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
 
 
 def _progress(message: str) -> None:
@@ -73,26 +87,21 @@ def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, work
     # container is removed on the way out, instead of the process vanishing mid-run.
     signal.signal(signal.SIGTERM, _cancel)
     try:
-        report = run_job(
-            settings,
-            command=list(command),
-            executor_name=executor,
-            image=image,
-            specs=list(specs),
-            repeat=repeat,
-            timeout_s=timeout_s,
-            evidence=evidence,
-            stall_after_s=stall_after_s,
-            workdir=workdir,
-            project=project,
-            progress=_progress,
-        )
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
+        with _exit_on_domain_errors():
+            report = run_job(
+                settings,
+                command=list(command),
+                executor_name=executor,
+                image=image,
+                specs=list(specs),
+                repeat=repeat,
+                timeout_s=timeout_s,
+                evidence=evidence,
+                stall_after_s=stall_after_s,
+                workdir=workdir,
+                project=project,
+                progress=_progress,
+            )
     except Exception as exc:  # the job is marked failed; say why without a wall of traceback
         if os.environ.get("LAGTRACE_DEBUG"):
             raise
@@ -121,7 +130,8 @@ def migrate() -> None:
 @click.option("--port", type=int, default=8080, show_default=True)
 @click.option("--threads", type=int, default=8, show_default=True, help="Request threads.")
 def serve(host: str, port: int, threads: int) -> None:
-    """Serve the API. Without LAGTRACE_BROKER_URL jobs run in this process, one at a time."""
+    """Serve the API (/api/v1) and the dashboard (/). Without LAGTRACE_BROKER_URL jobs run in
+    this process, one at a time."""
     from cli.service import serve as serve_api
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -168,6 +178,33 @@ def token_create(project: str, name: str) -> None:
     except LagtraceError as exc:
         click.echo(f"lagtrace: failed: {exc}", err=True)
         sys.exit(1)
+
+
+@cli.group()
+def user() -> None:
+    """Dashboard accounts."""
+
+
+@user.command("create")
+@click.argument("username")
+@click.option("--project", "projects", multiple=True, metavar="NAME",
+              help="A project the user may see and act on (made if new). Repeatable.")
+@click.option("--admin", is_flag=True, help="May see every project.")
+@click.option("--password-stdin", is_flag=True,
+              help="Read the password from the first line of stdin instead of prompting (for scripts).")
+def user_create(username: str, projects: tuple[str, ...], admin: bool, password_stdin: bool) -> None:
+    """Create a dashboard account with a password (stored as a salted scrypt hash)."""
+    from cli.service import new_user
+
+    if not projects and not admin:
+        raise click.UsageError("give --project NAME (repeatable) or --admin: a user who sees nothing cannot work")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    with _exit_on_domain_errors():
+        new_user(_load_settings(), username, password, list(projects), admin)
+    _progress(f"user {username} created" + (" (admin)" if admin else f" with access to {', '.join(projects)}"))
 
 
 @cli.command()

@@ -12,6 +12,7 @@ from services.errors import LagtraceError
 from services.reconcile import reconcile
 from services.settings import Settings
 from services.steps import run_step
+from services.accounts import create_user
 from services.tokens import create_token
 
 log = logging.getLogger("lagtrace.serve")
@@ -42,7 +43,7 @@ def _reconcile_forever(session_factory, settings: Settings, dispatcher: Dispatch
 def serve(settings: Settings, host: str, port: int, threads: int) -> None:
     import waitress
 
-    from api import create_app
+    from web import create_combined_app
 
     engine = _current_engine(settings)
     session_factory = make_session_factory(engine)
@@ -62,7 +63,7 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
         threading.Thread(target=_reconcile_forever, args=(session_factory, settings, dispatcher, stop),
                          name="lagtrace-reconciler", daemon=True).start()
         log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
-    app = create_app(settings, dispatcher, engine)
+    app = create_combined_app(settings, dispatcher, engine)
     try:
         waitress.serve(app, host=host, port=port, threads=threads, ident="lagtrace")
     finally:
@@ -85,12 +86,21 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> N
     app.worker_main(argv)
 
 
-def new_token(settings: Settings, project: str, name: str) -> str:
+def _committed(settings: Settings, action):
+    """Run ``action(session)`` in one transaction on a database at the current schema."""
     engine = _current_engine(settings)
     try:
         with make_session_factory(engine)() as session:
-            token = create_token(session, project, name)
+            result = action(session)
             session.commit()
-            return token
+            return result
     finally:
         engine.dispose()
+
+
+def new_token(settings: Settings, project: str, name: str) -> str:
+    return _committed(settings, lambda session: create_token(session, project, name))
+
+
+def new_user(settings: Settings, username: str, password: str, projects: list[str], admin: bool) -> None:
+    _committed(settings, lambda session: create_user(session, username, password, projects=projects, admin=admin))

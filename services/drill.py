@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,20 +65,23 @@ class Target:
     summaries: dict[str, Summary]  # timing summaries per configuration label
 
 
-def narrow_to_test(command: list[str], node_id: str, workdir: Path) -> list[str]:
+def narrow_to_test(command: list[str], node_id: str, workdir: Path | None,
+                   is_test_path: Callable[[str], bool] | None = None) -> list[str]:
     """The pytest command with its test paths replaced by one node id.
 
     pytest runs the union of its positional paths, so appending the node id alone would
     still run everything: existing paths among the arguments (not values of path
-    options) are dropped first.
+    options) are dropped first. Without a checkout (a rerun is planned before its code
+    is fetched) ``is_test_path`` decides instead of the file system.
     """
+    if is_test_path is None:
+        is_test_path = lambda path: os.path.exists(os.path.join(workdir, path))  # noqa: E731
     kept: list[str] = []
     previous = ""
     for argument in command:
         is_value = previous in _PYTEST_PATH_OPTIONS
         path_part = argument.split("::", 1)[0]
-        if (kept and not argument.startswith("-") and not is_value
-                and os.path.exists(os.path.join(workdir, path_part))):
+        if kept and not argument.startswith("-") and not is_value and is_test_path(path_part):
             previous = argument
             continue
         kept.append(argument)

@@ -322,3 +322,29 @@ class TriageEvent(Base):
     assignee: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+# --- The dashboard: people who sign in, and the projects each may see. ---
+
+
+class User(Base):
+    """A local dashboard account. Only a salted scrypt hash of the password is stored."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    username: Mapped[str] = mapped_column(String(200), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    # Admins see every project; everyone else the projects they are a member of.
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_sign_in_at: Mapped[dt.datetime | None] = mapped_column()
+
+    projects: Mapped[list[Project]] = relationship(secondary="project_members", order_by="Project.name")
+
+
+class ProjectMember(Base):
+    __tablename__ = "project_members"
+
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)

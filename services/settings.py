@@ -74,6 +74,14 @@ class Settings(BaseSettings):
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False
+    # --- The dashboard -----------------------------------------------------------
+    # Signs the sign-in cookie. Unset: a random key per process (everyone signs in again
+    # after a restart, and replicas do not share sign-ins): set it when deploying.
+    secret_key: SecretStr | None = None
+    # Sign-in cookies are Secure (HTTPS only; browsers also accept them on
+    # http://127.0.0.1 and localhost). Off only for a plain-HTTP deployment on another host.
+    cookie_secure: bool = True
+    session_hours: float = Field(12.0, gt=0)
 
     @model_validator(mode="after")
     def _time_limits_nest(self) -> "Settings":

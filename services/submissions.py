@@ -15,11 +15,14 @@ from sqlalchemy.orm import Session
 
 from services.configs import CpuConfig, parse_spec
 from services.dispatch import NOTIFY, PREPARE, Step
+from services.drill import narrow_to_test
 from services.errors import BadInput, Conflict, NotFound
 from services.executors import EXECUTORS
 from services.jobs import create_job, mark_finished
 from services.jobspec import MAX_CPU, JobSpec
-from services.models import Job, JobSource, JobStatus, JobTask, Project, Run, RunKind, TaskState, utcnow
+from services.models import (
+    Job, JobConfig, JobSource, JobStatus, JobTask, Project, Run, RunKind, TaskState, TestResult, utcnow,
+)
 from services.report import build_report
 from services.settings import Settings
 from services.sources import check_archive, check_ref, check_repository_url
@@ -98,16 +101,32 @@ def submit_job(
     return job, [add_task(session, job, settings, PREPARE)]
 
 
+def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[str]:
+    """The parent's command, or for one test the pytest command narrowed to its node id."""
+    if test_id is None:
+        return parent.command
+    ran = session.scalar(select(func.count()).select_from(TestResult).join(Run).join(JobConfig)
+                         .where(JobConfig.job_id == parent.id, TestResult.test_id == test_id))
+    if not ran:
+        raise BadInput(f"test: {test_id!r} did not run in job {parent.id}")
+    node_path = test_id.split("::", 1)[0]
+    # The rerun is planned before its checkout exists, so test paths are told apart by
+    # name: the node's own file, a directory holding it, or any other test module.
+    return narrow_to_test(parent.command, test_id, None, is_test_path=lambda path: (
+        path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")))
+
+
 def rerun_job(session: Session, settings: Settings, parent: Job, *, configs: list[str], repeat: int | None = None,
-              timeout_s: float | None = None, origin: str = "api") -> tuple[Job, list[Step]]:
-    """A new job on the parent's code (its resolved commit) under other configurations."""
+              timeout_s: float | None = None, origin: str = "api", test_id: str | None = None) -> tuple[Job, list[Step]]:
+    """A new job on the parent's code (its resolved commit) under other configurations,
+    for the whole command or (``test_id``) one of its tests."""
     source = session.get(JobSource, parent.id)
     if source is None:
         raise Conflict(f"job {parent.id} was run with `lagtrace run`, not through the service: rerun it there")
     if not parent.command:
         raise Conflict(f"job {parent.id} has not read its .lagtrace.yml yet: rerun it once it is running")
     spec = JobSpec(
-        command=parent.command, configs=configs or [c.label for c in parent.configs],
+        command=_rerun_command(session, parent, test_id), configs=configs or [c.label for c in parent.configs],
         repeat=repeat or parent.repeat, timeout_s=timeout_s or parent.timeout_s, evidence=parent.probes,
         stall_after_s=parent.stall_after_s, executor=parent.executor, image=source.image,
     )

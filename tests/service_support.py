@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from services import migrate
+from services.db import make_engine, make_session_factory
+from services.dispatch import InProcessDispatcher
 from services.github import sign
+from services.settings import Settings
+from services.steps import run_step
 from tests.conftest import EXAMPLES
 
 SECRET = "webhook-test-secret"
@@ -102,3 +107,16 @@ def push_payload(clone_url: str, head: str, full_name: str = "octo/demo") -> dic
 def delivery_headers(body: bytes, delivery: str, event: str = "push", secret: str = SECRET) -> dict:
     return {"X-Hub-Signature-256": sign(secret, body), "X-GitHub-Delivery": delivery, "X-GitHub-Event": event,
             "Content-Type": "application/json"}
+
+
+def in_process_service(settings: Settings, make_app, *, run_jobs: bool, migrated: bool):
+    """An app from ``make_app(settings, dispatcher, engine)`` whose jobs run in a thread of
+    this process (started only with ``run_jobs``); returns app, engine, sessions, dispatcher."""
+    if not migrated:
+        migrate.upgrade(settings)
+    engine = make_engine(settings)
+    session_factory = make_session_factory(engine)
+    dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step))
+    if run_jobs:
+        dispatcher.start()
+    return make_app(settings, dispatcher, engine), engine, session_factory, dispatcher

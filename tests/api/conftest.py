@@ -14,13 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import create_app
-from services import migrate
-from services.db import make_engine, make_session_factory
 from services.dispatch import InProcessDispatcher
 from services.settings import Settings
-from services.steps import run_step
 from services.tokens import create_token
-from tests.service_support import SECRET, GitHubServer
+from tests.service_support import SECRET, GitHubServer, in_process_service
 
 
 @dataclass
@@ -68,27 +65,13 @@ def github_server():
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def migrated_sqlite(tmp_path_factory) -> Path:
-    """One migrated SQLite file, copied by each test: migrating per test costs 0.5 s."""
-    path = tmp_path_factory.mktemp("template") / "lagtrace.db"
-    migrate.upgrade(Settings(database_url=f"sqlite:///{path}"))
-    return path
-
-
 def build_api(database_url: str, tmp_path: Path, github_url: str, *, run_jobs: bool = True, migrated: bool = False,
               **overrides) -> Api:
     settings = Settings(database_url=database_url, work_dir=tmp_path / "work", artifact_dir=tmp_path / "artifacts",
                         allow_file_repositories=True, github_webhook_secret=SECRET, github_api_url=github_url,
                         github_token="test-token", public_url="http://lagtrace.test", **overrides)
-    if not migrated:
-        migrate.upgrade(settings)
-    engine = make_engine(settings)
-    session_factory = make_session_factory(engine)
-    dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step))
-    if run_jobs:
-        dispatcher.start()
-    app = create_app(settings, dispatcher, engine)
+    app, engine, session_factory, dispatcher = in_process_service(settings, create_app, run_jobs=run_jobs,
+                                                                  migrated=migrated)
     with session_factory() as session:
         token = create_token(session, "demo", "alice")
         session.commit()

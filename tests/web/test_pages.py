@@ -1,0 +1,215 @@
+"""The pages over a stored job: inbox, job list, matrix, plots, evidence viewers, triage,
+artifacts, reruns. Pages are read as HTML without JavaScript."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+
+from sqlalchemy import select
+
+from services.models import Finding, Job, JobStatus, TriageEvent
+from services.submissions import _rerun_command
+from tests.web.conftest import PASSWORD
+from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
+
+
+def _signed_in_with_jobs(dashboard, count: int = 1) -> list[int]:
+    dashboard.add_user("ann", ["demo"])
+    ids = []
+    with dashboard.session_factory() as session:
+        start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+        for i in range(count):
+            ids.append(store_handoff_job(session, dashboard.settings, created_at=start + dt.timedelta(days=i)).id)
+        session.commit()
+    assert dashboard.sign_in("ann").status_code == 302
+    return ids
+
+
+def test_inbox_groups_by_fingerprint_sorted_by_impact(dashboard):
+    ids = _signed_in_with_jobs(dashboard, count=3)
+    html = dashboard.page("/")
+    rows = re.findall(r"<tr>\s*<td><span class=\"sev.*?</tr>", html, re.S)
+    assert len(rows) == 3  # three problems, each seen in three jobs, not nine rows
+    # cpu_sensitivity (90x x 3 jobs) outranks the 1x kinds; each row says 3 jobs, first and last seen.
+    assert "90.0x slower" in rows[0] and ">270.0<" in rows[0]
+    assert all(">3<" in row for row in rows)
+    assert "2026-11-01" in rows[0] and "2026-11-03" in rows[0]
+    assert f'href="/jobs/{ids[-1]}"' in rows[0]  # last seen links the newest job
+
+
+def test_inbox_filters_by_kind_severity_status_and_project(dashboard):
+    _signed_in_with_jobs(dashboard)
+    assert "futex holds" not in dashboard.page("/?kind=gil_contention")
+    assert "threads wait for the GIL" in dashboard.page("/?kind=gil_contention")
+    medium = dashboard.page("/?severity=medium")
+    assert "futex holds" in medium and "90.0x" not in medium
+    assert "No findings match" in dashboard.page("/?status=muted")
+    assert "No findings match" in dashboard.page("/?project=999")
+    assert dashboard.client.get("/?status=bogus").status_code == 422
+
+
+def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    html = dashboard.page(f"/jobs/{job_id}")
+    assert html.index("Findings (3)") < html.index("test × CPU configuration")
+    matrix = html[html.index('class="matrix"'):]
+    row = matrix[matrix.index(TEST_SLOW):].split("</tr>")[0]
+    # cpuset=0 is the fastest (1.0x, green); cpuset=0-1 is ~94x (the hottest band).
+    assert re.search(r'class="num heat-0">20\.0 ms <span class="n">n=5</span><br><span class="ratio">1\.0×', row)
+    assert re.search(r'class="num heat-4">1\.90 s <span class="n">n=5</span><br><span class="ratio">95\.0×', row)
+    # The slowest-spreading test is listed before the steady one; the whole command comes first.
+    assert matrix.index("(whole command)") < matrix.index(TEST_SLOW) < matrix.index(TEST_STEADY)
+    assert "Rerun with other CPU configurations" in html and 'name="csrf_token"' in html
+
+
+def test_a_running_job_page_follows_progress_without_javascript(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        session.get(Job, job_id).status = JobStatus.running
+        session.commit()
+    html = dashboard.page(f"/jobs/{job_id}")
+    assert '<noscript><meta http-equiv="refresh" content="2"></noscript>' in html
+    assert "<progress" in html and "Progress:" in html
+    progress = dashboard.client.get(f"/jobs/{job_id}/progress").get_json()
+    assert progress["status"] == "running" and progress["runs_done"] == 10 and progress["phase"] == "screening"
+
+
+def test_test_page_plots_the_distribution_and_history(dashboard):
+    first, second = _signed_in_with_jobs(dashboard, count=2)
+    html = dashboard.page(f"/jobs/{second}/test?id={TEST_SLOW}")
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    assert svg.count('class="dot"') == 10  # five runs in each of two configurations
+    assert "log scale" in svg and "cpuset=0-1" in svg and 'class="median"' in svg
+    assert f'href="/jobs/{first}/test?id=' in html and "(this job)" in html  # history across jobs
+    assert html.count('class="series') >= 2  # the trend lines
+    whole = dashboard.page(f"/jobs/{second}/test")
+    assert "The whole command" in whole and "5.40 s" in whole
+    assert dashboard.client.get(f"/jobs/{second}/test?id=nope").status_code == 404
+
+
+def test_finding_page_shows_stacks_with_the_gil_highlighted(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        gil = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "gil_contention"))
+    html = dashboard.page(f"/findings/{gil.id}")
+    assert re.search(r'class="thread gil-waiter\s*"', html) and "Waiting for the GIL</span>" in html
+    assert re.search(r'class="thread\s+gil-holder"', html) and "holds the GIL" in html
+    assert "call_soon_threadsafe" in html and "active+gil" in html
+    assert "current thread (ran the dump" in html  # faulthandler
+
+
+def test_strace_table_sorts_on_the_server_and_highlights_waits(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        futex = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
+    html = dashboard.page(f"/findings/{futex.id}")
+    table = html[html.index('class="strace'):]
+    assert table.index("<code>futex</code>") < table.index("<code>read</code>")  # by % time
+    assert re.search(r'<tr class="wait">\s*<td><code>futex</code>', table)
+    assert re.search(r'<tr class="wait">\s*<td><code>epoll_wait</code>', table)
+    assert re.search(r'<tr class="">\s*<td><code>read</code>', table)
+    by_calls = dashboard.page(f"/findings/{futex.id}?sort=calls")
+    table = by_calls[by_calls.index('class="strace'):]
+    assert table.index("<code>read</code>") < table.index("<code>futex</code>")
+
+
+def test_flame_graph_is_served_decompressed_same_origin_with_a_strict_policy(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        futex = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
+    html = dashboard.page(f"/findings/{futex.id}")
+    src = re.search(r'<object class="flamegraph" type="image/svg\+xml" data="([^"]+)"', html).group(1)
+    response = dashboard.client.get(src)
+    assert response.status_code == 200 and response.mimetype == "image/svg+xml"
+    body = response.get_data(as_text=True)
+    assert "<svg" in body and "call_soon_threadsafe" in body
+    policy = response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "sandbox" in policy and "script-src" not in policy
+    download = dashboard.client.get(src + "?download=1")
+    assert download.headers["Content-Disposition"].startswith("attachment")
+    assert "script-src 'self'" in dashboard.client.get("/").headers["Content-Security-Policy"]
+
+
+def test_triage_records_who_changed_what(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        finding_id = session.scalar(select(Finding.id).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
+    response = dashboard.post(f"/findings/{finding_id}/triage",
+                              {"status": "muted", "assignee": "bob", "note": "known: upstream busy loop"})
+    assert response.status_code == 302
+    html = dashboard.page(f"/findings/{finding_id}")
+    assert "is now muted" in html
+    assert re.search(r"<strong>ann</strong> set <span class=\"status status-muted\">muted</span>, assignee bob: "
+                     r"“known: upstream busy loop”", html)
+    with dashboard.session_factory() as session:
+        events = session.scalars(select(TriageEvent).where(TriageEvent.finding_id == finding_id)).all()
+        assert [(e.actor, e.status.value, e.assignee) for e in events] == [("ann", "muted", "bob")]
+    assert "No findings match" not in dashboard.page("/?status=muted")
+    with dashboard.session_factory() as session:
+        sensitive = session.scalar(select(Finding.id).where(Finding.kind == "cpu_sensitivity"))
+    assert "<th>ratio</th><td><code>90</code>" in dashboard.page(f"/findings/{sensitive}")  # 4 significant digits
+
+
+def test_rerun_form_makes_a_linked_job_with_other_configurations(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    response = dashboard.post(f"/jobs/{job_id}/rerun", {"config": ["cpus=0.5"], "other_configs": "cpus=1,cpuset=0\n",
+                                                        "repeat": "3"}, form_page=f"/jobs/{job_id}")
+    assert response.status_code == 302
+    child_id = int(response.headers["Location"].rsplit("/", 1)[1])
+    with dashboard.session_factory() as session:
+        child = session.get(Job, child_id)
+        assert child.parent_id == job_id and child.repeat == 3
+        assert [c.label for c in child.configs] == ["cpus=0.5", "cpus=1,cpuset=0"]
+        assert child.command == ["python3", "-m", "pytest", "tests/test_ws.py"]
+    html = dashboard.page(f"/jobs/{child_id}")
+    assert f"Rerun of job {job_id} queued as job {child_id}" in html and "Progress:" in html
+
+
+def test_rerun_of_one_test_narrows_the_command_and_bad_input_goes_back_to_the_form(dashboard):
+    job_id, = _signed_in_with_jobs(dashboard)
+    response = dashboard.post(f"/jobs/{job_id}/rerun", {"config": ["cpuset=0"], "repeat": "2", "test_id": TEST_SLOW},
+                              form_page=f"/jobs/{job_id}")
+    with dashboard.session_factory() as session:
+        child = session.get(Job, int(response.headers["Location"].rsplit("/", 1)[1]))
+        assert child.command == ["python3", "-m", "pytest", TEST_SLOW]
+        parent = session.get(Job, job_id)
+        assert _rerun_command(session, parent, None) == parent.command
+    page = f"/jobs/{job_id}"
+    response = dashboard.client.post(f"/jobs/{job_id}/rerun", data={"config": ["cpus=banana"],
+                                                                   "csrf_token": dashboard.csrf(page)},
+                                     headers={"Referer": "http://localhost" + page})
+    assert response.status_code == 302 and response.headers["Location"].endswith(page)
+    assert "cpus=banana" in dashboard.page(page)  # the flash message says what to change
+
+
+def test_jobs_list_pages_and_filters(dashboard):
+    ids = _signed_in_with_jobs(dashboard, count=3)
+    html = dashboard.page("/jobs")
+    assert html.index(f"#{ids[2]}") < html.index(f"#{ids[0]}")  # newest first
+    assert re.search(rf"#{ids[0]}</a>.*?<td class=\"num\">11</td>\s*<td class=\"num\">3</td>", html, re.S)
+    assert f"#{ids[0]}" not in dashboard.page(f"/jobs?before={ids[0]}") and "No jobs yet" in dashboard.page(
+        f"/jobs?before={ids[0]}")
+    assert "No jobs yet" in dashboard.page("/jobs?status=failed")
+
+
+def test_submit_form_runs_a_job_end_to_end(running_dashboard, tmp_path):
+    from tests.service_support import make_repository
+
+    url, _ = make_repository(tmp_path / "repo", None)
+    running_dashboard.add_user("ann", ["demo"])
+    running_dashboard.sign_in("ann")
+    form = running_dashboard.page("/jobs/new")
+    project_id = re.search(r'<option value="(\d+)">demo</option>', form).group(1)
+    response = running_dashboard.post("/jobs/new", {
+        "project": project_id, "repository": url, "command": "python3 steady.py", "config": ["cpuset=0", "cpuset=0-1"],
+        "repeat": "2", "evidence": "none", "executor": "local"}, form_page="/jobs/new")
+    assert response.status_code == 302, response.get_data(as_text=True)
+    job_path = response.headers["Location"]
+    deadline = time.monotonic() + 120
+    while "Progress:" in (html := running_dashboard.page(job_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert 'class="matrix"' in html, html
+    assert "(whole command)" in html and "cpuset=0-1" in html
+    assert PASSWORD not in html

@@ -1,0 +1,84 @@
+"""Who is signed in, CSRF tokens for every form, and which projects the user may see."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from flask import abort, g, redirect, request, session, url_for
+
+from api.context import db
+from services.accounts import visible_project_ids
+from services.errors import NotFound
+from services.models import Finding, Job, User
+
+CSRF_FIELD = "csrf_token"
+# Reachable without signing in: the sign-in page itself and the stylesheet/script.
+PUBLIC_ENDPOINTS = {"web.sign_in", "web.static"}
+
+
+def csrf_token() -> str:
+    """This session's token, made on first use; every form carries it in a hidden field."""
+    if CSRF_FIELD not in session:
+        session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    return session[CSRF_FIELD]
+
+
+def check_csrf() -> None:
+    """Reject a state-changing request whose form token is not the session's.
+
+    Checked for every non-GET request of the dashboard, before the view runs, so no
+    form can forget it (the sign-in form included: that stops login CSRF).
+    """
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    sent = request.form.get(CSRF_FIELD, "")
+    expected = session.get(CSRF_FIELD, "")
+    if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+        abort(400, description="the form's CSRF token is missing or stale: reload the page and submit again")
+
+
+def load_user():
+    """Before every dashboard request: CSRF, then the signed-in user (or off to sign in)."""
+    check_csrf()
+    user_id = session.get("user_id")
+    user = db().get(User, user_id) if user_id is not None else None
+    g.user = user
+    if user is None and request.endpoint not in PUBLIC_ENDPOINTS:
+        return redirect(url_for("web.sign_in", next=request.full_path if request.query_string else request.path))
+    return None
+
+
+def start_session(user: User) -> None:
+    # A fresh session (and CSRF token) on sign-in, so a token planted before it is useless.
+    session.clear()
+    session.permanent = True
+    session["user_id"] = user.id
+    csrf_token()
+
+
+def project_ids() -> list[int]:
+    if "project_ids" not in g:
+        g.project_ids = visible_project_ids(db(), g.user)
+    return g.project_ids
+
+
+def visible_job(job_id: int) -> Job:
+    job = db().get(Job, job_id)
+    if job is None or job.project_id not in project_ids():
+        raise NotFound(f"job {job_id} does not exist or is in a project you cannot see")
+    return job
+
+
+def visible_finding(finding_id: int) -> Finding:
+    finding = db().get(Finding, finding_id)
+    if finding is None or finding.job.project_id not in project_ids():
+        raise NotFound(f"finding {finding_id} does not exist or is in a project you cannot see")
+    return finding
+
+
+def safe_next(target: str | None) -> str:
+    """Only a local path: ?next= must not send a signed-in user to another site."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return url_for("web.inbox")

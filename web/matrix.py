@@ -1,0 +1,62 @@
+"""The test x configuration matrix of a finished job, shaped from its v1 report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Colour bands by slowdown against the row's fastest configuration; 2x is where the
+# cpu_sensitivity rule starts to speak, so the first warm colour begins there.
+BANDS = ((1.25, "heat-0"), (2.0, "heat-1"), (4.0, "heat-2"), (10.0, "heat-3"))
+
+
+def heat(ratio: float | None) -> str:
+    if ratio is None:
+        return "heat-none"
+    for limit, name in BANDS:
+        if ratio < limit:
+            return name
+    return "heat-4"
+
+
+@dataclass
+class Cell:
+    median: float | None
+    n: int
+    ratio: float | None
+
+    @property
+    def css(self) -> str:
+        return heat(self.ratio)
+
+
+@dataclass
+class Row:
+    test_id: str | None  # None: the whole command
+    cells: list[Cell]
+
+    @property
+    def spread(self) -> float:
+        ratios = [c.ratio for c in self.cells if c.ratio is not None]
+        return max(ratios) if ratios else 0.0
+
+
+def _row(test_id: str | None, medians: dict[str, tuple[float | None, int]], labels: list[str]) -> Row:
+    known = [m for m, _ in medians.values() if m]
+    fastest = min(known) if known else None
+    cells = []
+    for label in labels:
+        median, n = medians.get(label, (None, 0))
+        cells.append(Cell(median, n, median / fastest if median and fastest else None))
+    return Row(test_id, cells)
+
+
+def build_matrix(report: dict[str, Any]) -> tuple[list[str], list[Row]]:
+    """Column labels and rows: the whole command first, then tests, widest spread first."""
+    labels = [c["label"] for c in report["configs"]]
+    command = _row(None, {c["label"]: ((c["wall_s"] or {}).get("median"), len(c["runs"]))
+                          for c in report["configs"]}, labels)
+    tests = [_row(t["id"], {c["label"]: (c.get("median"), c.get("n", 0)) for c in t["configs"]}, labels)
+             for t in report["tests"]]
+    tests.sort(key=lambda row: -row.spread)
+    return labels, [command, *tests]

@@ -1,0 +1,125 @@
+"""Server-rendered SVG plots: readable without JavaScript, no chart library to vendor."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from markupsafe import Markup, escape
+
+WIDTH, ROW_HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 720, 46, 150, 20, 10, 36
+# A log axis once the spread is this wide: a 90x hand-off would squash the fast
+# configuration into one pixel on a linear axis.
+LOG_ABOVE = 20.0
+
+
+def _seconds(value: float) -> str:
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 0.001:
+        return f"{value * 1000:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
+def _ticks(low: float, high: float, log: bool) -> list[float]:
+    if log:
+        return [10.0**e for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)]
+    step = 10 ** math.floor(math.log10((high - low) or high or 1))
+    while (high - low) / step > 6:
+        step *= 2
+    start = math.floor(low / step) * step
+    return [start + i * step for i in range(int((high - start) / step) + 2)]
+
+
+def strip_plot(samples: dict[str, list[float]], title: str) -> Markup:
+    """Every run as a dot per configuration, with the interquartile box and the median."""
+    rows = [(label, sorted(v)) for label, v in samples.items() if v]
+    if not rows:
+        return Markup('<p class="muted">No timing runs to plot.</p>')
+    everything = [value for _, values in rows for value in values]
+    low, high = min(everything), max(everything)
+    log = low > 0 and high / low > LOG_ABOVE
+    ticks = _ticks(low, high, log)
+    axis_low, axis_high = (min(ticks[0], low), max(ticks[-1], high)) if log else (min(0.0, low), ticks[-1])
+    if axis_high <= axis_low:
+        axis_high = axis_low + 1
+
+    def x(value: float) -> float:
+        if log:
+            share = (math.log10(value) - math.log10(axis_low)) / (math.log10(axis_high) - math.log10(axis_low))
+        else:
+            share = (value - axis_low) / (axis_high - axis_low)
+        return LEFT + share * (WIDTH - LEFT - RIGHT)
+
+    height = TOP + ROW_HEIGHT * len(rows) + BOTTOM
+    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+             f'width="{WIDTH}" height="{height}" role="img" aria-label="{escape(title)}">',
+             f"<title>{escape(title)}</title>"]
+    axis_y = TOP + ROW_HEIGHT * len(rows)
+    for tick in ticks:
+        if axis_low <= tick <= axis_high:
+            tx = x(tick)
+            parts.append(f'<line class="grid" x1="{tx:.1f}" y1="{TOP}" x2="{tx:.1f}" y2="{axis_y}"/>')
+            parts.append(f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+                         f"{escape(_seconds(tick))}</text>")
+    parts.append(f'<text class="tick" x="{WIDTH - RIGHT}" y="{axis_y + 32}" text-anchor="end">'
+                 f'{"log scale" if log else "linear scale"}</text>')
+    for i, (label, values) in enumerate(rows):
+        middle = TOP + ROW_HEIGHT * i + ROW_HEIGHT / 2
+        q1, q3 = _quartiles(values)
+        median = statistics.median(values)
+        parts.append(f'<text class="label" x="{LEFT - 10}" y="{middle + 4:.1f}" text-anchor="end">{escape(label)}</text>')
+        parts.append(f'<rect class="box" x="{x(q1):.1f}" y="{middle - 12:.1f}" width="{max(1.0, x(q3) - x(q1)):.1f}" '
+                     f'height="24"><title>{escape(label)}: interquartile {escape(_seconds(q1))} .. '
+                     f"{escape(_seconds(q3))}</title></rect>")
+        parts.append(f'<line class="median" x1="{x(median):.1f}" y1="{middle - 15:.1f}" x2="{x(median):.1f}" '
+                     f'y2="{middle + 15:.1f}"><title>median {escape(_seconds(median))}</title></line>')
+        for j, value in enumerate(values):
+            # Deterministic jitter: the same job always draws the same picture.
+            offset = ((j * 7) % 11 - 5) * 1.6
+            parts.append(f'<circle class="dot" cx="{x(value):.1f}" cy="{middle + offset:.1f}" r="3.5">'
+                         f"<title>{escape(label)} run {j + 1}: {escape(_seconds(value))}</title></circle>")
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def trend_plot(history: list[dict], labels: list[str], title: str) -> Markup:
+    """Median per configuration across jobs, oldest left: is it getting worse?"""
+    points = [(i, label, entry["medians"][label]) for i, entry in enumerate(history)
+              for label in labels if label in entry["medians"]]
+    if len(history) < 2 or not points:
+        return Markup("")
+    width, height, left, top, bottom = 720, 180, 60, 12, 28
+    high = max(value for _, _, value in points) * 1.1 or 1.0
+
+    def xy(i: int, value: float) -> tuple[float, float]:
+        return (left + i * (width - left - 20) / (len(history) - 1),
+                top + (1 - value / high) * (height - top - bottom))
+
+    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+             f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+             f'<text class="tick" x="{left - 6}" y="{top + 8}" text-anchor="end">{escape(_seconds(high))}</text>',
+             f'<text class="tick" x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
+             f'<line class="grid" x1="{left}" y1="{height - bottom}" x2="{width - 20}" y2="{height - bottom}"/>']
+    for n, label in enumerate(labels):
+        line = [(i, value) for i, lab, value in points if lab == label]
+        if not line:
+            continue
+        path = " ".join(f"{'M' if k == 0 else 'L'}{xy(i, v)[0]:.1f},{xy(i, v)[1]:.1f}" for k, (i, v) in enumerate(line))
+        parts.append(f'<path class="series s{n % 6}" d="{path}"><title>{escape(label)}</title></path>')
+        for i, value in line:
+            px, py = xy(i, value)
+            parts.append(f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="3">'
+                         f'<title>job {history[i]["job_id"]}, {escape(label)}: {escape(_seconds(value))}</title></circle>')
+    for i, entry in enumerate(history):
+        px, _ = xy(i, 0)
+        parts.append(f'<text class="tick" x="{px:.1f}" y="{height - 8}" text-anchor="middle">#{entry["job_id"]}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -1,0 +1,363 @@
+"""Dashboard pages. Thin: read the request, call services/, render a template."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from flask import (
+    Blueprint, Response, flash, g, jsonify, redirect, render_template, request, send_file, session, url_for,
+)
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from api.context import ctx, db
+from api.errors import status_of, validation_problems
+from api.schemas import Rerun
+from services import dashboard, submissions, triage
+from services.accounts import SignInFailed, require_project, sign_in, visible_projects
+from services.artifacts import make_artifact_store
+from services.dispatch import send_all
+from services.errors import BadInput, LagtraceError, NotFound
+from services.jobspec import JobSpec
+from services.models import Evidence, JobStatus, TriageStatus
+from services.probes import PROBES
+from services.samples import collect
+from web import auth
+from web.matrix import build_matrix
+from web.plots import strip_plot, trend_plot
+
+bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
+bp.before_request(auth.load_user)
+
+# The configurations this deployment's forms offer as checkboxes; others are typed in.
+COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
+SEVERITIES = ("high", "medium", "low", "info")
+# Syscalls that mean waiting or polling: the strace table highlights them.
+WAIT_SYSCALLS = {"futex", "poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
+                 "nanosleep", "clock_nanosleep", "wait4", "waitid", "sched_yield"}
+STRACE_SORTS = {"pct_time", "seconds", "usecs_per_call", "calls", "errors", "name"}
+# The dashboard's own pages may load only same-origin scripts, styles and images; the
+# inline SVG plots need no script. Flame graphs are same-origin <object>s (see artifact()).
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'self'; "
+            "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+# Served artifacts (a flame graph SVG opened directly or embedded) run nothing: no
+# script, no external load, sandboxed; the SVG's own inline styles are allowed.
+ARTIFACT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
+
+
+@bp.app_template_global()
+def csrf_token() -> str:
+    return auth.csrf_token()
+
+
+@bp.app_template_filter()
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 0.001:
+        return f"{value * 1000:.1f} ms"
+    return f"{value * 1e6:.0f} µs"
+
+
+@bp.app_template_filter()
+def number(value: Any) -> str:
+    """Metrics as people read them: 4 significant digits, nested numbers too."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {number(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return ", ".join(number(item) for item in value)
+    return str(value)
+
+
+@bp.app_template_filter()
+def when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M") if value else "–"
+
+
+@bp.after_request
+def _headers(response: Response) -> Response:
+    response.headers.setdefault("Content-Security-Policy", PAGE_CSP)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    if getattr(g, "user", None) is not None:
+        response.headers["Cache-Control"] = "private, no-store"  # pages show project data
+    return response
+
+
+def _error_page(status: int, message: str):
+    back = request.referrer
+    if request.method == "POST" and status in (409, 422) and back and back.startswith(request.host_url):
+        # A form that cannot be run as filled in: back to it, saying what to change.
+        flash(message, "error")
+        return redirect(back)
+    return render_template("error.html", status=status, message=message), status
+
+
+@bp.errorhandler(LagtraceError)
+def _domain_error(exc: LagtraceError):
+    # The same mapping as the API (api.errors.STATUS_OF), rendered as a page.
+    return _error_page(status_of(exc), str(exc))
+
+
+@bp.errorhandler(ValidationError)
+def _invalid(exc: ValidationError):
+    # A JobSpec built inside services/ (a rerun's) names the field as the API does.
+    return _error_page(422, "; ".join(f"{p['field']}: {p['message']}" for p in validation_problems(exc)))
+
+
+@bp.errorhandler(HTTPException)
+def _http_error(exc: HTTPException):
+    return render_template("error.html", status=exc.code, message=exc.description), exc.code or 500
+
+
+def _int_arg(name: str) -> int | None:
+    value = request.args.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+# --- Signing in ---------------------------------------------------------------------
+
+
+@bp.route("/sign-in", methods=["GET", "POST"], endpoint="sign_in")
+def sign_in_page():
+    next_url = auth.safe_next(request.values.get("next"))
+    if request.method == "GET":
+        return render_template("sign_in.html", next_url=next_url, error=None)
+    session_ = db()
+    try:
+        user = sign_in(session_, request.form.get("username", ""), request.form.get("password", ""))
+    except SignInFailed as exc:
+        return render_template("sign_in.html", next_url=next_url, error=str(exc)), 401
+    session_.commit()
+    auth.start_session(user)
+    return redirect(next_url)
+
+
+@bp.post("/sign-out")
+def sign_out():
+    session.clear()
+    return redirect(url_for("web.sign_in"))
+
+
+# --- Inbox and jobs -------------------------------------------------------------------
+
+
+@bp.get("/")
+def inbox():
+    ids = auth.project_ids()
+    filters = {"project_id": _int_arg("project"), "kind": request.args.get("kind") or None,
+               "status": request.args.get("status") or None, "severity": request.args.get("severity") or None}
+    if filters["status"] and filters["status"] not in TriageStatus.__members__:
+        raise BadInput(f"status: one of {', '.join(TriageStatus.__members__)}")
+    groups = dashboard.inbox(db(), ids, **filters)
+    return render_template("inbox.html", groups=groups, filters=filters, projects=visible_projects(db(), g.user),
+                           kinds=dashboard.finding_kinds(db(), ids), statuses=list(TriageStatus.__members__),
+                           severities=SEVERITIES)
+
+
+@bp.get("/jobs")
+def jobs():
+    status = request.args.get("status") or None
+    if status and status not in JobStatus.__members__:
+        raise BadInput(f"status: one of {', '.join(JobStatus.__members__)}")
+    project_id = _int_arg("project")
+    rows = dashboard.job_list(db(), auth.project_ids(), project_id=project_id, status=status,
+                              before_id=_int_arg("before"))
+    return render_template("jobs.html", rows=rows, status=status, project_id=project_id,
+                           projects=visible_projects(db(), g.user), statuses=list(JobStatus.__members__),
+                           next_before=rows[-1].job.id if len(rows) == 50 else None)
+
+
+def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]:
+    """The configurations, repetitions and probes a job or rerun form asks for."""
+    # Free text: one SPEC per line or space (a comma joins keys within one SPEC, cpus=1,cpuset=0).
+    configs = list(dict.fromkeys(form.getlist("config") + form.get("other_configs", "").split()))
+    evidence_choice = form.get("evidence", "default")
+    probes = None if evidence_choice == "default" else [] if evidence_choice == "none" else [
+        p for p in form.getlist("probe") if p in PROBES]
+    return {"configs": configs, "repeat": form.get("repeat", "5"), "evidence": probes,
+            "stall_after_s": form.get("stall_after") or None,
+            **({"command": command} if command is not None else {})}
+
+
+@bp.route("/jobs/new", methods=["GET", "POST"])
+def new_job():
+    projects = visible_projects(db(), g.user)
+    if request.method == "GET":
+        return render_template("new_job.html", projects=projects, common_configs=COMMON_CONFIGS, probes=PROBES)
+    form = request.form
+    try:
+        project_id = int(form.get("project", ""))
+    except ValueError:
+        raise BadInput("project: choose one") from None
+    project = require_project(db(), g.user, project_id)
+    try:
+        command = shlex.split(form.get("command", ""))
+    except ValueError as exc:
+        raise BadInput(f"command: {exc}") from None
+    # A ValidationError becomes a 422 naming the field (_invalid), back on the form.
+    spec = JobSpec(**_spec_from_form(form, command=command), executor=form.get("executor", "auto"))
+    archive = request.files.get("archive")
+    session_ = db()
+    if archive and archive.filename:
+        job, steps = submissions.submit_job(session_, ctx().settings, project, spec, archive=archive.read(),
+                                            origin="web")
+    else:
+        url = form.get("repository", "").strip()
+        if not url:
+            raise BadInput("repository: give a git URL or upload an archive")
+        job, steps = submissions.submit_job(session_, ctx().settings, project, spec, repository_url=url,
+                                            ref=form.get("ref", "").strip() or None, origin="web")
+    session_.commit()
+    send_all(ctx().dispatcher, steps)  # after commit: the worker must find the job
+    return redirect(url_for("web.job", job_id=job.id))
+
+
+@bp.get("/jobs/<int:job_id>")
+def job(job_id: int):
+    found = auth.visible_job(job_id)
+    detail = submissions.job_detail(db(), found)
+    report = detail["report"]
+    labels, rows = build_matrix(report) if report else ([], [])
+    return render_template("job.html", job=found, detail=detail, report=report, labels=labels, rows=rows,
+                           common_configs=COMMON_CONFIGS, probes=PROBES, finished=found.status in submissions.FINISHED)
+
+
+@bp.get("/jobs/<int:job_id>/progress")
+def job_progress(job_id: int):
+    """For the page's script: the progress bar without a reload (the page itself also refreshes)."""
+    found = auth.visible_job(job_id)
+    return jsonify({"status": found.status.value, **submissions.progress(db(), found)})
+
+
+@bp.get("/jobs/<int:job_id>/test")
+def test(job_id: int):
+    found = auth.visible_job(job_id)
+    test_id = request.args.get("id") or None
+    samples = collect(found)
+    if test_id is None:
+        per_config = samples.wall
+    elif test_id in samples.tests:
+        per_config = samples.tests[test_id]
+    else:
+        raise NotFound(f"test {test_id!r} did not run in job {job_id}")
+    runs = [(config.label, run) for config in found.configs for run in config.runs]
+    if test_id is not None:
+        runs = [(label, run) for label, run in runs
+                if run.test_id in (None, test_id)]
+    durations = {}
+    if test_id is not None:
+        for config in found.configs:
+            for run in config.runs:
+                for result in run.test_results:
+                    if result.test_id == test_id:
+                        durations[run.id] = result
+    history = dashboard.latency_history(db(), found, test_id)
+    labels = [c.label for c in found.configs]
+    title = f"{test_id or 'the whole command'}: latency per configuration"
+    return render_template("test.html", job=found, test_id=test_id, plot=strip_plot(per_config, title),
+                           runs=runs, durations=durations, history=history, labels=labels,
+                           trend=trend_plot(history, labels, f"{test_id or 'command'}: median per job"),
+                           common_configs=COMMON_CONFIGS, probes=PROBES)
+
+
+@bp.post("/jobs/<int:job_id>/rerun")
+def rerun(job_id: int):
+    parent = auth.visible_job(job_id)
+    asked = _spec_from_form(request.form)
+    wanted = Rerun(configs=asked["configs"], repeat=asked["repeat"])
+    session_ = db()
+    child, steps = submissions.rerun_job(session_, ctx().settings, parent, configs=wanted.configs,
+                                         repeat=wanted.repeat, origin="web",
+                                         test_id=request.form.get("test_id") or None)
+    session_.commit()
+    send_all(ctx().dispatcher, steps)
+    flash(f"Rerun of job {parent.id} queued as job {child.id}.")
+    return redirect(url_for("web.job", job_id=child.id))
+
+
+@bp.post("/jobs/<int:job_id>/cancel")
+def cancel(job_id: int):
+    found = auth.visible_job(job_id)
+    session_ = db()
+    steps = submissions.cancel_job(session_, ctx().settings, found, g.user.username)
+    session_.commit()
+    send_all(ctx().dispatcher, steps)
+    return redirect(url_for("web.job", job_id=job_id))
+
+
+# --- Findings, evidence, artifacts -------------------------------------------------------
+
+
+def _evidence_view(entry: Evidence) -> dict[str, Any]:
+    content = dict(entry.content or {})
+    if entry.kind == "strace" and content.get("syscalls"):
+        key = request.args.get("sort", "pct_time")
+        key = key if key in STRACE_SORTS else "pct_time"
+        content["syscalls"] = sorted(content["syscalls"], key=lambda row: row.get(key) or 0,
+                                     reverse=key != "name")
+    return {"id": entry.id, "kind": entry.kind, "config": entry.config.label if entry.config else None,
+            "test": entry.test_id, "content": content, "text": entry.text, "artifacts": entry.artifacts}
+
+
+@bp.get("/findings/<int:finding_id>")
+def finding(finding_id: int):
+    found = auth.visible_finding(finding_id)
+    cited = [db().get(Evidence, i) for i in found.evidence_ids]
+    cited = [e for e in cited if e is not None and e.job_id == found.job_id]
+    # Evidence of the same test in the same job that the rule did not cite (the stacks
+    # beside a flame graph, say) is one click away: list it after the cited entries.
+    others = [e for e in found.job.evidence if e not in cited and (found.test_id is None or e.test_id in (None, found.test_id))]
+    return render_template("finding.html", finding=found, view=triage.finding_view(db(), found, history=True),
+                           evidence=[_evidence_view(e) for e in cited + others], cited={e.id for e in cited},
+                           statuses=list(TriageStatus.__members__), wait_syscalls=WAIT_SYSCALLS)
+
+
+@bp.post("/findings/<int:finding_id>/triage")
+def triage_finding(finding_id: int):
+    found = auth.visible_finding(finding_id)
+    status = request.form.get("status") or None
+    if status is not None and status not in TriageStatus.__members__:
+        raise BadInput(f"status: one of {', '.join(TriageStatus.__members__)}")
+    assignee = request.form.get("assignee", "").strip()[:200] or None
+    note = request.form.get("note", "").strip() or None
+    session_ = db()
+    triage.triage(session_, found, g.user.username, status=status, assignee=assignee, note=note,
+                  fields={"status", "assignee", "note"})
+    session_.commit()
+    flash(f"Finding {found.id} is now {found.status.value}.")
+    return redirect(url_for("web.finding", finding_id=finding_id))
+
+
+@bp.get("/evidence/<int:evidence_id>")
+def evidence(evidence_id: int):
+    entry = db().get(Evidence, evidence_id)
+    if entry is None or entry.job.project_id not in auth.project_ids():
+        raise NotFound(f"evidence {evidence_id} does not exist or is in a project you cannot see")
+    return render_template("evidence.html", entry=_evidence_view(entry), job=entry.job, wait_syscalls=WAIT_SYSCALLS)
+
+
+@bp.get("/artifacts/<path:key>")
+def artifact(key: str):
+    """A stored artifact, decompressed: inline for the flame graph, as a download otherwise."""
+    job_part = key.split("/", 1)[0]
+    if not job_part.startswith("job-") or not job_part[4:].isdigit():
+        raise NotFound(f"artifact {key!r} does not exist")
+    found = auth.visible_job(int(job_part[4:]))
+    reference = submissions.find_artifact(db(), found.project, key)
+    try:
+        reader = make_artifact_store(ctx().settings).open(key)
+    except FileNotFoundError:
+        raise NotFound(f"artifact {key!r} is gone (past LAGTRACE_ARTIFACT_RETENTION_DAYS)") from None
+    inline = reference["media_type"] == "image/svg+xml" and not request.args.get("download")
+    response = send_file(reader, mimetype=reference["media_type"], as_attachment=not inline,
+                         download_name=reference["name"])
+    response.headers["Content-Security-Policy"] = ARTIFACT_CSP
+    return response
