@@ -6,7 +6,10 @@ waiting thread sits on the other CPU and must ask the computing thread for the G
 which it yields only after the switch interval (5 ms): every round trip then costs
 milliseconds, about 50 times more here.
 
-    python3 examples/handoff.py [ROUND_TRIPS]
+    python3 examples/handoff.py [ROUND_TRIPS] [CLIENTS]
+
+With several CLIENTS (each with its own echo thread) more threads wait for the GIL at
+any instant, as in a server with many connections.
 """
 
 import queue
@@ -26,26 +29,40 @@ def echo(inbox: queue.Queue, outbox: queue.Queue) -> None:
         outbox.put(item)
 
 
-def round_trips(count: int) -> float:
-    stop = threading.Event()
-    computing = threading.Thread(target=crunch, args=(stop,), name="crunch")
-    computing.start()
+def client(count: int) -> None:
     ping, pong = queue.Queue(), queue.Queue()
     echoing = threading.Thread(target=echo, args=(ping, pong), name="echo")
     echoing.start()
     try:
-        started = time.perf_counter()
         for i in range(count):
             ping.put(i)
             pong.get()
-        return time.perf_counter() - started
     finally:
         ping.put(None)
         echoing.join()
+
+
+def round_trips(count: int, clients: int = 1) -> float:
+    stop = threading.Event()
+    computing = threading.Thread(target=crunch, args=(stop,), name="crunch")
+    computing.start()
+    try:
+        started = time.perf_counter()
+        if clients == 1:
+            client(count)
+        else:
+            threads = [threading.Thread(target=client, args=(count,), name=f"client-{i}") for i in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        return time.perf_counter() - started
+    finally:
         stop.set()
         computing.join()
 
 
 if __name__ == "__main__":
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    print(f"{count} round trips in {round_trips(count):.3f} s")
+    clients = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    print(f"{count} round trips x {clients} client(s) in {round_trips(count, clients):.3f} s")

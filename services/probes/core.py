@@ -170,18 +170,32 @@ class CoreSnapshot:
     def take(self, handle: ProcessHandle, phase: str, elapsed_s: float) -> None:
         started = time.perf_counter()
         self.pid = handle.pid
-        # Cheapest first: py-spy dump pauses the process for milliseconds; gcore for
-        # a fraction of a second.
+        if phase == STALL:
+            # Freeze first, then take the core: any tool that runs beside a hand-off
+            # pathology lends it a busy core and can make it finish at once (seen here:
+            # the process was gone before gcore had even attached). SIGSTOP costs one
+            # syscall and keeps every thread exactly where the stall has it, e.g.
+            # waiting for the GIL; the dump and counters come after SIGCONT.
+            self._triggered_at = started
+            self.trigger_elapsed_s = elapsed_s
+            frozen = self._signal(handle, "STOP")
+            try:
+                self._gcore(handle)
+            finally:
+                if frozen:
+                    self._signal(handle, "CONT")
+            self.timings["frozen_s"] = round(time.perf_counter() - started, 4)
         dump = pyspy.dump(self.executor, handle, handle.pid)
         dump.content.update(phase=phase, elapsed_s=round(elapsed_s, 3))
         self.drafts.append(dump)
         self.drafts.append(procio.read(self.executor, handle, handle.pid, phase, elapsed_s))
-        self.timings[f"{phase}_dump_s"] = round(time.perf_counter() - started, 4)
-        if phase == STALL:
-            self._triggered_at = started
-            self.trigger_elapsed_s = elapsed_s
-            self._gcore(handle)
         self.timings[f"{phase}_capture_s"] = round(time.perf_counter() - started, 4)
+
+    def _signal(self, handle: ProcessHandle, signal_name: str) -> bool:
+        kill = self.executor.tool_path("kill")
+        if kill is None:
+            return False
+        return handle.run_tool([kill, f"-{signal_name}", str(handle.pid)], timeout_s=5.0).returncode == 0
 
     def _gcore(self, handle: ProcessHandle) -> None:
         gcore = self.executor.tool_path("gcore")

@@ -15,25 +15,28 @@ from tests.services.analysis.test_rules import of_kind, screen, write
 
 CONDITION_PINGPONG = """
     import threading
-    # Two threads alternate through a Condition while a third adds numbers in Python.
-    turn = {"who": 0, "left": 1500}
-    cond = threading.Condition()
+    # Three pairs of threads alternate through Conditions while another thread adds
+    # numbers in Python: like a server whose connections hand work to each other.
     stop = False
-    def player(me):
-        with cond:
-            while turn["left"] > 0:
-                while turn["who"] != me and turn["left"] > 0:
-                    cond.wait()
-                turn["who"] = 1 - me
-                turn["left"] -= 1
-                cond.notify_all()
+    def pair(turns):
+        state = {"who": 0, "left": turns}
+        cond = threading.Condition()
+        def player(me):
+            with cond:
+                while state["left"] > 0:
+                    while state["who"] != me and state["left"] > 0:
+                        cond.wait()
+                    state["who"] = 1 - me
+                    state["left"] -= 1
+                    cond.notify_all()
+        return [threading.Thread(target=player, args=(i,)) for i in (0, 1)]
     def adder():
         total = 0
         while not stop:
             total += 3
     background = threading.Thread(target=adder)
     background.start()
-    players = [threading.Thread(target=player, args=(i,)) for i in (0, 1)]
+    players = [t for _ in range(3) for t in pair(500)]
     [p.start() for p in players]
     [p.join() for p in players]
     stop = True
@@ -45,11 +48,15 @@ CONDITION_PINGPONG = """
 @pytest.mark.parametrize("program", ["example", "independent"])
 def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     path = str(EXAMPLES / "handoff.py") if program == "example" else write(tmp_path, "pingpong.py", CONDITION_PINGPONG)
-    args = [PYTHON, path, "1000"] if program == "example" else [PYTHON, path]
+    # Several hand-offs at once (as in a server): at any instant some thread waits for
+    # the GIL, so the one-instant snapshot witnesses it every time, not most times.
+    args = [PYTHON, path, "300", "4"] if program == "example" else [PYTHON, path]
     report, result = screen(tmp_path, sqlite_url, args, "--config", "cpuset=0", "--config", "cpuset=0-1",
                             "--repeat", "3")
     assert of_kind(report, "cpu_sensitivity"), result.stdout
 
+    kinds = [f["kind"] for f in report["findings"]]
+    assert {"futex_storm", "gil_contention", "stall"} <= set(kinds), result.stdout + result.stderr
     [futex] = of_kind(report, "futex_storm")
     assert futex["metrics"]["futex_pct_time"] >= 80
     assert f"futex {futex['metrics']['futex_pct_time']:.1f} % of syscall time" in futex["detail"]
@@ -57,15 +64,9 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     assert set(futex["evidence"]) & strace_ids
 
     [gil] = of_kind(report, "gil_contention")
-    # The snapshot is one instant: gdb sees a thread in take_gil ("Waiting for the
-    # GIL") most of the time, py-spy sees the holder with other threads runnable; the
-    # finding must rest on at least one of them and say which.
-    snapshot_kinds = {e["kind"] for e in report["evidence"] if e["id"] in gil["evidence"]}
-    assert snapshot_kinds & {"gdb", "pyspy_dump"}
-    if gil["metrics"]["threads_waiting_for_gil"]:
-        assert "Waiting for the GIL" in gil["detail"] and "gdb" in snapshot_kinds
-    else:
-        assert "holds the GIL (active+gil)" in gil["detail"] and "pyspy_dump" in snapshot_kinds
+    assert gil["metrics"]["threads_waiting_for_gil"] >= 1
+    assert "Waiting for the GIL" in gil["detail"]
+    assert "gdb" in {e["kind"] for e in report["evidence"] if e["id"] in gil["evidence"]}
 
     [stall] = of_kind(report, "stall")
     assert stall["metrics"]["elapsed_s"] >= stall["metrics"]["stall_after_s"]
