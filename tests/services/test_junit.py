@@ -23,7 +23,7 @@ def test_real_pytest_junit_gives_node_ids_durations_and_outcomes(tmp_path):
         "import time, pytest\n"
         "def test_sleeps():\n    time.sleep(0.1)\n"
         "def test_fails():\n    assert False\n"
-        "@pytest.mark.skip(reason='demo')\ndef test_skipped():\n    pass\n"
+        "def test_skipped():\n    pytest.skip('a test of the program under test, skipped at run time')\n"
         "class TestGroup:\n    @pytest.mark.parametrize('n', [1, 2])\n    def test_param(self, n):\n        assert n\n"
     )
     xml = tmp_path / "out.xml"
