@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from services import hostload
-from services.analysis.findings import SEVERITY_ORDER
+from services.analysis.findings import SEVERITY_ORDER, format_seconds
 from services.models import Job, RunKind
 from services.samples import collect
 from services.stats import Summary
@@ -116,9 +116,7 @@ def build_report(job: Job) -> dict[str, Any]:
 
 
 def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.3f} s" if value >= 0.01 else f"{value * 1000:.2f} ms"
+    return "-" if value is None else format_seconds(value)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
