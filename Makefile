@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install check bench clean
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,13 @@ $(VENV)/.installed: pyproject.toml
 # each other while another computes. Expect a cpu_sensitivity finding.
 demo: install
 	$(VENV)/bin/lagtrace run --repeat 5 -- python3 examples/handoff.py
+
+# The quality gate: lint and format (ruff), types (mypy), layer contracts (import-linter).
+check: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: install
 	.ci/provision.sh

@@ -45,7 +45,7 @@ fi
 # No registry here: the engine runs without a bridge and the image is built offline
 # (debootstrap + docker import), cached by a tag that hashes its recipe.
 $SUDO .ci/docker-engine.sh
-$SUDO services/executors/runner/build-offline.sh
+$SUDO services/measure/executors/runner/build-offline.sh
 
 # --- Redis (the Celery broker) ----------------------------------------------------
 redis_url=$(.ci/redis.sh)

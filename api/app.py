@@ -11,7 +11,7 @@ from api import artifacts, errors, findings, health, jobs, openapi, webhooks
 from api.context import ApiContext, close_db, ctx
 from api.metrics import make_metrics
 from services.db import make_engine, make_session_factory
-from services.dispatch import Dispatcher
+from services.jobs.dispatch import Dispatcher
 from services.settings import Settings
 
 # Room for the multipart envelope around the largest archive accepted.
@@ -25,8 +25,9 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
     app.json.sort_keys = False
     engine = engine or make_engine(settings)
     session_factory = make_session_factory(engine)
-    app.extensions["lagtrace"] = ApiContext(settings, dispatcher, engine, session_factory,
-                                            make_metrics(session_factory))
+    app.extensions["lagtrace"] = ApiContext(
+        settings, dispatcher, engine, session_factory, make_metrics(session_factory)
+    )
     for blueprint in (jobs.bp, findings.bp, artifacts.bp, webhooks.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)
     errors.register(app)

@@ -6,9 +6,9 @@ from flask import Blueprint, send_file
 
 from api.auth import caller
 from api.context import ctx, db
-from services.artifacts import make_artifact_store
 from services.errors import NotFound
-from services.submissions import find_artifact
+from services.jobs.submit import find_artifact
+from services.measure.artifacts import make_artifact_store
 
 bp = Blueprint("artifacts", __name__, url_prefix="/api/v1")
 

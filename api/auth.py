@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import g, request
 
 from api.context import db
-from services.tokens import Caller, authenticate
+from services.accounts.tokens import Caller, authenticate
 
 
 def caller() -> Caller:

@@ -9,7 +9,7 @@ from flask import current_app, g
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.dispatch import Dispatcher
+from services.jobs.dispatch import Dispatcher
 from services.settings import Settings
 
 if TYPE_CHECKING:

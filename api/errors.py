@@ -12,10 +12,10 @@ from flask import Flask, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from services.accounts import SignInFailed
+from services.accounts.tokens import Unauthorized
+from services.accounts.users import SignInFailed
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
-from services.sources import field_path
-from services.tokens import Unauthorized
+from services.jobs.sources import field_path
 
 log = logging.getLogger("lagtrace.api")
 

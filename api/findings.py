@@ -7,7 +7,7 @@ from flask import Blueprint, jsonify
 from api.auth import caller
 from api.context import db
 from api.schemas import FindingListQuery, Triage, json_body, query
-from services import triage
+from services.diagnose import triage
 
 bp = Blueprint("findings", __name__, url_prefix="/api/v1")
 
@@ -16,10 +16,19 @@ bp = Blueprint("findings", __name__, url_prefix="/api/v1")
 def list_findings():
     who = caller()
     params = query(FindingListQuery)
-    found = triage.list_findings(db(), who.project, **params.model_dump(exclude={"limit", "before_id"}),
-                                 limit=params.limit, before_id=params.before_id)
-    return jsonify({"findings": [triage.finding_view(db(), f) for f in found],
-                    "next_before_id": found[-1].id if len(found) == params.limit else None})
+    found = triage.list_findings(
+        db(),
+        who.project,
+        **params.model_dump(exclude={"limit", "before_id"}),
+        limit=params.limit,
+        before_id=params.before_id,
+    )
+    return jsonify(
+        {
+            "findings": [triage.finding_view(db(), f) for f in found],
+            "next_before_id": found[-1].id if len(found) == params.limit else None,
+        }
+    )
 
 
 @bp.get("/findings/<int:finding_id>")
@@ -34,7 +43,14 @@ def triage_finding(finding_id: int):
     body = json_body(Triage)
     session = db()
     finding = triage.get_finding(session, who.project, finding_id)
-    triage.triage(session, finding, who.token_name, status=body.status, assignee=body.assignee, note=body.note,
-                  fields=set(body.model_fields_set))
+    triage.triage(
+        session,
+        finding,
+        who.token_name,
+        status=body.status,
+        assignee=body.assignee,
+        note=body.note,
+        fields=set(body.model_fields_set),
+    )
     session.commit()
     return jsonify(triage.finding_view(session, finding, history=True))

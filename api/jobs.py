@@ -8,8 +8,8 @@ from api.auth import caller
 from api.context import ctx, db
 from api.errors import BadRequest
 from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
-from services import submissions
-from services.dispatch import send_all
+from services.jobs import submit as submissions
+from services.jobs.dispatch import send_all
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1")
 
@@ -30,21 +30,31 @@ def create_job():
     who = caller()
     if request.mimetype == "multipart/form-data":
         if "archive" not in request.files:
-            raise BadRequest("archive: missing (multipart field `archive`, a tar or tar.gz of the code)", 422,
-                             [{"field": "archive", "message": "missing"}])
+            raise BadRequest(
+                "archive: missing (multipart field `archive`, a tar or tar.gz of the code)",
+                422,
+                [{"field": "archive", "message": "missing"}],
+            )
         spec = parse_json_text(JobCreate, request.form.get("job", ""), "form field `job`")
         if spec.repository is not None:
-            raise BadRequest("repository: give either a repository or an archive, not both", 422,
-                             [{"field": "repository", "message": "not allowed with an archive"}])
+            raise BadRequest(
+                "repository: give either a repository or an archive, not both",
+                422,
+                [{"field": "repository", "message": "not allowed with an archive"}],
+            )
         archive = request.files["archive"].read()
         job, steps = submissions.submit_job(db(), ctx().settings, who.project, spec, archive=archive)
     else:
         spec = json_body(JobCreate)
         if spec.repository is None:
-            raise BadRequest("repository: required (or upload an archive as multipart/form-data)", 422,
-                             [{"field": "repository", "message": "required"}])
-        job, steps = submissions.submit_job(db(), ctx().settings, who.project, spec,
-                                            repository_url=spec.repository.url, ref=spec.repository.ref)
+            raise BadRequest(
+                "repository: required (or upload an archive as multipart/form-data)",
+                422,
+                [{"field": "repository", "message": "required"}],
+            )
+        job, steps = submissions.submit_job(
+            db(), ctx().settings, who.project, spec, repository_url=spec.repository.url, ref=spec.repository.ref
+        )
     return _created(job, steps)
 
 
@@ -52,10 +62,15 @@ def create_job():
 def list_jobs():
     who = caller()
     params = query(JobListQuery)
-    jobs = submissions.list_jobs(db(), who.project, status=params.status, limit=params.limit,
-                                 before_id=params.before_id)
-    return jsonify({"jobs": [submissions.job_summary(db(), job) for job in jobs],
-                    "next_before_id": jobs[-1].id if len(jobs) == params.limit else None})
+    jobs = submissions.list_jobs(
+        db(), who.project, status=params.status, limit=params.limit, before_id=params.before_id
+    )
+    return jsonify(
+        {
+            "jobs": [submissions.job_summary(db(), job) for job in jobs],
+            "next_before_id": jobs[-1].id if len(jobs) == params.limit else None,
+        }
+    )
 
 
 @bp.get("/jobs/<int:job_id>")
@@ -80,6 +95,7 @@ def rerun_job(job_id: int):
     who = caller()
     body = json_body(Rerun)
     parent = submissions.get_job(db(), who.project, job_id)
-    job, steps = submissions.rerun_job(db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat,
-                                       timeout_s=body.timeout_s)
+    job, steps = submissions.rerun_job(
+        db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat, timeout_s=body.timeout_s
+    )
     return _created(job, steps)

@@ -28,7 +28,8 @@ class StateCollector:
             for status, count in session.execute(select(Job.status, func.count()).group_by(Job.status)):
                 jobs.add_metric([status.value], count)
             for step, state, count in session.execute(
-                    select(JobTask.step, JobTask.state, func.count()).group_by(JobTask.step, JobTask.state)):
+                select(JobTask.step, JobTask.state, func.count()).group_by(JobTask.step, JobTask.state)
+            ):
                 tasks.add_metric([step, state.value], count)
         yield jobs
         yield tasks
@@ -49,10 +50,10 @@ def make_metrics(session_factory: sessionmaker[Session]) -> ApiMetrics:
     registry.register(StateCollector(session_factory))
     return ApiMetrics(
         registry=registry,
-        requests=Counter("lagtrace_http_requests", "HTTP requests", ["method", "endpoint", "status"],
-                         registry=registry),
+        requests=Counter(
+            "lagtrace_http_requests", "HTTP requests", ["method", "endpoint", "status"], registry=registry
+        ),
         latency=Histogram("lagtrace_http_request_seconds", "HTTP request latency", ["endpoint"], registry=registry),
         jobs_submitted=Counter("lagtrace_jobs_submitted", "Jobs submitted", ["source"], registry=registry),
-        webhooks=Counter("lagtrace_webhook_deliveries", "GitHub deliveries by outcome", ["outcome"],
-                         registry=registry),
+        webhooks=Counter("lagtrace_webhook_deliveries", "GitHub deliveries by outcome", ["outcome"], registry=registry),
     )

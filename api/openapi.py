@@ -18,8 +18,12 @@ bp = Blueprint("openapi", __name__, url_prefix="/api/v1")
 OPENAPI_PATH = "/api/v1/openapi.json"
 BODY_MODELS = (JobCreate, Rerun, Triage)
 ERRORS = {
-    "400": "Malformed body (not JSON)", "401": "Missing or unknown token", "404": "Not found in this project",
-    "409": "Not allowed in the current state", "413": "Body too large", "415": "Wrong content type",
+    "400": "Malformed body (not JSON)",
+    "401": "Missing or unknown token",
+    "404": "Not found in this project",
+    "409": "Not allowed in the current state",
+    "413": "Body too large",
+    "415": "Wrong content type",
     "422": "Invalid field; `problems` names each one",
 }
 
@@ -41,16 +45,18 @@ def _responses(ok: str, description: str, schema: str, errors: tuple[str, ...]) 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     schema = model.model_json_schema()
-    return [{"name": name, "in": "query", "required": False, "schema": prop}
-            for name, prop in schema["properties"].items()]
+    return [
+        {"name": name, "in": "query", "required": False, "schema": prop} for name, prop in schema["properties"].items()
+    ]
 
 
 def _path_id(name: str) -> list[dict[str, Any]]:
     return [{"name": name, "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}}]
 
 
-def _operation(summary: str, responses: dict, *, body: str | None = None, params: list | None = None,
-               secure: bool = True) -> dict[str, Any]:
+def _operation(
+    summary: str, responses: dict, *, body: str | None = None, params: list | None = None, secure: bool = True
+) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "responses": responses}
     if body:
         operation["requestBody"] = {"required": True, **_json(_ref(body))}
@@ -66,73 +72,142 @@ def document() -> dict[str, Any]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    schemas["Error"] = {"type": "object", "required": ["error", "problems"], "properties": {
-        "error": {"type": "string"},
-        "problems": {"type": "array", "items": {"type": "object", "properties": {
-            "field": {"type": "string"}, "message": {"type": "string"}}}}}}
-    for name, description in (("Job", "A job: status, progress, report (v1) once finished, comparison with "
-                                       "its parent for reruns"),
-                              ("JobList", "Jobs, newest first; next_before_id pages on"),
-                              ("Finding", "A finding with its triage state and history"),
-                              ("FindingList", "Findings, newest first"),
-                              ("Delivery", "What a webhook delivery did"), ("Status", "Health")):
+    schemas["Error"] = {
+        "type": "object",
+        "required": ["error", "problems"],
+        "properties": {
+            "error": {"type": "string"},
+            "problems": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"field": {"type": "string"}, "message": {"type": "string"}}},
+            },
+        },
+    }
+    for name, description in (
+        ("Job", "A job: status, progress, report (v1) once finished, comparison with its parent for reruns"),
+        ("JobList", "Jobs, newest first; next_before_id pages on"),
+        ("Finding", "A finding with its triage state and history"),
+        ("FindingList", "Findings, newest first"),
+        ("Delivery", "What a webhook delivery did"),
+        ("Status", "Health"),
+    ):
         schemas[name] = {"type": "object", "description": description}
 
-    create = _operation("Create a job on a repository (JSON) or an uploaded tarball (multipart)",
-                        _responses("201", "Created", "Job", ("400", "401", "413", "415", "422")), body="JobCreate")
-    create["requestBody"]["content"]["multipart/form-data"] = {"schema": {
-        "type": "object", "required": ["job", "archive"], "properties": {
-            "job": {"type": "string", "description": "JobCreate as JSON, without repository"},
-            "archive": {"type": "string", "format": "binary", "description": "tar, tar.gz, tar.bz2 or tar.xz"}}}}
+    create = _operation(
+        "Create a job on a repository (JSON) or an uploaded tarball (multipart)",
+        _responses("201", "Created", "Job", ("400", "401", "413", "415", "422")),
+        body="JobCreate",
+    )
+    create["requestBody"]["content"]["multipart/form-data"] = {
+        "schema": {
+            "type": "object",
+            "required": ["job", "archive"],
+            "properties": {
+                "job": {"type": "string", "description": "JobCreate as JSON, without repository"},
+                "archive": {"type": "string", "format": "binary", "description": "tar, tar.gz, tar.bz2 or tar.xz"},
+            },
+        }
+    }
     paths = {
         "/api/v1/jobs": {
             "post": create,
-            "get": _operation("List jobs", _responses("200", "Jobs", "JobList", ("401", "422")),
-                              params=_query_parameters(JobListQuery)),
+            "get": _operation(
+                "List jobs",
+                _responses("200", "Jobs", "JobList", ("401", "422")),
+                params=_query_parameters(JobListQuery),
+            ),
         },
-        "/api/v1/jobs/{job_id}": {"get": _operation(
-            "A job with its progress and, once finished, its report", _responses("200", "The job", "Job",
-                                                                                 ("401", "404")),
-            params=_path_id("job_id"))},
-        "/api/v1/jobs/{job_id}/cancel": {"post": _operation(
-            "Cancel a queued or running job", _responses("200", "Cancelled", "Job", ("401", "404", "409")),
-            params=_path_id("job_id"))},
-        "/api/v1/jobs/{job_id}/rerun": {"post": _operation(
-            "Rerun the job's code under other configurations (a new job linked to it)",
-            _responses("201", "The new job", "Job", ("400", "401", "404", "409", "415", "422")), body="Rerun",
-            params=_path_id("job_id"))},
-        "/api/v1/findings": {"get": _operation(
-            "List findings, filtered", _responses("200", "Findings", "FindingList", ("401", "422")),
-            params=_query_parameters(FindingListQuery))},
+        "/api/v1/jobs/{job_id}": {
+            "get": _operation(
+                "A job with its progress and, once finished, its report",
+                _responses("200", "The job", "Job", ("401", "404")),
+                params=_path_id("job_id"),
+            )
+        },
+        "/api/v1/jobs/{job_id}/cancel": {
+            "post": _operation(
+                "Cancel a queued or running job",
+                _responses("200", "Cancelled", "Job", ("401", "404", "409")),
+                params=_path_id("job_id"),
+            )
+        },
+        "/api/v1/jobs/{job_id}/rerun": {
+            "post": _operation(
+                "Rerun the job's code under other configurations (a new job linked to it)",
+                _responses("201", "The new job", "Job", ("400", "401", "404", "409", "415", "422")),
+                body="Rerun",
+                params=_path_id("job_id"),
+            )
+        },
+        "/api/v1/findings": {
+            "get": _operation(
+                "List findings, filtered",
+                _responses("200", "Findings", "FindingList", ("401", "422")),
+                params=_query_parameters(FindingListQuery),
+            )
+        },
         "/api/v1/findings/{finding_id}": {
-            "get": _operation("A finding with its triage history",
-                              _responses("200", "The finding", "Finding", ("401", "404")),
-                              params=_path_id("finding_id")),
-            "patch": _operation("Triage: status, assignee, note",
-                                _responses("200", "The finding", "Finding", ("400", "401", "404", "415", "422")),
-                                body="Triage", params=_path_id("finding_id")),
+            "get": _operation(
+                "A finding with its triage history",
+                _responses("200", "The finding", "Finding", ("401", "404")),
+                params=_path_id("finding_id"),
+            ),
+            "patch": _operation(
+                "Triage: status, assignee, note",
+                _responses("200", "The finding", "Finding", ("400", "401", "404", "415", "422")),
+                body="Triage",
+                params=_path_id("finding_id"),
+            ),
         },
-        "/api/v1/artifacts/{key}": {"get": _operation(
-            "Download an evidence artifact (key from the report's evidence[].artifacts[].key)",
-            {"200": {"description": "The file, decompressed",
-                     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-             **{code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in ("401", "404")}},
-            params=[{"name": "key", "in": "path", "required": True, "schema": {"type": "string"},
-                     "description": "e.g. job-3/run-17/flamegraph.svg"}])},
-        "/api/v1/webhooks/github": {"post": {
-            **_operation("GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256)",
-                         _responses("202", "A job was started", "Delivery", ("400", "401", "422")), secure=False),
-            "parameters": [{"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
-                           for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")],
-        }},
+        "/api/v1/artifacts/{key}": {
+            "get": _operation(
+                "Download an evidence artifact (key from the report's evidence[].artifacts[].key)",
+                {
+                    "200": {
+                        "description": "The file, decompressed",
+                        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    **{code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in ("401", "404")},
+                },
+                params=[
+                    {
+                        "name": "key",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                        "description": "e.g. job-3/run-17/flamegraph.svg",
+                    }
+                ],
+            )
+        },
+        "/api/v1/webhooks/github": {
+            "post": {
+                **_operation(
+                    "GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256)",
+                    _responses("202", "A job was started", "Delivery", ("400", "401", "422")),
+                    secure=False,
+                ),
+                "parameters": [
+                    {"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
+                    for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")
+                ],
+            }
+        },
         OPENAPI_PATH: {"get": _operation("This document", {"200": {"description": "OpenAPI 3.1"}}, secure=False)},
         "/healthz": {"get": _operation("The process answers", _responses("200", "ok", "Status", ()), secure=False)},
-        "/readyz": {"get": _operation("Database and queue reachable",
-                                      {**_responses("200", "ready", "Status", ()),
-                                       "503": {"description": "not ready", **_json(_ref("Status"))}},
-                                      secure=False)},
-        "/metrics": {"get": _operation("Prometheus metrics", {"200": {"description": "text exposition format"}},
-                                       secure=False)},
+        "/readyz": {
+            "get": _operation(
+                "Database and queue reachable",
+                {
+                    **_responses("200", "ready", "Status", ()),
+                    "503": {"description": "not ready", **_json(_ref("Status"))},
+                },
+                secure=False,
+            )
+        },
+        "/metrics": {
+            "get": _operation("Prometheus metrics", {"200": {"description": "text exposition format"}}, secure=False)
+        },
     }
     return {
         "openapi": "3.1.0",

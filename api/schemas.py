@@ -9,7 +9,7 @@ from flask import request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from api.errors import BadRequest, validation_problems
-from services.jobspec import MAX_REPEAT, JobSpec, Spec
+from services.jobs.spec import MAX_REPEAT, JobSpec, Spec
 
 JOB_STATUSES = Literal["queued", "running", "done", "failed", "cancelled"]
 TRIAGE_STATUSES = Literal["new", "acknowledged", "muted", "fixed"]

@@ -10,10 +10,10 @@ from sqlalchemy.exc import IntegrityError
 
 from api.context import ctx, db
 from api.errors import BadRequest, error_response
-from services.dispatch import send_all
-from services.github import signature_valid
+from services.github.client import signature_valid
+from services.github.webhooks import handle_delivery
+from services.jobs.dispatch import send_all
 from services.models import WebhookDelivery
-from services.webhooks import handle_delivery
 
 bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 
@@ -25,8 +25,9 @@ def github():
         metrics.webhooks.labels(outcome="not_configured").inc()
         return error_response(503, "GitHub webhooks are off: set LAGTRACE_GITHUB_WEBHOOK_SECRET")
     body = request.get_data()  # the raw bytes GitHub signed, before any parsing
-    if not signature_valid(settings.github_webhook_secret.get_secret_value(), body,
-                           request.headers.get("X-Hub-Signature-256")):
+    if not signature_valid(
+        settings.github_webhook_secret.get_secret_value(), body, request.headers.get("X-Hub-Signature-256")
+    ):
         metrics.webhooks.labels(outcome="bad_signature").inc()
         return error_response(401, "missing or wrong X-Hub-Signature-256: nothing was stored")
     delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
@@ -43,13 +44,20 @@ def github():
         session.rollback()
         seen = session.get(WebhookDelivery, delivery_id)
         metrics.webhooks.labels(outcome="duplicate").inc()
-        return jsonify({"delivery": delivery_id, "duplicate": True, "job_id": seen.job_id if seen else None,
-                        "outcome": "duplicate delivery"})
+        return jsonify(
+            {
+                "delivery": delivery_id,
+                "duplicate": True,
+                "job_id": seen.job_id if seen else None,
+                "outcome": "duplicate delivery",
+            }
+        )
     send_all(ctx().dispatcher, outcome.steps)
     metrics.webhooks.labels(outcome="duplicate" if outcome.duplicate else event).inc()
     started = outcome.job_id is not None and not outcome.duplicate
-    response = jsonify({"delivery": delivery_id, "duplicate": outcome.duplicate, "job_id": outcome.job_id,
-                        "outcome": outcome.outcome})
+    response = jsonify(
+        {"delivery": delivery_id, "duplicate": outcome.duplicate, "job_id": outcome.job_id, "outcome": outcome.outcome}
+    )
     response.status_code = 202 if started else 200
     return response
 

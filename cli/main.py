@@ -51,34 +51,74 @@ def cli() -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
-@click.option("--executor", type=click.Choice(["auto", "local", "docker"]), default="auto", show_default=True,
-              help="Where the command runs: docker containers, the host (local), or docker when an "
-                   "engine answers and the runner image exists (auto).")
-@click.option("--image", default=None, metavar="IMG",
-              help="Image for the docker executor (default: LAGTRACE_DOCKER_IMAGE, lagtrace-runner:latest).")
-@click.option("--config", "specs", multiple=True, metavar="SPEC",
-              help="A CPU configuration, key=value[,key=value] with keys cpus (quota) and cpuset "
-                   "(e.g. cpuset=0, cpus=0.5). Repeatable. Default: one core, all cores, half a core.")
-@click.option("--repeat", type=int, default=5, show_default=True,
-              help="Most timing runs per configuration (fewer when the verdict settles early).")
+@click.option(
+    "--executor",
+    type=click.Choice(["auto", "local", "docker"]),
+    default="auto",
+    show_default=True,
+    help="Where the command runs: docker containers, the host (local), or docker when an "
+    "engine answers and the runner image exists (auto).",
+)
+@click.option(
+    "--image",
+    default=None,
+    metavar="IMG",
+    help="Image for the docker executor (default: LAGTRACE_DOCKER_IMAGE, lagtrace-runner:latest).",
+)
+@click.option(
+    "--config",
+    "specs",
+    multiple=True,
+    metavar="SPEC",
+    help="A CPU configuration, key=value[,key=value] with keys cpus (quota) and cpuset "
+    "(e.g. cpuset=0, cpus=0.5). Repeatable. Default: one core, all cores, half a core.",
+)
+@click.option(
+    "--repeat",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Most timing runs per configuration (fewer when the verdict settles early).",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill a run after this many seconds.")
-@click.option("--evidence", "evidence", default=None, metavar="PROBES",
-              help="Evidence probes for the drill after the screen, comma-separated: strace, pyspy, core, "
-                   "faulthandler (or all, or none). Default: all of them, where the screen found a "
-                   "CPU-sensitive command or test or a run slower than --stall-after; naming probes "
-                   "drills the whole command whatever the screen found.")
-@click.option("--stall-after", "stall_after_s", type=float, default=None, metavar="S",
-              help="Snapshot an evidence run (py-spy dump, core read by gdb, faulthandler) once it has run "
-                   "this long. Default: a multiple of the fast configuration's median "
-                   "(LAGTRACE_THRESHOLDS__STALL_MULTIPLE).")
-@click.option("--workdir", type=click.Path(path_type=Path), default=None,
-              help="Directory the command runs in (default: the current one).")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the lagtrace.report/v1 JSON here.")
+@click.option(
+    "--evidence",
+    "evidence",
+    default=None,
+    metavar="PROBES",
+    help="Evidence probes for the drill after the screen, comma-separated: strace, pyspy, core, "
+    "faulthandler (or all, or none). Default: all of them, where the screen found a "
+    "CPU-sensitive command or test or a run slower than --stall-after; naming probes "
+    "drills the whole command whatever the screen found.",
+)
+@click.option(
+    "--stall-after",
+    "stall_after_s",
+    type=float,
+    default=None,
+    metavar="S",
+    help="Snapshot an evidence run (py-spy dump, core read by gdb, faulthandler) once it has run "
+    "this long. Default: a multiple of the fast configuration's median "
+    "(LAGTRACE_THRESHOLDS__STALL_MULTIPLE).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory the command runs in (default: the current one).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the lagtrace.report/v1 JSON here.",
+)
 @click.option("--project", default="local", show_default=True, help="Project the job is stored under.")
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
-def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project,
-        command) -> None:
+def run(
+    executor, image, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project, command
+) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import run_job
 
@@ -107,7 +147,7 @@ def run(executor, image, specs, repeat, timeout_s, evidence, stall_after_s, work
             raise
         click.echo(f"lagtrace: failed: {type(exc).__name__}: {exc} (LAGTRACE_DEBUG=1 shows where)", err=True)
         sys.exit(1)
-    from services.report import render_text
+    from services.jobs.report import render_text
 
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -143,8 +183,13 @@ def serve(host: str, port: int, threads: int) -> None:
 
 
 @cli.command()
-@click.option("--concurrency", type=int, default=1, show_default=True,
-              help="Tasks at once. Above 1 only with LAGTRACE_PACK_DISJOINT_CORES (runs then share the node).")
+@click.option(
+    "--concurrency",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Tasks at once. Above 1 only with LAGTRACE_PACK_DISJOINT_CORES (runs then share the node).",
+)
 @click.option("--beat/--no-beat", default=False, help="Also run the periodic reconciler here (one per cluster).")
 @click.option("--loglevel", default="INFO", show_default=True)
 def worker(concurrency: int, beat: bool, loglevel: str) -> None:
@@ -187,11 +232,19 @@ def user() -> None:
 
 @user.command("create")
 @click.argument("username")
-@click.option("--project", "projects", multiple=True, metavar="NAME",
-              help="A project the user may see and act on (made if new). Repeatable.")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    metavar="NAME",
+    help="A project the user may see and act on (made if new). Repeatable.",
+)
 @click.option("--admin", is_flag=True, help="May see every project.")
-@click.option("--password-stdin", is_flag=True,
-              help="Read the password from the first line of stdin instead of prompting (for scripts).")
+@click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from the first line of stdin instead of prompting (for scripts).",
+)
 def user_create(username: str, projects: tuple[str, ...], admin: bool, password_stdin: bool) -> None:
     """Create a dashboard account with a password (stored as a salted scrypt hash)."""
     from cli.service import new_user
@@ -208,34 +261,69 @@ def user_create(username: str, projects: tuple[str, ...], admin: bool, password_
 
 
 @cli.command()
-@click.option("--url", envvar="LAGTRACE_API_URL", default="http://127.0.0.1:8080", show_default=True,
-              help="The API (env LAGTRACE_API_URL).")
-@click.option("--token", "api_token", envvar="LAGTRACE_API_TOKEN", required=True,
-              help="Bearer token (env LAGTRACE_API_TOKEN).")
+@click.option(
+    "--url",
+    envvar="LAGTRACE_API_URL",
+    default="http://127.0.0.1:8080",
+    show_default=True,
+    help="The API (env LAGTRACE_API_URL).",
+)
+@click.option(
+    "--token", "api_token", envvar="LAGTRACE_API_TOKEN", required=True, help="Bearer token (env LAGTRACE_API_TOKEN)."
+)
 @click.option("--repo", default=None, help="Git URL to screen (default: upload --dir).")
 @click.option("--ref", default=None, help="Branch, tag or commit of --repo.")
-@click.option("--dir", "directory", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Directory to upload as a tarball (default: the current one).")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Directory to upload as a tarball (default: the current one).",
+)
 @click.option("--config", "specs", multiple=True, metavar="SPEC", help="A CPU configuration, as for `run`.")
 @click.option("--repeat", type=int, default=5, show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=None)
-@click.option("--evidence", default=None, metavar="PROBES",
-              help="As for `run`: probes (comma-separated), all, or none. Default: every probe where the "
-                   "screen found something.")
+@click.option(
+    "--evidence",
+    default=None,
+    metavar="PROBES",
+    help="As for `run`: probes (comma-separated), all, or none. Default: every probe where the screen found something.",
+)
 @click.option("--stall-after", "stall_after_s", type=float, default=None, help="As for `run`.")
 @click.option("--executor", default="auto", show_default=True)
 @click.option("--image", default=None)
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None,
-              help="Also write the lagtrace.report/v1 JSON here.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the lagtrace.report/v1 JSON here.",
+)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Follow the job until it finishes.")
 @click.option("--poll", "poll_s", type=float, default=1.0, show_default=True)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evidence, stall_after_s, executor, image,
-           json_path, wait, poll_s, command) -> None:
+def submit(
+    url,
+    api_token,
+    repo,
+    ref,
+    directory,
+    specs,
+    repeat,
+    timeout_s,
+    evidence,
+    stall_after_s,
+    executor,
+    image,
+    json_path,
+    wait,
+    poll_s,
+    command,
+) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
     from cli.submit import ApiClient, ApiError, submit_and_wait
-    from services.drill import parse_evidence
-    from services.report import render_text
+    from services.jobs.report import render_text
+    from services.measure.drill import parse_evidence
 
     if repo and directory:
         raise click.UsageError("give --repo or --dir, not both")
@@ -244,13 +332,26 @@ def submit(url, api_token, repo, ref, directory, specs, repeat, timeout_s, evide
     except BadInput as exc:
         click.echo(f"lagtrace: error: {exc}", err=True)
         sys.exit(2)
-    spec = {"command": list(command), "configs": list(specs), "repeat": repeat, "timeout_s": timeout_s,
-            "evidence": probes, "stall_after_s": stall_after_s, "executor": executor, "image": image}
+    spec = {
+        "command": list(command),
+        "configs": list(specs),
+        "repeat": repeat,
+        "timeout_s": timeout_s,
+        "evidence": probes,
+        "stall_after_s": stall_after_s,
+        "executor": executor,
+        "image": image,
+    }
     try:
-        job = submit_and_wait(ApiClient(url, api_token), spec,
-                              repository={"url": repo, "ref": ref} if repo else None,
-                              directory=None if repo else (directory or Path.cwd()), wait=wait, poll_s=poll_s,
-                              progress=_progress)
+        job = submit_and_wait(
+            ApiClient(url, api_token),
+            spec,
+            repository={"url": repo, "ref": ref} if repo else None,
+            directory=None if repo else (directory or Path.cwd()),
+            wait=wait,
+            poll_s=poll_s,
+            progress=_progress,
+        )
     except ApiError as exc:
         click.echo(f"lagtrace: error: {exc}", err=True)
         sys.exit(2 if 400 <= exc.status < 500 else 1)

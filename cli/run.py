@@ -7,11 +7,11 @@ from pathlib import Path
 from services import migrate
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
-from services.executors import make_executor
-from services.jobs import create_job
-from services.pipeline import execute_job, plan_job
-from services.report import build_report
-from services.screen import Progress
+from services.jobs.lifecycle import create_job
+from services.jobs.pipeline import execute_job, plan_job
+from services.jobs.report import build_report
+from services.measure.executors import make_executor
+from services.measure.screen import Progress
 from services.settings import Settings
 
 
@@ -32,8 +32,14 @@ def run_job(
 ) -> dict:
     executor = make_executor(executor_name, settings, image=image, progress=progress)
     plan = plan_job(
-        executor, command=command, specs=specs, repeat=repeat, timeout_s=timeout_s,
-        workdir=(workdir or Path.cwd()).resolve(), evidence=evidence, stall_after_s=stall_after_s,
+        executor,
+        command=command,
+        specs=specs,
+        repeat=repeat,
+        timeout_s=timeout_s,
+        workdir=(workdir or Path.cwd()).resolve(),
+        evidence=evidence,
+        stall_after_s=stall_after_s,
         progress=progress,
     )
     progress(f"{executor.name} executor, configurations: {', '.join(c.label for c in plan.configs)}")
@@ -45,9 +51,17 @@ def run_job(
     try:
         with make_session_factory(engine)() as session:
             job = create_job(
-                session, project=project, command=plan.command, configs=plan.configs, executor=executor.name,
-                workdir=plan.workdir, repeat=plan.repeat, timeout_s=plan.timeout_s, notes=plan.notes,
-                probes=plan.probes, stall_after_s=plan.stall_after_s,
+                session,
+                project=project,
+                command=plan.command,
+                configs=plan.configs,
+                executor=executor.name,
+                workdir=plan.workdir,
+                repeat=plan.repeat,
+                timeout_s=plan.timeout_s,
+                notes=plan.notes,
+                probes=plan.probes,
+                stall_after_s=plan.stall_after_s,
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")

@@ -6,14 +6,14 @@ import logging
 import threading
 
 from services import migrate
+from services.accounts.tokens import create_token
+from services.accounts.users import create_user
 from services.db import make_engine, make_session_factory
-from services.dispatch import Dispatcher, InProcessDispatcher, send_all
 from services.errors import LagtraceError
-from services.reconcile import reconcile
+from services.jobs.dispatch import Dispatcher, InProcessDispatcher, send_all
+from services.jobs.reconcile import reconcile
+from services.jobs.steps import run_step
 from services.settings import Settings
-from services.steps import run_step
-from services.accounts import create_user
-from services.tokens import create_token
 
 log = logging.getLogger("lagtrace.serve")
 
@@ -60,8 +60,12 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
             leftovers = reconcile(session, settings, orphaned=True)
             session.commit()
         send_all(dispatcher, leftovers)
-        threading.Thread(target=_reconcile_forever, args=(session_factory, settings, dispatcher, stop),
-                         name="lagtrace-reconciler", daemon=True).start()
+        threading.Thread(
+            target=_reconcile_forever,
+            args=(session_factory, settings, dispatcher, stop),
+            name="lagtrace-reconciler",
+            daemon=True,
+        ).start()
         log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
     app = create_combined_app(settings, dispatcher, engine)
     try:
@@ -78,8 +82,14 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> N
 
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
-    argv = ["worker", f"--loglevel={loglevel}", f"--concurrency={concurrency}", "--queues=lagtrace",
-            "--without-gossip", "--without-mingle"]
+    argv = [
+        "worker",
+        f"--loglevel={loglevel}",
+        f"--concurrency={concurrency}",
+        "--queues=lagtrace",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     if beat:
         settings.work_dir.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"]

@@ -14,8 +14,18 @@ from pathlib import Path
 from typing import Any
 
 # Left out of an uploaded directory: history, environments and caches are not the code.
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", "node_modules",
-             ".state"}
+SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    "node_modules",
+    ".state",
+}
 
 
 class ApiError(Exception):
@@ -30,8 +40,9 @@ class ApiClient:
         self.token = token
         self.timeout_s = timeout_s
 
-    def request(self, method: str, path: str, body: bytes | None = None,
-                content_type: str = "application/json") -> dict[str, Any]:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
+    ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -53,7 +64,9 @@ class ApiClient:
             f'--{boundary}\r\nContent-Disposition: form-data; name="job"\r\n'
             f"Content-Type: application/json\r\n\r\n{json.dumps(job)}\r\n".encode(),
             f'--{boundary}\r\nContent-Disposition: form-data; name="archive"; filename="code.tar.gz"\r\n'
-            f"Content-Type: application/gzip\r\n\r\n".encode() + archive + b"\r\n",
+            f"Content-Type: application/gzip\r\n\r\n".encode()
+            + archive
+            + b"\r\n",
             f"--{boundary}--\r\n".encode(),
         ]
         return self.request("POST", path, b"".join(parts), f"multipart/form-data; boundary={boundary}")
@@ -78,9 +91,16 @@ def pack_directory(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def submit_and_wait(client: ApiClient, spec: dict[str, Any], *, repository: dict[str, Any] | None,
-                    directory: Path | None, wait: bool, poll_s: float,
-                    progress: Callable[[str], None]) -> dict[str, Any]:
+def submit_and_wait(
+    client: ApiClient,
+    spec: dict[str, Any],
+    *,
+    repository: dict[str, Any] | None,
+    directory: Path | None,
+    wait: bool,
+    poll_s: float,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     if repository is not None:
         job = client.post_json("/api/v1/jobs", {**spec, "repository": repository})
     else:

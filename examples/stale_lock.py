@@ -20,7 +20,10 @@ def main(state_dir: str) -> None:
     os.makedirs(state_dir, exist_ok=True)
     lock = os.path.join(state_dir, "lock")
     counter = os.path.join(state_dir, "runs")
-    runs = int(open(counter).read()) if os.path.exists(counter) else 0
+    runs = 0
+    if os.path.exists(counter):
+        with open(counter) as handle:
+            runs = int(handle.read())
     with open(counter, "w") as handle:
         handle.write(str(runs + 1))
     if os.path.exists(lock):

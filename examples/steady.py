@@ -16,7 +16,7 @@ def main(rounds: int = 15) -> float:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "data")
-        for i in range(rounds):
+        for _i in range(rounds):
             with open(path, "wb") as handle:
                 handle.write(os.urandom(4096))
             with open(path, "rb") as handle:

@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     # v2: below the unified root).
     cgroup_root: Path = Path("/sys/fs/cgroup")
     cgroup_name: str = "lagtrace"
-    # The docker executor: the runner image (built by services/executors/runner/), the
+    # The docker executor: the runner image (built by services/measure/executors/runner/), the
     # limits every run container gets, and the network the prepare step installs with
     # ("host" where the engine runs without a bridge, as in this project's CI).
     docker_image: str = "lagtrace-runner:latest"
@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     session_hours: float = Field(12.0, gt=0)
 
     @model_validator(mode="after")
-    def _time_limits_nest(self) -> "Settings":
+    def _time_limits_nest(self) -> Settings:
         if not self.task_soft_time_limit_s < self.task_time_limit_s < self.broker_visibility_timeout_s:
             raise ValueError(
                 "task time limits must nest: LAGTRACE_TASK_SOFT_TIME_LIMIT_S < LAGTRACE_TASK_TIME_LIMIT_S "

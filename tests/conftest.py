@@ -88,7 +88,11 @@ def run_cli(
     env = {**os.environ, "LAGTRACE_DATABASE_URL": database_url, **(env or {})}
     done = subprocess.run(
         [sys.executable, "-m", "cli.main", *args],
-        cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from services import migrate
 from services.db import make_engine, make_session_factory
-from services.dispatch import InProcessDispatcher
-from services.github import sign
+from services.github.client import sign
+from services.jobs.dispatch import InProcessDispatcher
+from services.jobs.steps import run_step
 from services.settings import Settings
-from services.steps import run_step
 from tests.conftest import EXAMPLES
 
 SECRET = "webhook-test-secret"
@@ -71,13 +71,13 @@ class GitHubServer:
                 recorded.append(Recorded(self.command, self.path, body, dict(self.headers)))
                 return body
 
-            def do_POST(self):  # noqa: N802 (http.server's naming)
+            def do_POST(self):
                 body = self._record()
                 if not self.path.endswith("/check-runs"):
                     return self._answer(404, {"message": "Not Found"})
                 self._answer(201, {"id": next(next_id), **body})
 
-            def do_PATCH(self):  # noqa: N802
+            def do_PATCH(self):
                 body = self._record()
                 check_run_id = int(self.path.rsplit("/", 1)[1])
                 self._answer(200, {"id": check_run_id, **body})
@@ -100,13 +100,21 @@ class GitHubServer:
 
 
 def push_payload(clone_url: str, head: str, full_name: str = "octo/demo") -> dict:
-    return {"ref": "refs/heads/main", "after": head, "deleted": False,
-            "repository": {"full_name": full_name, "clone_url": clone_url}}
+    return {
+        "ref": "refs/heads/main",
+        "after": head,
+        "deleted": False,
+        "repository": {"full_name": full_name, "clone_url": clone_url},
+    }
 
 
 def delivery_headers(body: bytes, delivery: str, event: str = "push", secret: str = SECRET) -> dict:
-    return {"X-Hub-Signature-256": sign(secret, body), "X-GitHub-Delivery": delivery, "X-GitHub-Event": event,
-            "Content-Type": "application/json"}
+    return {
+        "X-Hub-Signature-256": sign(secret, body),
+        "X-GitHub-Delivery": delivery,
+        "X-GitHub-Event": event,
+        "Content-Type": "application/json",
+    }
 
 
 def in_process_service(settings: Settings, make_app, *, run_jobs: bool, migrated: bool):

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from api import create_app
 from api.context import ctx
-from services.dispatch import Dispatcher
+from services.jobs.dispatch import Dispatcher
 from services.settings import Settings
 from web import views
 

@@ -54,9 +54,12 @@ def _row(test_id: str | None, medians: dict[str, tuple[float | None, int]], labe
 def build_matrix(report: dict[str, Any]) -> tuple[list[str], list[Row]]:
     """Column labels and rows: the whole command first, then tests, widest spread first."""
     labels = [c["label"] for c in report["configs"]]
-    command = _row(None, {c["label"]: ((c["wall_s"] or {}).get("median"), len(c["runs"]))
-                          for c in report["configs"]}, labels)
-    tests = [_row(t["id"], {c["label"]: (c.get("median"), c.get("n", 0)) for c in t["configs"]}, labels)
-             for t in report["tests"]]
+    command = _row(
+        None, {c["label"]: ((c["wall_s"] or {}).get("median"), len(c["runs"])) for c in report["configs"]}, labels
+    )
+    tests = [
+        _row(t["id"], {c["label"]: (c.get("median"), c.get("n", 0)) for c in t["configs"]}, labels)
+        for t in report["tests"]
+    ]
     tests.sort(key=lambda row: -row.spread)
     return labels, [command, *tests]

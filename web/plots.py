@@ -59,55 +59,74 @@ def strip_plot(samples: dict[str, list[float]], title: str) -> Markup:
         return LEFT + share * (WIDTH - LEFT - RIGHT)
 
     height = TOP + ROW_HEIGHT * len(rows) + BOTTOM
-    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-             f'width="{WIDTH}" height="{height}" role="img" aria-label="{escape(title)}">',
-             f"<title>{escape(title)}</title>"]
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+        f'width="{WIDTH}" height="{height}" role="img" aria-label="{escape(title)}">',
+        f"<title>{escape(title)}</title>",
+    ]
     axis_y = TOP + ROW_HEIGHT * len(rows)
     for tick in ticks:
         if axis_low <= tick <= axis_high:
             tx = x(tick)
             parts.append(f'<line class="grid" x1="{tx:.1f}" y1="{TOP}" x2="{tx:.1f}" y2="{axis_y}"/>')
-            parts.append(f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
-                         f"{escape(_seconds(tick))}</text>")
-    parts.append(f'<text class="tick" x="{WIDTH - RIGHT}" y="{axis_y + 32}" text-anchor="end">'
-                 f'{"log scale" if log else "linear scale"}</text>')
+            parts.append(
+                f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+                f"{escape(_seconds(tick))}</text>"
+            )
+    parts.append(
+        f'<text class="tick" x="{WIDTH - RIGHT}" y="{axis_y + 32}" text-anchor="end">'
+        f"{'log scale' if log else 'linear scale'}</text>"
+    )
     for i, (label, values) in enumerate(rows):
         middle = TOP + ROW_HEIGHT * i + ROW_HEIGHT / 2
         q1, q3 = _quartiles(values)
         median = statistics.median(values)
-        parts.append(f'<text class="label" x="{LEFT - 10}" y="{middle + 4:.1f}" text-anchor="end">{escape(label)}</text>')
-        parts.append(f'<rect class="box" x="{x(q1):.1f}" y="{middle - 12:.1f}" width="{max(1.0, x(q3) - x(q1)):.1f}" '
-                     f'height="24"><title>{escape(label)}: interquartile {escape(_seconds(q1))} .. '
-                     f"{escape(_seconds(q3))}</title></rect>")
-        parts.append(f'<line class="median" x1="{x(median):.1f}" y1="{middle - 15:.1f}" x2="{x(median):.1f}" '
-                     f'y2="{middle + 15:.1f}"><title>median {escape(_seconds(median))}</title></line>')
+        parts.append(
+            f'<text class="label" x="{LEFT - 10}" y="{middle + 4:.1f}" text-anchor="end">{escape(label)}</text>'
+        )
+        parts.append(
+            f'<rect class="box" x="{x(q1):.1f}" y="{middle - 12:.1f}" width="{max(1.0, x(q3) - x(q1)):.1f}" '
+            f'height="24"><title>{escape(label)}: interquartile {escape(_seconds(q1))} .. '
+            f"{escape(_seconds(q3))}</title></rect>"
+        )
+        parts.append(
+            f'<line class="median" x1="{x(median):.1f}" y1="{middle - 15:.1f}" x2="{x(median):.1f}" '
+            f'y2="{middle + 15:.1f}"><title>median {escape(_seconds(median))}</title></line>'
+        )
         for j, value in enumerate(values):
             # Deterministic jitter: the same job always draws the same picture.
             offset = ((j * 7) % 11 - 5) * 1.6
-            parts.append(f'<circle class="dot" cx="{x(value):.1f}" cy="{middle + offset:.1f}" r="3.5">'
-                         f"<title>{escape(label)} run {j + 1}: {escape(_seconds(value))}</title></circle>")
+            parts.append(
+                f'<circle class="dot" cx="{x(value):.1f}" cy="{middle + offset:.1f}" r="3.5">'
+                f"<title>{escape(label)} run {j + 1}: {escape(_seconds(value))}</title></circle>"
+            )
     parts.append("</svg>")
     return Markup("".join(parts))
 
 
 def trend_plot(history: list[dict], labels: list[str], title: str) -> Markup:
     """Median per configuration across jobs, oldest left: is it getting worse?"""
-    points = [(i, label, entry["medians"][label]) for i, entry in enumerate(history)
-              for label in labels if label in entry["medians"]]
+    points = [
+        (i, label, entry["medians"][label])
+        for i, entry in enumerate(history)
+        for label in labels
+        if label in entry["medians"]
+    ]
     if len(history) < 2 or not points:
         return Markup("")
     width, height, left, top, bottom = 720, 180, 60, 12, 28
     high = max(value for _, _, value in points) * 1.1 or 1.0
 
     def xy(i: int, value: float) -> tuple[float, float]:
-        return (left + i * (width - left - 20) / (len(history) - 1),
-                top + (1 - value / high) * (height - top - bottom))
+        return (left + i * (width - left - 20) / (len(history) - 1), top + (1 - value / high) * (height - top - bottom))
 
-    parts = [f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-             f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
-             f'<text class="tick" x="{left - 6}" y="{top + 8}" text-anchor="end">{escape(_seconds(high))}</text>',
-             f'<text class="tick" x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
-             f'<line class="grid" x1="{left}" y1="{height - bottom}" x2="{width - 20}" y2="{height - bottom}"/>']
+    parts = [
+        f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+        f'<text class="tick" x="{left - 6}" y="{top + 8}" text-anchor="end">{escape(_seconds(high))}</text>',
+        f'<text class="tick" x="{left - 6}" y="{height - bottom}" text-anchor="end">0</text>',
+        f'<line class="grid" x1="{left}" y1="{height - bottom}" x2="{width - 20}" y2="{height - bottom}"/>',
+    ]
     for n, label in enumerate(labels):
         line = [(i, value) for i, lab, value in points if lab == label]
         if not line:
@@ -116,8 +135,10 @@ def trend_plot(history: list[dict], labels: list[str], title: str) -> Markup:
         parts.append(f'<path class="series s{n % 6}" d="{path}"><title>{escape(label)}</title></path>')
         for i, value in line:
             px, py = xy(i, value)
-            parts.append(f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="3">'
-                         f'<title>job {history[i]["job_id"]}, {escape(label)}: {escape(_seconds(value))}</title></circle>')
+            parts.append(
+                f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="3">'
+                f"<title>job {history[i]['job_id']}, {escape(label)}: {escape(_seconds(value))}</title></circle>"
+            )
     for i, entry in enumerate(history):
         px, _ = xy(i, 0)
         parts.append(f'<text class="tick" x="{px:.1f}" y="{height - 8}" text-anchor="middle">#{entry["job_id"]}</text>')

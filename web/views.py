@@ -6,7 +6,17 @@ import shlex
 from typing import Any
 
 from flask import (
-    Blueprint, Response, flash, g, jsonify, redirect, render_template, request, send_file, session, url_for,
+    Blueprint,
+    Response,
+    flash,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    send_file,
+    session,
+    url_for,
 )
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
@@ -14,15 +24,17 @@ from werkzeug.exceptions import HTTPException
 from api.context import ctx, db
 from api.errors import status_of, validation_problems
 from api.schemas import Rerun
-from services import dashboard, submissions, triage
-from services.accounts import SignInFailed, require_project, sign_in, visible_projects
-from services.artifacts import make_artifact_store
-from services.dispatch import send_all
+from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
+from services.diagnose import inbox as dashboard
+from services.diagnose import triage
 from services.errors import BadInput, LagtraceError, NotFound
-from services.jobspec import JobSpec
+from services.jobs import submit as submissions
+from services.jobs.dispatch import send_all
+from services.jobs.spec import JobSpec
+from services.measure.artifacts import make_artifact_store
+from services.measure.probes import PROBES
+from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus
-from services.probes import PROBES
-from services.samples import collect
 from web import auth
 from web.matrix import build_matrix
 from web.plots import strip_plot, trend_plot
@@ -34,13 +46,28 @@ bp.before_request(auth.load_user)
 COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
 SEVERITIES = ("high", "medium", "low", "info")
 # Syscalls that mean waiting or polling: the strace table highlights them.
-WAIT_SYSCALLS = {"futex", "poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2",
-                 "nanosleep", "clock_nanosleep", "wait4", "waitid", "sched_yield"}
+WAIT_SYSCALLS = {
+    "futex",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "nanosleep",
+    "clock_nanosleep",
+    "wait4",
+    "waitid",
+    "sched_yield",
+}
 STRACE_SORTS = {"pct_time", "seconds", "usecs_per_call", "calls", "errors", "name"}
 # The dashboard's own pages may load only same-origin scripts, styles and images; the
 # inline SVG plots need no script. Flame graphs are same-origin <object>s (see artifact()).
-PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'self'; "
-            "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'self'; "
+    "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+)
 # Served artifacts (a flame graph SVG opened directly or embedded) run nothing: no
 # script, no external load, sandboxed; the SVG's own inline styles are allowed.
 ARTIFACT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sandbox"
@@ -152,14 +179,24 @@ def sign_out():
 @bp.get("/")
 def inbox():
     ids = auth.project_ids()
-    filters = {"project_id": _int_arg("project"), "kind": request.args.get("kind") or None,
-               "status": request.args.get("status") or None, "severity": request.args.get("severity") or None}
+    filters = {
+        "project_id": _int_arg("project"),
+        "kind": request.args.get("kind") or None,
+        "status": request.args.get("status") or None,
+        "severity": request.args.get("severity") or None,
+    }
     if filters["status"] and filters["status"] not in TriageStatus.__members__:
         raise BadInput(f"status: one of {', '.join(TriageStatus.__members__)}")
     groups = dashboard.inbox(db(), ids, **filters)
-    return render_template("inbox.html", groups=groups, filters=filters, projects=visible_projects(db(), g.user),
-                           kinds=dashboard.finding_kinds(db(), ids), statuses=list(TriageStatus.__members__),
-                           severities=SEVERITIES)
+    return render_template(
+        "inbox.html",
+        groups=groups,
+        filters=filters,
+        projects=visible_projects(db(), g.user),
+        kinds=dashboard.finding_kinds(db(), ids),
+        statuses=list(TriageStatus.__members__),
+        severities=SEVERITIES,
+    )
 
 
 @bp.get("/jobs")
@@ -168,11 +205,18 @@ def jobs():
     if status and status not in JobStatus.__members__:
         raise BadInput(f"status: one of {', '.join(JobStatus.__members__)}")
     project_id = _int_arg("project")
-    rows = dashboard.job_list(db(), auth.project_ids(), project_id=project_id, status=status,
-                              before_id=_int_arg("before"))
-    return render_template("jobs.html", rows=rows, status=status, project_id=project_id,
-                           projects=visible_projects(db(), g.user), statuses=list(JobStatus.__members__),
-                           next_before=rows[-1].job.id if len(rows) == 50 else None)
+    rows = dashboard.job_list(
+        db(), auth.project_ids(), project_id=project_id, status=status, before_id=_int_arg("before")
+    )
+    return render_template(
+        "jobs.html",
+        rows=rows,
+        status=status,
+        project_id=project_id,
+        projects=visible_projects(db(), g.user),
+        statuses=list(JobStatus.__members__),
+        next_before=rows[-1].job.id if len(rows) == 50 else None,
+    )
 
 
 def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]:
@@ -180,11 +224,20 @@ def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]
     # Free text: one SPEC per line or space (a comma joins keys within one SPEC, cpus=1,cpuset=0).
     configs = list(dict.fromkeys(form.getlist("config") + form.get("other_configs", "").split()))
     evidence_choice = form.get("evidence", "default")
-    probes = None if evidence_choice == "default" else [] if evidence_choice == "none" else [
-        p for p in form.getlist("probe") if p in PROBES]
-    return {"configs": configs, "repeat": form.get("repeat", "5"), "evidence": probes,
-            "stall_after_s": form.get("stall_after") or None,
-            **({"command": command} if command is not None else {})}
+    probes = (
+        None
+        if evidence_choice == "default"
+        else []
+        if evidence_choice == "none"
+        else [p for p in form.getlist("probe") if p in PROBES]
+    )
+    return {
+        "configs": configs,
+        "repeat": form.get("repeat", "5"),
+        "evidence": probes,
+        "stall_after_s": form.get("stall_after") or None,
+        **({"command": command} if command is not None else {}),
+    }
 
 
 @bp.route("/jobs/new", methods=["GET", "POST"])
@@ -207,14 +260,22 @@ def new_job():
     archive = request.files.get("archive")
     session_ = db()
     if archive and archive.filename:
-        job, steps = submissions.submit_job(session_, ctx().settings, project, spec, archive=archive.read(),
-                                            origin="web")
+        job, steps = submissions.submit_job(
+            session_, ctx().settings, project, spec, archive=archive.read(), origin="web"
+        )
     else:
         url = form.get("repository", "").strip()
         if not url:
             raise BadInput("repository: give a git URL or upload an archive")
-        job, steps = submissions.submit_job(session_, ctx().settings, project, spec, repository_url=url,
-                                            ref=form.get("ref", "").strip() or None, origin="web")
+        job, steps = submissions.submit_job(
+            session_,
+            ctx().settings,
+            project,
+            spec,
+            repository_url=url,
+            ref=form.get("ref", "").strip() or None,
+            origin="web",
+        )
     session_.commit()
     send_all(ctx().dispatcher, steps)  # after commit: the worker must find the job
     return redirect(url_for("web.job", job_id=job.id))
@@ -226,8 +287,17 @@ def job(job_id: int):
     detail = submissions.job_detail(db(), found)
     report = detail["report"]
     labels, rows = build_matrix(report) if report else ([], [])
-    return render_template("job.html", job=found, detail=detail, report=report, labels=labels, rows=rows,
-                           common_configs=COMMON_CONFIGS, probes=PROBES, finished=found.status in submissions.FINISHED)
+    return render_template(
+        "job.html",
+        job=found,
+        detail=detail,
+        report=report,
+        labels=labels,
+        rows=rows,
+        common_configs=COMMON_CONFIGS,
+        probes=PROBES,
+        finished=found.status in submissions.FINISHED,
+    )
 
 
 @bp.get("/jobs/<int:job_id>/progress")
@@ -250,8 +320,7 @@ def test(job_id: int):
         raise NotFound(f"test {test_id!r} did not run in job {job_id}")
     runs = [(config.label, run) for config in found.configs for run in config.runs]
     if test_id is not None:
-        runs = [(label, run) for label, run in runs
-                if run.test_id in (None, test_id)]
+        runs = [(label, run) for label, run in runs if run.test_id in (None, test_id)]
     durations = {}
     if test_id is not None:
         for config in found.configs:
@@ -262,10 +331,19 @@ def test(job_id: int):
     history = dashboard.latency_history(db(), found, test_id)
     labels = [c.label for c in found.configs]
     title = f"{test_id or 'the whole command'}: latency per configuration"
-    return render_template("test.html", job=found, test_id=test_id, plot=strip_plot(per_config, title),
-                           runs=runs, durations=durations, history=history, labels=labels,
-                           trend=trend_plot(history, labels, f"{test_id or 'command'}: median per job"),
-                           common_configs=COMMON_CONFIGS, probes=PROBES)
+    return render_template(
+        "test.html",
+        job=found,
+        test_id=test_id,
+        plot=strip_plot(per_config, title),
+        runs=runs,
+        durations=durations,
+        history=history,
+        labels=labels,
+        trend=trend_plot(history, labels, f"{test_id or 'command'}: median per job"),
+        common_configs=COMMON_CONFIGS,
+        probes=PROBES,
+    )
 
 
 @bp.post("/jobs/<int:job_id>/rerun")
@@ -274,9 +352,15 @@ def rerun(job_id: int):
     asked = _spec_from_form(request.form)
     wanted = Rerun(configs=asked["configs"], repeat=asked["repeat"])
     session_ = db()
-    child, steps = submissions.rerun_job(session_, ctx().settings, parent, configs=wanted.configs,
-                                         repeat=wanted.repeat, origin="web",
-                                         test_id=request.form.get("test_id") or None)
+    child, steps = submissions.rerun_job(
+        session_,
+        ctx().settings,
+        parent,
+        configs=wanted.configs,
+        repeat=wanted.repeat,
+        origin="web",
+        test_id=request.form.get("test_id") or None,
+    )
     session_.commit()
     send_all(ctx().dispatcher, steps)
     flash(f"Rerun of job {parent.id} queued as job {child.id}.")
@@ -301,10 +385,16 @@ def _evidence_view(entry: Evidence) -> dict[str, Any]:
     if entry.kind == "strace" and content.get("syscalls"):
         key = request.args.get("sort", "pct_time")
         key = key if key in STRACE_SORTS else "pct_time"
-        content["syscalls"] = sorted(content["syscalls"], key=lambda row: row.get(key) or 0,
-                                     reverse=key != "name")
-    return {"id": entry.id, "kind": entry.kind, "config": entry.config.label if entry.config else None,
-            "test": entry.test_id, "content": content, "text": entry.text, "artifacts": entry.artifacts}
+        content["syscalls"] = sorted(content["syscalls"], key=lambda row: row.get(key) or 0, reverse=key != "name")
+    return {
+        "id": entry.id,
+        "kind": entry.kind,
+        "config": entry.config.label if entry.config else None,
+        "test": entry.test_id,
+        "content": content,
+        "text": entry.text,
+        "artifacts": entry.artifacts,
+    }
 
 
 @bp.get("/findings/<int:finding_id>")
@@ -314,10 +404,20 @@ def finding(finding_id: int):
     cited = [e for e in cited if e is not None and e.job_id == found.job_id]
     # Evidence of the same test in the same job that the rule did not cite (the stacks
     # beside a flame graph, say) is one click away: list it after the cited entries.
-    others = [e for e in found.job.evidence if e not in cited and (found.test_id is None or e.test_id in (None, found.test_id))]
-    return render_template("finding.html", finding=found, view=triage.finding_view(db(), found, history=True),
-                           evidence=[_evidence_view(e) for e in cited + others], cited={e.id for e in cited},
-                           statuses=list(TriageStatus.__members__), wait_syscalls=WAIT_SYSCALLS)
+    others = [
+        e
+        for e in found.job.evidence
+        if e not in cited and (found.test_id is None or e.test_id in (None, found.test_id))
+    ]
+    return render_template(
+        "finding.html",
+        finding=found,
+        view=triage.finding_view(db(), found, history=True),
+        evidence=[_evidence_view(e) for e in cited + others],
+        cited={e.id for e in cited},
+        statuses=list(TriageStatus.__members__),
+        wait_syscalls=WAIT_SYSCALLS,
+    )
 
 
 @bp.post("/findings/<int:finding_id>/triage")
@@ -329,8 +429,15 @@ def triage_finding(finding_id: int):
     assignee = request.form.get("assignee", "").strip()[:200] or None
     note = request.form.get("note", "").strip() or None
     session_ = db()
-    triage.triage(session_, found, g.user.username, status=status, assignee=assignee, note=note,
-                  fields={"status", "assignee", "note"})
+    triage.triage(
+        session_,
+        found,
+        g.user.username,
+        status=status,
+        assignee=assignee,
+        note=note,
+        fields={"status", "assignee", "note"},
+    )
     session_.commit()
     flash(f"Finding {found.id} is now {found.status.value}.")
     return redirect(url_for("web.finding", finding_id=finding_id))
@@ -357,7 +464,8 @@ def artifact(key: str):
     except FileNotFoundError:
         raise NotFound(f"artifact {key!r} is gone (past LAGTRACE_ARTIFACT_RETENTION_DAYS)") from None
     inline = reference["media_type"] == "image/svg+xml" and not request.args.get("download")
-    response = send_file(reader, mimetype=reference["media_type"], as_attachment=not inline,
-                         download_name=reference["name"])
+    response = send_file(
+        reader, mimetype=reference["media_type"], as_attachment=not inline, download_name=reference["name"]
+    )
     response.headers["Content-Security-Policy"] = ARTIFACT_CSP
     return response

@@ -1,6 +1,6 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids, runs one step from services.steps (which claims the step in the
+Each task takes ids, runs one step from services.jobs.steps (which claims the step in the
 database ledger first), and sends the next steps only after its commit. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
 once the broker's visibility timeout passes; the hard time limit ends every task
@@ -17,11 +17,11 @@ from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services import reconcile as reconciler
 from services.db import make_engine, make_session_factory
-from services.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step, send_all
+from services.jobs import reconcile as reconciler
+from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step, send_all
+from services.jobs.steps import run_step
 from services.settings import Settings
-from services.steps import run_step
 
 log = logging.getLogger("lagtrace.worker")
 QUEUE = "lagtrace"
@@ -92,8 +92,13 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
-        beat_schedule={"reconcile": {"task": task_name(RECONCILE), "schedule": settings.reconcile_interval_s,
-                                     "options": {"queue": QUEUE, "expires": settings.reconcile_interval_s}}},
+        beat_schedule={
+            "reconcile": {
+                "task": task_name(RECONCILE),
+                "schedule": settings.reconcile_interval_s,
+                "options": {"queue": QUEUE, "expires": settings.reconcile_interval_s},
+            }
+        },
     )
     database = WorkerDatabase(settings)
     dispatcher = CeleryDispatcher(app)

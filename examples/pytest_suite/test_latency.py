@@ -1,6 +1,6 @@
 """A small suite with one CPU-sensitive test among healthy ones.
 
-    lagtrace run --config cpuset=0 --config cpuset=0-1 -- python3 -m pytest -q test_latency.py
+lagtrace run --config cpuset=0 --config cpuset=0-1 -- python3 -m pytest -q test_latency.py
 """
 
 import os
@@ -9,7 +9,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from handoff import round_trips  # noqa: E402
+from handoff import round_trips
 
 
 def test_handoff_round_trips():

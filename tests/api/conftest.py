@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from api import create_app
-from services.dispatch import InProcessDispatcher
+from services.accounts.tokens import create_token
+from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
-from services.tokens import create_token
 from tests.service_support import SECRET, GitHubServer, in_process_service
 
 
@@ -65,13 +65,23 @@ def github_server():
     server.stop()
 
 
-def build_api(database_url: str, tmp_path: Path, github_url: str, *, run_jobs: bool = True, migrated: bool = False,
-              **overrides) -> Api:
-    settings = Settings(database_url=database_url, work_dir=tmp_path / "work", artifact_dir=tmp_path / "artifacts",
-                        allow_file_repositories=True, github_webhook_secret=SECRET, github_api_url=github_url,
-                        github_token="test-token", public_url="http://lagtrace.test", **overrides)
-    app, engine, session_factory, dispatcher = in_process_service(settings, create_app, run_jobs=run_jobs,
-                                                                  migrated=migrated)
+def build_api(
+    database_url: str, tmp_path: Path, github_url: str, *, run_jobs: bool = True, migrated: bool = False, **overrides
+) -> Api:
+    settings = Settings(
+        database_url=database_url,
+        work_dir=tmp_path / "work",
+        artifact_dir=tmp_path / "artifacts",
+        allow_file_repositories=True,
+        github_webhook_secret=SECRET,
+        github_api_url=github_url,
+        github_token="test-token",
+        public_url="http://lagtrace.test",
+        **overrides,
+    )
+    app, engine, session_factory, dispatcher = in_process_service(
+        settings, create_app, run_jobs=run_jobs, migrated=migrated
+    )
     with session_factory() as session:
         token = create_token(session, "demo", "alice")
         session.commit()

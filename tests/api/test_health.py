@@ -26,7 +26,8 @@ def test_readyz_says_what_is_missing(sqlite_api):
 def test_readyz_with_an_unreachable_database(sqlite_api):
     # Nothing listens on port 1: a database that went away.
     sqlite_api.client.application.extensions["lagtrace"].engine = create_engine(
-        "postgresql+psycopg://nobody@127.0.0.1:1/none")
+        "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    )
     response = sqlite_api.client.get("/readyz")
     assert response.status_code == 503 and "database" in response.get_json()["problems"]
 

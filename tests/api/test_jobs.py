@@ -31,8 +31,7 @@ def test_a_job_on_a_repository_is_run_and_reported(api, tmp_path):
     done = api.wait(job["id"])
     assert done["status"] == "done", done["error"]
     assert done["repository"] == {"url": url, "ref": "main", "commit": head}
-    assert done["progress"] == {**done["progress"], "phase": "done", "runs_done": 2, "runs_planned": 2,
-                                "fraction": 1.0}
+    assert done["progress"] == {**done["progress"], "phase": "done", "runs_done": 2, "runs_planned": 2, "fraction": 1.0}
     assert done["progress"]["configs"][0]["state"] == "done"
     report = done["report"]
     assert report["schema"] == "lagtrace.report/v1"
@@ -43,20 +42,27 @@ def test_a_job_on_a_repository_is_run_and_reported(api, tmp_path):
 
 
 def test_a_job_on_an_uploaded_directory(api):
-    response = api.post("/api/v1/jobs", data={
-        "job": json.dumps({"command": STEADY, "configs": ["cpuset=0"], "repeat": 1}),
-        "archive": (io.BytesIO(pack_directory(EXAMPLES)), "code.tar.gz"),
-    }, content_type="multipart/form-data")
+    response = api.post(
+        "/api/v1/jobs",
+        data={
+            "job": json.dumps({"command": STEADY, "configs": ["cpuset=0"], "repeat": 1}),
+            "archive": (io.BytesIO(pack_directory(EXAMPLES)), "code.tar.gz"),
+        },
+        content_type="multipart/form-data",
+    )
     assert response.status_code == 201, response.get_json()
     done = api.wait(response.get_json()["id"])
     assert done["status"] == "done", done["error"]
     assert done["archive"] is True and done["repository"] is None
 
 
-@pytest.mark.parametrize("body,message", [
-    ({"command": ["no-such-program-here"]}, "not found on PATH"),
-    ({"command": STEADY, "configs": ["cpuset=4000"]}, "does not exist here"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"command": ["no-such-program-here"]}, "not found on PATH"),
+        ({"command": STEADY, "configs": ["cpuset=4000"]}, "does not exist here"),
+    ],
+)
 def test_what_only_the_worker_can_check_fails_the_job_with_a_reason(api, tmp_path, body, message):
     url, _ = make_repository(tmp_path / "repo", None)
     job = create(api, repository={"url": url}, **body).get_json()
@@ -72,8 +78,11 @@ def test_a_repository_that_cannot_be_cloned_fails_the_job(api, tmp_path):
 
 def test_rerun_makes_a_linked_job_compared_with_its_parent(api, tmp_path):
     url, head = make_repository(tmp_path / "repo", None)
-    parent = api.wait(create(api, repository={"url": url, "ref": "main"}, command=STEADY, configs=["cpuset=0"],
-                             repeat=2).get_json()["id"])
+    parent = api.wait(
+        create(api, repository={"url": url, "ref": "main"}, command=STEADY, configs=["cpuset=0"], repeat=2).get_json()[
+            "id"
+        ]
+    )
     response = api.post(f"/api/v1/jobs/{parent['id']}/rerun", json={"configs": ["cpuset=0", "cpuset=0-1"]})
     assert response.status_code == 201, response.get_json()
     child = api.wait(response.get_json()["id"])
@@ -91,8 +100,9 @@ def test_rerun_makes_a_linked_job_compared_with_its_parent(api, tmp_path):
 
 def test_list_filters_and_pages(api, tmp_path):
     url, _ = make_repository(tmp_path / "repo", None)
-    first = api.wait(create(api, repository={"url": url}, command=STEADY, configs=["cpuset=0"], repeat=1)
-                     .get_json()["id"])
+    first = api.wait(
+        create(api, repository={"url": url}, command=STEADY, configs=["cpuset=0"], repeat=1).get_json()["id"]
+    )
     second = api.wait(create(api, repository={"url": url}, command=["missing-program"]).get_json()["id"])
     listed = api.get("/api/v1/jobs").get_json()
     assert [j["id"] for j in listed["jobs"]] == [second["id"], first["id"]]
@@ -110,13 +120,16 @@ def test_another_projects_token_sees_nothing(api, tmp_path):
     other = {"Authorization": f"Bearer {api.new_token('other-team')}"}
     assert api.client.get(f"/api/v1/jobs/{job['id']}", headers=other).status_code == 404
     assert api.client.get("/api/v1/jobs", headers=other).get_json()["jobs"] == []
-    assert api.client.post(f"/api/v1/jobs/{job['id']}/rerun", json={"configs": ["cpuset=0"]},
-                           headers=other).status_code == 404
+    assert (
+        api.client.post(f"/api/v1/jobs/{job['id']}/rerun", json={"configs": ["cpuset=0"]}, headers=other).status_code
+        == 404
+    )
 
 
 def test_cancel_a_queued_job_then_again(sqlite_api):
-    job = sqlite_api.post("/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"},
-                                                "command": STEADY}).get_json()
+    job = sqlite_api.post(
+        "/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"}, "command": STEADY}
+    ).get_json()
     response = sqlite_api.post(f"/api/v1/jobs/{job['id']}/cancel")
     assert response.status_code == 200
     cancelled = response.get_json()
@@ -126,8 +139,9 @@ def test_cancel_a_queued_job_then_again(sqlite_api):
 
 
 def test_findings_are_listed_filtered_and_triaged_with_history(sqlite_api):
-    job_id = sqlite_api.post("/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"},
-                                                   "command": STEADY}).get_json()["id"]
+    job_id = sqlite_api.post(
+        "/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"}, "command": STEADY}
+    ).get_json()["id"]
     with sqlite_api.session_factory() as session:
         job = session.get(Job, job_id)
         for kind, severity in (("cpu_sensitivity", "high"), ("off_cpu_wait", "low")):
@@ -137,16 +151,22 @@ def test_findings_are_listed_filtered_and_triaged_with_history(sqlite_api):
     assert {f["kind"] for f in listed} == {"cpu_sensitivity", "off_cpu_wait"}
     [high] = sqlite_api.get("/api/v1/findings?severity=high").get_json()["findings"]
 
-    response = sqlite_api.client.patch(f"/api/v1/findings/{high['id']}", headers=sqlite_api.auth,
-                                       json={"status": "acknowledged", "assignee": "bob", "note": "GIL hand-off"})
+    response = sqlite_api.client.patch(
+        f"/api/v1/findings/{high['id']}",
+        headers=sqlite_api.auth,
+        json={"status": "acknowledged", "assignee": "bob", "note": "GIL hand-off"},
+    )
     assert response.status_code == 200, response.get_json()
     triaged = response.get_json()
     assert (triaged["status"], triaged["assignee"], triaged["note"]) == ("acknowledged", "bob", "GIL hand-off")
-    cleared = sqlite_api.client.patch(f"/api/v1/findings/{high['id']}", headers=sqlite_api.auth,
-                                      json={"assignee": None}).get_json()
+    cleared = sqlite_api.client.patch(
+        f"/api/v1/findings/{high['id']}", headers=sqlite_api.auth, json={"assignee": None}
+    ).get_json()
     assert cleared["assignee"] is None and cleared["status"] == "acknowledged"
     assert [(h["actor"], h["status"], h["assignee"]) for h in cleared["history"]] == [
-        ("alice", "acknowledged", "bob"), ("alice", "acknowledged", None)]
+        ("alice", "acknowledged", "bob"),
+        ("alice", "acknowledged", None),
+    ]
     [still_new] = sqlite_api.get("/api/v1/findings?status=new").get_json()["findings"]
     assert still_new["kind"] == "off_cpu_wait"
     with sqlite_api.session_factory() as session:
@@ -156,8 +176,16 @@ def test_findings_are_listed_filtered_and_triaged_with_history(sqlite_api):
 def test_evidence_artifacts_are_downloaded_by_their_project_only(api, tmp_path):
     url, _ = make_repository(tmp_path / "repo", None)
     # A second of sleep: long enough for py-spy to attach and sample whatever the load.
-    job = api.wait(create(api, repository={"url": url}, command=["python3", "-c", "import time; time.sleep(1)"],
-                          configs=["cpuset=0"], repeat=1, evidence=["pyspy"]).get_json()["id"])
+    job = api.wait(
+        create(
+            api,
+            repository={"url": url},
+            command=["python3", "-c", "import time; time.sleep(1)"],
+            configs=["cpuset=0"],
+            repeat=1,
+            evidence=["pyspy"],
+        ).get_json()["id"]
+    )
     assert job["status"] == "done", job["error"]
     assert job["evidence"] == ["pyspy"]
     stored = [a for e in job["report"]["evidence"] for a in e["artifacts"] if a.get("key")]

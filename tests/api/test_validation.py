@@ -67,14 +67,17 @@ def test_invalid_job_bodies_are_4xx_naming_the_field(sqlite_api, body, status, n
     assert sqlite_api.count(Job) == 0 and sqlite_api.count(JobSource) == 0
 
 
-@pytest.mark.parametrize("data,content_type,status", [
-    (b"{not json", "application/json", 400),
-    (b"", "application/json", 400),
-    (b"null", "application/json", 422),
-    (b"\xff\xfe", "application/json", 400),
-    (json.dumps(VALID).encode(), "text/plain", 415),
-    (json.dumps(VALID).encode(), "application/x-www-form-urlencoded", 415),
-])
+@pytest.mark.parametrize(
+    "data,content_type,status",
+    [
+        (b"{not json", "application/json", 400),
+        (b"", "application/json", 400),
+        (b"null", "application/json", 422),
+        (b"\xff\xfe", "application/json", 400),
+        (json.dumps(VALID).encode(), "text/plain", 415),
+        (json.dumps(VALID).encode(), "application/x-www-form-urlencoded", 415),
+    ],
+)
 def test_malformed_bodies_are_4xx(sqlite_api, data, content_type, status):
     response = sqlite_api.post("/api/v1/jobs", data=data, content_type=content_type)
     assert response.status_code == status
@@ -88,13 +91,16 @@ def test_file_repositories_are_refused_unless_allowed(sqlite_api):
     assert "LAGTRACE_ALLOW_FILE_REPOSITORIES" in response.get_json()["error"]
 
 
-@pytest.mark.parametrize("form,status,needle", [
-    ({"job": json.dumps({"command": ["x"]})}, 422, "archive"),
-    ({"job": "{oops", "archive": (io.BytesIO(b"x"), "a.tgz")}, 400, "job"),
-    ({"job": json.dumps({"command": []}), "archive": (io.BytesIO(b"x"), "a.tgz")}, 422, "command"),
-    ({"job": json.dumps({"command": ["x"]}), "archive": (io.BytesIO(b"not a tarball"), "a.tgz")}, 422, "archive"),
-    ({"job": json.dumps({**VALID}), "archive": (io.BytesIO(b"x"), "a.tgz")}, 422, "repository"),
-])
+@pytest.mark.parametrize(
+    "form,status,needle",
+    [
+        ({"job": json.dumps({"command": ["x"]})}, 422, "archive"),
+        ({"job": "{oops", "archive": (io.BytesIO(b"x"), "a.tgz")}, 400, "job"),
+        ({"job": json.dumps({"command": []}), "archive": (io.BytesIO(b"x"), "a.tgz")}, 422, "command"),
+        ({"job": json.dumps({"command": ["x"]}), "archive": (io.BytesIO(b"not a tarball"), "a.tgz")}, 422, "archive"),
+        ({"job": json.dumps({**VALID}), "archive": (io.BytesIO(b"x"), "a.tgz")}, 422, "repository"),
+    ],
+)
 def test_invalid_uploads_are_4xx(sqlite_api, form, status, needle):
     response = sqlite_api.post("/api/v1/jobs", data=form, content_type="multipart/form-data")
     assert response.status_code == status, response.get_json()
@@ -111,66 +117,85 @@ def test_an_archive_escaping_its_directory_is_refused(sqlite_api):
         member = tarfile.TarInfo("../../outside.txt")
         member.size = len(data)
         archive.addfile(member, io.BytesIO(data))
-    response = sqlite_api.post("/api/v1/jobs", data={"job": json.dumps({"command": ["x"]}),
-                                                     "archive": (io.BytesIO(buffer.getvalue()), "a.tgz")},
-                               content_type="multipart/form-data")
+    response = sqlite_api.post(
+        "/api/v1/jobs",
+        data={"job": json.dumps({"command": ["x"]}), "archive": (io.BytesIO(buffer.getvalue()), "a.tgz")},
+        content_type="multipart/form-data",
+    )
     assert response.status_code == 422
     assert "unsafe member" in response.get_json()["error"]
 
 
 def test_an_archive_over_the_cap_is_413(sqlite_api):
     limit = sqlite_api.client.application.config["MAX_CONTENT_LENGTH"]
-    response = sqlite_api.post("/api/v1/jobs", data={"job": "{}", "archive": (io.BytesIO(b"0" * (limit + 1)), "a")},
-                               content_type="multipart/form-data")
+    response = sqlite_api.post(
+        "/api/v1/jobs",
+        data={"job": "{}", "archive": (io.BytesIO(b"0" * (limit + 1)), "a")},
+        content_type="multipart/form-data",
+    )
     assert response.status_code == 413
 
 
-@pytest.mark.parametrize("path,body,needle", [
-    ("/api/v1/jobs/1/rerun", {}, "configs"),
-    ("/api/v1/jobs/1/rerun", {"configs": []}, "configs"),
-    ("/api/v1/jobs/1/rerun", {"configs": ["cpuset=0"], "repeat": 0}, "repeat"),
-    ("/api/v1/jobs/1/rerun", {"configs": ["cpuset=0"], "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "path,body,needle",
+    [
+        ("/api/v1/jobs/1/rerun", {}, "configs"),
+        ("/api/v1/jobs/1/rerun", {"configs": []}, "configs"),
+        ("/api/v1/jobs/1/rerun", {"configs": ["cpuset=0"], "repeat": 0}, "repeat"),
+        ("/api/v1/jobs/1/rerun", {"configs": ["cpuset=0"], "extra": 1}, "extra"),
+    ],
+)
 def test_invalid_rerun_bodies(sqlite_api, path, body, needle):
     response = sqlite_api.post(path, json=body)
     assert response.status_code == 422
     assert needle in response.get_json()["error"]
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({}, "at least one"),
-    ({"status": "solved"}, "status"),
-    ({"status": None}, "status"),
-    ({"assignee": 5}, "assignee"),
-    ({"note": "x" * 10001}, "note"),
-    ({"severity": "low"}, "severity"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({}, "at least one"),
+        ({"status": "solved"}, "status"),
+        ({"status": None}, "status"),
+        ({"assignee": 5}, "assignee"),
+        ({"note": "x" * 10001}, "note"),
+        ({"severity": "low"}, "severity"),
+    ],
+)
 def test_invalid_triage_bodies(sqlite_api, body, needle):
     response = sqlite_api.client.patch("/api/v1/findings/1", json=body, headers=sqlite_api.auth)
     assert response.status_code == 422
     assert needle in response.get_json()["error"]
 
 
-@pytest.mark.parametrize("query,needle", [
-    ("status=sleeping", "query.status"), ("limit=0", "query.limit"), ("limit=many", "query.limit"),
-    ("before_id=-1", "query.before_id"), ("colour=red", "query.colour"),
-])
+@pytest.mark.parametrize(
+    "query,needle",
+    [
+        ("status=sleeping", "query.status"),
+        ("limit=0", "query.limit"),
+        ("limit=many", "query.limit"),
+        ("before_id=-1", "query.before_id"),
+        ("colour=red", "query.colour"),
+    ],
+)
 def test_invalid_job_queries(sqlite_api, query, needle):
     response = sqlite_api.get(f"/api/v1/jobs?{query}")
     assert response.status_code == 422
     assert needle in response.get_json()["error"]
 
 
-@pytest.mark.parametrize("query,needle", [("severity=huge", "query.severity"), ("job_id=x", "query.job_id"),
-                                          ("status=open", "query.status")])
+@pytest.mark.parametrize(
+    "query,needle", [("severity=huge", "query.severity"), ("job_id=x", "query.job_id"), ("status=open", "query.status")]
+)
 def test_invalid_finding_queries(sqlite_api, query, needle):
     response = sqlite_api.get(f"/api/v1/findings?{query}")
     assert response.status_code == 422
     assert needle in response.get_json()["error"]
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic dXNlcg=="},
-                                     {"Authorization": "Bearer "}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic dXNlcg=="}, {"Authorization": "Bearer "}]
+)
 def test_no_valid_token_is_401(sqlite_api, headers):
     response = sqlite_api.client.post("/api/v1/jobs", json=VALID, headers=headers)
     assert response.status_code == 401
@@ -178,10 +203,16 @@ def test_no_valid_token_is_401(sqlite_api, headers):
     assert sqlite_api.count(Job) == 0
 
 
-@pytest.mark.parametrize("method,path,status", [
-    ("get", "/api/v1/jobs/999", 404), ("get", "/api/v1/nothing", 404), ("delete", "/api/v1/jobs", 405),
-    ("get", "/api/v1/findings/999", 404), ("post", "/api/v1/jobs/999/cancel", 404),
-])
+@pytest.mark.parametrize(
+    "method,path,status",
+    [
+        ("get", "/api/v1/jobs/999", 404),
+        ("get", "/api/v1/nothing", 404),
+        ("delete", "/api/v1/jobs", 405),
+        ("get", "/api/v1/findings/999", 404),
+        ("post", "/api/v1/jobs/999/cancel", 404),
+    ],
+)
 def test_unknown_routes_and_ids_are_json(sqlite_api, method, path, status):
     response = getattr(sqlite_api.client, method)(path, headers=sqlite_api.auth)
     assert response.status_code == status

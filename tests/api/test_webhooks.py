@@ -15,8 +15,11 @@ LAGTRACE_YML = "command: python3 steady.py\nconfigs: [cpuset=0]\nrepeat: 2\n"
 
 def deliver(api, payload, delivery, event="push", secret=SECRET, headers=None):
     body = json.dumps(payload).encode()
-    return api.client.post("/api/v1/webhooks/github", data=body,
-                           headers=headers if headers is not None else delivery_headers(body, delivery, event, secret))
+    return api.client.post(
+        "/api/v1/webhooks/github",
+        data=body,
+        headers=headers if headers is not None else delivery_headers(body, delivery, event, secret),
+    )
 
 
 def wait_for_check_run(github_server, status: str, timeout_s: float = 60):
@@ -29,13 +32,16 @@ def wait_for_check_run(github_server, status: str, timeout_s: float = 60):
     raise AssertionError(f"no {status} check run reached GitHub: {github_server.requests}")
 
 
-@pytest.mark.parametrize("headers", [
-    {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push"},
-    {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "0" * 64},
-    {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha1=abc"},
-    {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=ünïcode"},
-    "wrong-secret",
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push"},
+        {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "0" * 64},
+        {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha1=abc"},
+        {"X-GitHub-Delivery": "d1", "X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=ünïcode"},
+        "wrong-secret",
+    ],
+)
 def test_a_delivery_without_a_valid_signature_is_rejected_and_nothing_stored(sqlite_api, tmp_path, headers):
     url, head = make_repository(tmp_path / "repo", LAGTRACE_YML)
     payload = push_payload(url, head)
@@ -56,11 +62,14 @@ def test_webhooks_are_off_without_a_secret(sqlite_api, tmp_path):
     assert response.status_code == 503 and sqlite_api.count(WebhookDelivery) == 0
 
 
-@pytest.mark.parametrize("payload,event,status", [
-    ({"ref": "refs/heads/main"}, "push", 422),
-    ({"action": "opened", "pull_request": {"number": "x"}}, "pull_request", 422),
-    ([], "check_run", 422),
-])
+@pytest.mark.parametrize(
+    "payload,event,status",
+    [
+        ({"ref": "refs/heads/main"}, "push", 422),
+        ({"action": "opened", "pull_request": {"number": "x"}}, "pull_request", 422),
+        ([], "check_run", 422),
+    ],
+)
 def test_signed_but_malformed_payloads_are_4xx_and_not_stored(sqlite_api, payload, event, status):
     response = deliver(sqlite_api, payload, "d-bad", event)
     assert response.status_code == status and response.get_json()["error"]
@@ -69,8 +78,7 @@ def test_signed_but_malformed_payloads_are_4xx_and_not_stored(sqlite_api, payloa
 
 def test_a_signed_body_that_is_not_json_is_400(sqlite_api):
     body = b"not json"
-    response = sqlite_api.client.post("/api/v1/webhooks/github", data=body,
-                                      headers=delivery_headers(body, "d-raw"))
+    response = sqlite_api.client.post("/api/v1/webhooks/github", data=body, headers=delivery_headers(body, "d-raw"))
     assert response.status_code == 400
 
 
@@ -135,22 +143,30 @@ def test_a_bad_repository_config_fails_the_job_and_the_check_run_says_why(octo, 
 def test_pull_request_and_check_run_rerequested_make_a_linked_rerun(octo, tmp_path, github_server):
     api = octo
     url, head = make_repository(tmp_path / "repo", LAGTRACE_YML)
-    pull = {"action": "opened", "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"}},
-            "repository": {"full_name": "octo/demo", "clone_url": url}}
+    pull = {
+        "action": "opened",
+        "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"}},
+        "repository": {"full_name": "octo/demo", "clone_url": url},
+    }
     parent = api.wait(deliver(api, pull, "pr-1", "pull_request").get_json()["job_id"])
     assert parent["status"] == "done", parent["error"]
     completed = wait_for_check_run(github_server, "completed")
     check_run_id = int(completed.path.rsplit("/", 1)[1])
 
-    rerequest = {"action": "rerequested", "check_run": {"id": check_run_id, "head_sha": head},
-                 "repository": {"full_name": "octo/demo", "clone_url": url}}
+    rerequest = {
+        "action": "rerequested",
+        "check_run": {"id": check_run_id, "head_sha": head},
+        "repository": {"full_name": "octo/demo", "clone_url": url},
+    }
     response = deliver(api, rerequest, "rerun-1", "check_run")
     assert response.status_code == 202, response.get_json()
     child = api.wait(response.get_json()["job_id"])
     assert child["status"] == "done" and child["parent_id"] == parent["id"]
     assert child["comparison"]["parent_id"] == parent["id"]
     # The rerun reports on a new check run of the same commit.
-    new_runs = [r for r in github_server.check_runs() if r.method == "POST" and r.body["external_id"] == str(child["id"])]
+    new_runs = [
+        r for r in github_server.check_runs() if r.method == "POST" and r.body["external_id"] == str(child["id"])
+    ]
     assert new_runs and new_runs[0].body["head_sha"] == head
     with api.session_factory() as session:
         assert session.get(JobSource, child["id"]).github_check_run_id not in (None, check_run_id)

@@ -22,9 +22,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from services import migrate
-from services.accounts import create_user
+from services.accounts.users import create_user
 from services.db import make_engine
-from services.dispatch import InProcessDispatcher
+from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
 from tests.bench.seed_dashboard import seed
 from web import create_combined_app
@@ -84,14 +84,18 @@ def main() -> int:
         app = create_combined_app(settings, InProcessDispatcher(lambda step, own: None), engine)
         client = app.test_client()
         token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/sign-in").get_data(as_text=True))[1]
-        assert client.post("/sign-in", data={"username": "bench", "password": PASSWORD,
-                                             "csrf_token": token}).status_code == 302
+        assert (
+            client.post("/sign-in", data={"username": "bench", "password": PASSWORD, "csrf_token": token}).status_code
+            == 302
+        )
         failed = []
         for label, path in PAGES.items():
             times = measure(client, path.format(project=project, deep=deep), args.repeat)
             median = statistics.median(times)
-            print(f"{label:34} median {median * 1000:6.1f} ms  (min {min(times) * 1000:.1f}, "
-                  f"max {max(times) * 1000:.1f}, n={len(times)})")
+            print(
+                f"{label:34} median {median * 1000:6.1f} ms  (min {min(times) * 1000:.1f}, "
+                f"max {max(times) * 1000:.1f}, n={len(times)})"
+            )
             if median > TARGET_S:
                 failed.append(label)
         engine.dispose()

@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from services.configs import CpuConfig  # noqa: E402
-from services.executors.base import RunRequest  # noqa: E402
-from services.executors.docker import RUNNER_USER, DockerExecutor  # noqa: E402
+from services.measure.configs import CpuConfig  # noqa: E402
+from services.measure.executors.base import RunRequest  # noqa: E402
+from services.measure.executors.docker import RUNNER_USER, DockerExecutor  # noqa: E402
 from services.settings import Settings  # noqa: E402
 
 # CPU work, small syscalls and thread hand-offs: the kinds of time tests spend.
@@ -54,14 +54,42 @@ print(json.dumps({"elapsed_s": time.perf_counter() - started}))
 def plain_docker_run(settings: Settings, image: str, cpuset: str, workdir: Path) -> tuple[float, float]:
     """The workload's own time and the host's wall time of `docker run`."""
     argv = [
-        "docker", "run", "--rm", "--network", "none", "--read-only",
-        "--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}",
-        "--cap-drop", "ALL", "--cap-add", "SYS_PTRACE", "--security-opt", "no-new-privileges",
-        "--user", RUNNER_USER, "--memory", settings.docker_memory, "--memory-swap", settings.docker_memory,
-        "--pids-limit", str(settings.docker_pids_limit), "--cpuset-cpus", cpuset,
-        "-e", "HOME=/tmp", "-e", "PYTHONDONTWRITEBYTECODE=1",
-        "-v", f"{workdir}:{workdir}:ro", "-w", str(workdir),
-        image, "python3", "-c", WORKLOAD,
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--read-only",
+        "--tmpfs",
+        f"/tmp:rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}",
+        "--cap-drop",
+        "ALL",
+        "--cap-add",
+        "SYS_PTRACE",
+        "--security-opt",
+        "no-new-privileges",
+        "--user",
+        RUNNER_USER,
+        "--memory",
+        settings.docker_memory,
+        "--memory-swap",
+        settings.docker_memory,
+        "--pids-limit",
+        str(settings.docker_pids_limit),
+        "--cpuset-cpus",
+        cpuset,
+        "-e",
+        "HOME=/tmp",
+        "-e",
+        "PYTHONDONTWRITEBYTECODE=1",
+        "-v",
+        f"{workdir}:{workdir}:ro",
+        "-w",
+        str(workdir),
+        image,
+        "python3",
+        "-c",
+        WORKLOAD,
     ]
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
@@ -101,8 +129,11 @@ def main() -> None:
             own, host = plain_docker_run(settings, executor.image, args.cpuset, workdir)
             plain_self.append(own)
             plain_host.append(host)
-            print(f"round {number + 1}/{args.repeat}: lagtrace {lagtrace_self[-1]:.4f} s, "
-                  f"docker run {plain_self[-1]:.4f} s", file=sys.stderr)
+            print(
+                f"round {number + 1}/{args.repeat}: lagtrace {lagtrace_self[-1]:.4f} s, "
+                f"docker run {plain_self[-1]:.4f} s",
+                file=sys.stderr,
+            )
 
     median = statistics.median
     ratio = median(lagtrace_self) / median(plain_self)
@@ -116,8 +147,10 @@ def main() -> None:
     ]
     for name, values in rows:
         print(f"{name:38} {median(values):9.4f} {min(values):9.4f} {max(values):9.4f}")
-    print(f"ratio of measured test time (lagtrace / docker run): {ratio:.3f} "
-          f"({'within' if abs(ratio - 1) <= 0.05 else 'OUTSIDE'} the 5 % target)")
+    print(
+        f"ratio of measured test time (lagtrace / docker run): {ratio:.3f} "
+        f"({'within' if abs(ratio - 1) <= 0.05 else 'OUTSIDE'} the 5 % target)"
+    )
     print(f"container start-up lagtrace leaves out: {median(plain_host) - median(lagtrace_wall):.3f} s per run")
 
 

@@ -15,11 +15,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from services.artifacts import DirectoryArtifactStore
-from services.executors.local import LocalExecutor, LocalProcessHandle
-from services.probes.base import ProbeContext
-from services.probes.core import CoreSnapshot
-from services.probes.stall import STALL
+from services.measure.artifacts import DirectoryArtifactStore
+from services.measure.executors.local import LocalExecutor, LocalProcessHandle
+from services.measure.probes.base import ProbeContext
+from services.measure.probes.core import CoreSnapshot
+from services.measure.probes.stall import STALL
 from services.settings import Settings
 
 # The hand-off pathology (examples/handoff.py) inside a process holding ~N MB of
@@ -91,10 +91,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as store_root:
         results = [one_snapshot(args.mb, Path(store_root)) for _ in range(args.repeat)]
     for r in results:
-        print(f"rss {r['rss_mb']:.0f} MB: capture {r['capture_s']:.3f} s (gcore {r['gcore_s']:.3f} s), "
-              f"gdb {r['gdb_s']:.3f} s, store {r['store_s']:.3f} s -> total {r['total_s']:.3f} s; "
-              f"core {r['core_mb']:.0f} MB -> {r['stored_mb']:.1f} MB zstd ({r['ratio']:.0f}x); "
-              f"{r['waiting_for_gil']} thread(s) waiting for the GIL")
+        print(
+            f"rss {r['rss_mb']:.0f} MB: capture {r['capture_s']:.3f} s (gcore {r['gcore_s']:.3f} s), "
+            f"gdb {r['gdb_s']:.3f} s, store {r['store_s']:.3f} s -> total {r['total_s']:.3f} s; "
+            f"core {r['core_mb']:.0f} MB -> {r['stored_mb']:.1f} MB zstd ({r['ratio']:.0f}x); "
+            f"{r['waiting_for_gil']} thread(s) waiting for the GIL"
+        )
     total = statistics.median(r["total_s"] for r in results)
     print(f"median trigger -> stored evidence: {total:.3f} s (target < 2 s: {'met' if total < 2 else 'missed'})")
 

@@ -31,8 +31,9 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
     if database_url.startswith("postgresql"):
         assert run_cli(["migrate"], database_url).returncode == 0
     out = tmp_path / "out.json"
-    result = run_cli(["run", "--executor", "local", *CORES, "--repeat", "5", "--json", str(out), "--", *HANDOFF],
-                     database_url)
+    result = run_cli(
+        ["run", "--executor", "local", *CORES, "--repeat", "5", "--json", str(out), "--", *HANDOFF], database_url
+    )
     assert result.returncode == 0, result.stderr
     report = result.report(out)
 
@@ -43,8 +44,17 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
         assert 3 <= len(config["runs"]) <= 5
         assert set(config["wall_s"]) >= {"median", "ci_low", "ci_high"}
         for run in config["runs"]:
-            assert set(run) >= {"wall_s", "user_s", "sys_s", "voluntary_ctx_switches", "involuntary_ctx_switches",
-                                "exit_code", "nr_periods", "nr_throttled", "throttled_s"}
+            assert set(run) >= {
+                "wall_s",
+                "user_s",
+                "sys_s",
+                "voluntary_ctx_switches",
+                "involuntary_ctx_switches",
+                "exit_code",
+                "nr_periods",
+                "nr_throttled",
+                "throttled_s",
+            }
             assert run["exit_code"] == 0
     one, two = (c["wall_s"] for c in report["configs"])
     assert two["ci_low"] > one["ci_high"]
@@ -65,8 +75,9 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
 @pytest.mark.latency
 def test_program_that_only_waits_is_not_flagged(sqlite_url, tmp_path):
     out = tmp_path / "out.json"
-    result = run_cli(["run", *CORES, "--config", "cpus=0.5", "--repeat", "5", "--json", str(out), "--", *STEADY],
-                     sqlite_url)
+    result = run_cli(
+        ["run", *CORES, "--config", "cpus=0.5", "--repeat", "5", "--json", str(out), "--", *STEADY], sqlite_url
+    )
     assert result.returncode == 0, result.stderr
     report = result.report(out)
     assert report["findings"] == []
@@ -81,8 +92,26 @@ def test_pytest_command_gets_one_entry_per_test_and_only_the_sensitive_test_is_f
     suite = EXAMPLES / "pytest_suite"
     result = run_cli(
         # local: the command is this test's own interpreter, which no container has
-        ["run", "--executor", "local", *CORES, "--repeat", "5", "--workdir", str(suite), "--json", str(out), "--",
-         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_latency.py"],
+        [
+            "run",
+            "--executor",
+            "local",
+            *CORES,
+            "--repeat",
+            "5",
+            "--workdir",
+            str(suite),
+            "--json",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_latency.py",
+        ],
         sqlite_url,
     )
     assert result.returncode == 0, result.stderr
@@ -104,8 +133,22 @@ def test_pytest_command_gets_one_entry_per_test_and_only_the_sensitive_test_is_f
 
 def test_failing_command_is_recorded_not_an_error(sqlite_url, tmp_path):
     out = tmp_path / "out.json"
-    result = run_cli(["run", "--config", "cpuset=0", "--repeat", "2", "--json", str(out), "--",
-                      "python3", "-c", "print('boom'); raise SystemExit(4)"], sqlite_url)
+    result = run_cli(
+        [
+            "run",
+            "--config",
+            "cpuset=0",
+            "--repeat",
+            "2",
+            "--json",
+            str(out),
+            "--",
+            "python3",
+            "-c",
+            "print('boom'); raise SystemExit(4)",
+        ],
+        sqlite_url,
+    )
     assert result.returncode == 0, result.stderr
     report = result.report(out)
     assert [r["exit_code"] for r in report["configs"][0]["runs"]] == [4, 4]

@@ -24,8 +24,15 @@ from tests.service_support import make_repository
 from tests.web.conftest import PASSWORD
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 JOB_TIMEOUT_MS = 240_000
 
 pytestmark = pytest.mark.browser
@@ -40,16 +47,28 @@ class Server:
         # localhost, not 127.0.0.1: browsers treat both as secure contexts, and the cookie
         # is Secure; the name keeps the URL the same as a developer's.
         self.url = f"http://localhost:{self.port}"
-        self.env = {**os.environ, "LAGTRACE_DATABASE_URL": f"sqlite:///{base / 'lagtrace.db'}",
-                    "LAGTRACE_ARTIFACT_DIR": str(base / "artifacts"), "LAGTRACE_WORK_DIR": str(base / "work"),
-                    "LAGTRACE_ALLOW_FILE_REPOSITORIES": "true", "LAGTRACE_PUBLIC_URL": self.url,
-                    "LAGTRACE_SECRET_KEY": "browser-test-secret"}
+        self.env = {
+            **os.environ,
+            "LAGTRACE_DATABASE_URL": f"sqlite:///{base / 'lagtrace.db'}",
+            "LAGTRACE_ARTIFACT_DIR": str(base / "artifacts"),
+            "LAGTRACE_WORK_DIR": str(base / "work"),
+            "LAGTRACE_ALLOW_FILE_REPOSITORIES": "true",
+            "LAGTRACE_PUBLIC_URL": self.url,
+            "LAGTRACE_SECRET_KEY": "browser-test-secret",
+        }
         self.env.pop("LAGTRACE_BROKER_URL", None)
         self.process: subprocess.Popen | None = None
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=self.env, input=stdin,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=self.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     def start(self) -> Server:
         assert self.cli("migrate").returncode == 0
@@ -58,7 +77,12 @@ class Server:
         self.log = self.base / "serve.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO, env=self.env, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=REPO,
+            env=self.env,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -123,8 +147,15 @@ def sign_in(page) -> None:
     page.wait_for_url(re.compile(r"/$"))
 
 
-def submit_job(page, repository: str, command: str, configs: list[str], repeat: int, probes: list[str],
-               stall_after: str | None = None) -> None:
+def submit_job(
+    page,
+    repository: str,
+    command: str,
+    configs: list[str],
+    repeat: int,
+    probes: list[str],
+    stall_after: str | None = None,
+) -> None:
     page.goto("/jobs/new")
     page.fill("input[name=repository]", repository)
     page.fill("input[name=command]", command)
@@ -144,8 +175,10 @@ def submit_job(page, repository: str, command: str, configs: list[str], repeat: 
 def wait_for_matrix(page, server: Server) -> None:
     try:
         page.wait_for_selector("table.matrix", timeout=JOB_TIMEOUT_MS)
-    except Exception:
-        raise AssertionError(f"the job did not finish:\n{page.content()[-3000:]}\n{server.log.read_text()[-4000:]}")
+    except Exception as exc:
+        raise AssertionError(
+            f"the job did not finish:\n{page.content()[-3000:]}\n{server.log.read_text()[-4000:]}"
+        ) from exc
 
 
 def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
@@ -154,8 +187,15 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     page.screenshot(path=shots / "01-inbox-empty.png", full_page=True)
 
     # A quick job with every probe and an early snapshot: stacks, a flame graph, findings.
-    submit_job(page, repository, "python3 steady.py", ["cpuset=0", "cpuset=0-1"], 2,
-               ["strace", "pyspy", "core", "faulthandler"], stall_after="0.1")
+    submit_job(
+        page,
+        repository,
+        "python3 steady.py",
+        ["cpuset=0", "cpuset=0-1"],
+        2,
+        ["strace", "pyspy", "core", "faulthandler"],
+        stall_after="0.1",
+    )
     job_url = page.url
     page.wait_for_selector("#progress progress")
     page.screenshot(path=shots / "02-job-running.png", full_page=True)
@@ -230,7 +270,9 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
 
 
 def test_pages_read_without_javascript(browser, server, shots):
-    context = browser.new_context(java_script_enabled=False, base_url=server.url, viewport={"width": 1360, "height": 900})
+    context = browser.new_context(
+        java_script_enabled=False, base_url=server.url, viewport={"width": 1360, "height": 900}
+    )
     page = context.new_page()
     try:
         sign_in(page)

@@ -37,29 +37,48 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, base: Path, database_url: str, broker_url: str, github: GitHubServer, workers: int = 1,
-                 **settings: str):
+    def __init__(
+        self, base: Path, database_url: str, broker_url: str, github: GitHubServer, workers: int = 1, **settings: str
+    ):
         self.base, self.database_url, self.github = base, database_url, github
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
-            **os.environ, "LAGTRACE_DATABASE_URL": database_url, "LAGTRACE_BROKER_URL": broker_url,
-            "LAGTRACE_WORK_DIR": str(base / "work"), "LAGTRACE_ALLOW_FILE_REPOSITORIES": "true",
-            "LAGTRACE_GITHUB_API_URL": github.url, "LAGTRACE_GITHUB_TOKEN": "e2e-token",
-            "LAGTRACE_GITHUB_WEBHOOK_SECRET": SECRET, "LAGTRACE_PUBLIC_URL": self.url,
-            "LAGTRACE_RECONCILE_INTERVAL_S": "5", **settings,
+            **os.environ,
+            "LAGTRACE_DATABASE_URL": database_url,
+            "LAGTRACE_BROKER_URL": broker_url,
+            "LAGTRACE_WORK_DIR": str(base / "work"),
+            "LAGTRACE_ALLOW_FILE_REPOSITORIES": "true",
+            "LAGTRACE_GITHUB_API_URL": github.url,
+            "LAGTRACE_GITHUB_TOKEN": "e2e-token",
+            "LAGTRACE_GITHUB_WEBHOOK_SECRET": SECRET,
+            "LAGTRACE_PUBLIC_URL": self.url,
+            "LAGTRACE_RECONCILE_INTERVAL_S": "5",
+            **settings,
         }
         self.workers = workers
         self.processes: list[subprocess.Popen] = []
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=self.env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def spawn(self, name: str, *args: str) -> Path:
         log = self.base / f"{name}.log"
-        process = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=self.env,
-                                   stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO,
+            env=self.env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes.append(process)
         return log
 
@@ -67,8 +86,10 @@ class Stack:
         assert self.cli("migrate").returncode == 0
         self.token = self.cli("token", "create", "--project", "octo/demo").stdout.strip()
         # One beat for the cluster: only the first worker runs the reconciler.
-        worker_logs = [self.spawn(f"worker{i}", "worker", "--loglevel=INFO", *(["--beat"] if i == 0 else []))
-                       for i in range(self.workers)]
+        worker_logs = [
+            self.spawn(f"worker{i}", "worker", "--loglevel=INFO", *(["--beat"] if i == 0 else []))
+            for i in range(self.workers)
+        ]
         self.spawn("api", "serve", "--port", str(self.port))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -98,8 +119,12 @@ class Stack:
                 process.wait()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-        request = urllib.request.Request(self.url + path, data=body, method=method,
-                                         headers={"Authorization": f"Bearer {self.token}", **(headers or {})})
+        request = urllib.request.Request(
+            self.url + path,
+            data=body,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", **(headers or {})},
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -168,8 +193,9 @@ def latency_note(report: dict) -> str:
 
 def test_a_trivial_job_round_trip(stack, repository):
     url, _ = repository
-    body = json.dumps({"repository": {"url": url}, "command": ["python3", "-c", "pass"], "configs": ["cpuset=0"],
-                       "repeat": 1}).encode()
+    body = json.dumps(
+        {"repository": {"url": url}, "command": ["python3", "-c", "pass"], "configs": ["cpuset=0"], "repeat": 1}
+    ).encode()
     started = time.perf_counter()
     status, job = stack.request("POST", "/api/v1/jobs", body, {"Content-Type": "application/json"})
     assert status == 201, job
@@ -185,9 +211,28 @@ def test_a_trivial_job_round_trip(stack, repository):
 def test_submit_over_http_finds_the_cpu_sensitive_hand_off(stack, repository, tmp_path):
     out = tmp_path / "report.json"
     directory = Path(repository[0].removeprefix("file://"))
-    done = stack.cli("submit", "--url", stack.url, "--token", stack.token, "--dir", str(directory),
-                     "--config", "cpuset=0", "--config", "cpuset=0-1", "--repeat", "5", "--json", str(out),
-                     "--poll", "0.3", "--", "python3", "handoff.py")
+    done = stack.cli(
+        "submit",
+        "--url",
+        stack.url,
+        "--token",
+        stack.token,
+        "--dir",
+        str(directory),
+        "--config",
+        "cpuset=0",
+        "--config",
+        "cpuset=0-1",
+        "--repeat",
+        "5",
+        "--json",
+        str(out),
+        "--poll",
+        "0.3",
+        "--",
+        "python3",
+        "handoff.py",
+    )
     assert done.returncode == 0, done.stderr + stack.logs()
     assert "lagtrace: job" in done.stderr and "runs" in done.stderr  # progress went to stderr
     report = json.loads(out.read_text())
@@ -199,13 +244,26 @@ def test_submit_over_http_finds_the_cpu_sensitive_hand_off(stack, repository, tm
 
 
 def test_submit_exits_2_with_the_message_on_a_bad_request(stack):
-    done = stack.cli("submit", "--url", stack.url, "--token", stack.token, "--repo", "https://example.com/r.git",
-                     "--config", "cpuset=nope", "--", "python3", "x.py")
+    done = stack.cli(
+        "submit",
+        "--url",
+        stack.url,
+        "--token",
+        stack.token,
+        "--repo",
+        "https://example.com/r.git",
+        "--config",
+        "cpuset=nope",
+        "--",
+        "python3",
+        "x.py",
+    )
     assert done.returncode == 2 and "configs" in done.stderr and "cpuset" in done.stderr
     unknown_probe = stack.cli("submit", "--url", stack.url, "--token", stack.token, "--evidence", "xray", "--", "x")
     assert unknown_probe.returncode == 2 and "xray" in unknown_probe.stderr
-    unauthorised = stack.cli("submit", "--url", stack.url, "--token", "wrong", "--repo",
-                             "https://example.com/r.git", "--", "python3", "x.py")
+    unauthorised = stack.cli(
+        "submit", "--url", stack.url, "--token", "wrong", "--repo", "https://example.com/r.git", "--", "python3", "x.py"
+    )
     assert unauthorised.returncode == 2 and "token" in unauthorised.stderr
 
 
@@ -250,8 +308,11 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert "cpu_sensitivity" in completed.body["output"]["summary"], latency_note(job["report"])
 
     check_run_id = int(completed.path.rsplit("/", 1)[1])
-    rerequest = {"action": "rerequested", "check_run": {"id": check_run_id, "head_sha": head},
-                 "repository": {"full_name": "octo/demo", "clone_url": url}}
+    rerequest = {
+        "action": "rerequested",
+        "check_run": {"id": check_run_id, "head_sha": head},
+        "repository": {"full_name": "octo/demo", "clone_url": url},
+    }
     status, rerun = stack.deliver(rerequest, "e2e-rerequest", "check_run")
     assert status == 202, rerun
     child = stack.wait(rerun["job_id"])
@@ -262,14 +323,22 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
 
 # Each run records when it started and ended; the configurations' runs are then checked
 # for overlap.
-STAMP = ("import sys, time; started = time.time(); time.sleep(0.3); "
-         "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {started} {time.time()}\\n')")
+STAMP = (
+    "import sys, time; started = time.time(); time.sleep(0.3); "
+    "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {started} {time.time()}\\n')"
+)
 
 
 def stamped_job(stack: Stack, url: str, stamps: Path, configs: list[str]) -> dict:
     # Local executor: the runs write their stamps to a host file a container could not reach.
-    body = {"repository": {"url": url}, "command": ["python3", "-c", STAMP, str(stamps), "run"],
-            "configs": configs, "repeat": 3, "evidence": [], "executor": "local"}
+    body = {
+        "repository": {"url": url},
+        "command": ["python3", "-c", STAMP, str(stamps), "run"],
+        "configs": configs,
+        "repeat": 3,
+        "evidence": [],
+        "executor": "local",
+    }
     status, job = stack.request("POST", "/api/v1/jobs", json.dumps(body).encode(), {"Content-Type": "application/json"})
     assert status == 201, job
     return stack.wait(job["id"])
@@ -280,12 +349,13 @@ def intervals(stamps: Path) -> list[tuple[float, float]]:
 
 
 def overlapping(spans: list[tuple[float, float]]) -> int:
-    return sum(1 for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1])
+    return sum(1 for i, a in enumerate(spans) for b in spans[i + 1 :] if a[0] < b[1] and b[0] < a[1])
 
 
 @pytest.mark.parametrize("packing", [False, True], ids=["one-run-per-node", "packed-on-disjoint-cores"])
 def test_configurations_go_to_different_workers_and_share_a_node_only_when_packing(
-        postgres_server_url, redis_url, tmp_path, repository, packing):
+    postgres_server_url, redis_url, tmp_path, repository, packing
+):
     options = {"LAGTRACE_PACK_DISJOINT_CORES": "true"} if packing else {}
     with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=2, **options) as two_workers:
         stamps = tmp_path / "stamps"

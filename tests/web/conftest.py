@@ -11,8 +11,8 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.accounts import create_user
-from services.dispatch import InProcessDispatcher
+from services.accounts.users import create_user
+from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
 from tests.service_support import in_process_service
 from web import create_combined_app
@@ -40,8 +40,9 @@ class Dashboard:
         return found.group(1)
 
     def sign_in(self, username: str, password: str = PASSWORD):
-        return self.client.post("/sign-in", data={"username": username, "password": password,
-                                                  "csrf_token": self.csrf()})
+        return self.client.post(
+            "/sign-in", data={"username": username, "password": password, "csrf_token": self.csrf()}
+        )
 
     def post(self, path: str, data: dict, form_page: str = "/"):
         return self.client.post(path, data={**data, "csrf_token": self.csrf(form_page)})
@@ -53,10 +54,16 @@ class Dashboard:
 
 
 def build_dashboard(database_url: str, tmp_path: Path, *, run_jobs: bool, migrated: bool = False) -> Dashboard:
-    settings = Settings(database_url=database_url, work_dir=tmp_path / "work", artifact_dir=tmp_path / "artifacts",
-                        allow_file_repositories=True, secret_key="test-secret-key")
-    app, engine, session_factory, dispatcher = in_process_service(settings, create_combined_app, run_jobs=run_jobs,
-                                                                  migrated=migrated)
+    settings = Settings(
+        database_url=database_url,
+        work_dir=tmp_path / "work",
+        artifact_dir=tmp_path / "artifacts",
+        allow_file_repositories=True,
+        secret_key="test-secret-key",
+    )
+    app, engine, session_factory, dispatcher = in_process_service(
+        settings, create_combined_app, run_jobs=run_jobs, migrated=migrated
+    )
     made = Dashboard(app.test_client(), settings, session_factory, dispatcher)
     made.engine = engine
     return made

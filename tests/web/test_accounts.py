@@ -8,7 +8,7 @@ import sys
 import pytest
 from sqlalchemy import select
 
-from services.accounts import SignInFailed, check_password, create_user, hash_password, sign_in
+from services.accounts.users import SignInFailed, check_password, create_user, hash_password, sign_in
 from services.errors import BadInput
 from services.models import User
 from tests.conftest import REPO
@@ -42,8 +42,10 @@ def test_pages_need_a_sign_in_and_come_back_after_it(dashboard):
     dashboard.add_user("ann", ["demo"])
     response = dashboard.client.get("/jobs?status=done")
     assert response.status_code == 302 and response.headers["Location"].startswith("/sign-in?next=")
-    response = dashboard.client.post("/sign-in", data={"username": "ann", "password": PASSWORD,
-                                                       "csrf_token": dashboard.csrf(), "next": "/jobs?status=done"})
+    response = dashboard.client.post(
+        "/sign-in",
+        data={"username": "ann", "password": PASSWORD, "csrf_token": dashboard.csrf(), "next": "/jobs?status=done"},
+    )
     assert response.status_code == 302 and response.headers["Location"] == "/jobs?status=done"
 
 
@@ -74,8 +76,13 @@ def test_every_form_needs_the_sessions_csrf_token(dashboard, token):
         session.commit()
     assert dashboard.sign_in("ann").status_code == 302
     data = {"status": "muted"} | ({"csrf_token": token} if token else {})
-    for path in (f"/findings/{finding_id}/triage", f"/jobs/{job.id}/rerun", f"/jobs/{job.id}/cancel", "/jobs/new",
-                 "/sign-out"):
+    for path in (
+        f"/findings/{finding_id}/triage",
+        f"/jobs/{job.id}/rerun",
+        f"/jobs/{job.id}/cancel",
+        "/jobs/new",
+        "/sign-out",
+    ):
         response = dashboard.client.post(path, data=data)
         assert response.status_code == 400, path
         assert "CSRF" in response.get_data(as_text=True)
@@ -91,14 +98,24 @@ def test_a_user_sees_only_their_projects(dashboard):
     with dashboard.session_factory() as session:
         mine = store_handoff_job(session, dashboard.settings, project="demo")
         theirs = store_handoff_job(session, dashboard.settings, project="secret")
-        ids = {"mine": mine.id, "theirs": theirs.id, "their_finding": theirs.findings[0].id,
-               "their_evidence": theirs.evidence[0].id}
+        ids = {
+            "mine": mine.id,
+            "theirs": theirs.id,
+            "their_finding": theirs.findings[0].id,
+            "their_evidence": theirs.evidence[0].id,
+        }
         key = next(a["key"] for e in theirs.evidence for a in e.artifacts)
         session.commit()
     dashboard.sign_in("ann")
     assert dashboard.client.get(f"/jobs/{ids['mine']}").status_code == 200
-    for path in (f"/jobs/{ids['theirs']}", f"/findings/{ids['their_finding']}", f"/evidence/{ids['their_evidence']}",
-                 f"/artifacts/{key}", f"/jobs/{ids['theirs']}/progress", f"/jobs/{ids['theirs']}/test"):
+    for path in (
+        f"/jobs/{ids['theirs']}",
+        f"/findings/{ids['their_finding']}",
+        f"/evidence/{ids['their_evidence']}",
+        f"/artifacts/{key}",
+        f"/jobs/{ids['theirs']}/progress",
+        f"/jobs/{ids['theirs']}/test",
+    ):
         assert dashboard.client.get(path).status_code == 404, path
     inbox, jobs = dashboard.page("/"), dashboard.page("/jobs")
     assert "secret" not in inbox and f"#{ids['theirs']}" not in jobs and f"#{ids['mine']}" in jobs
@@ -110,22 +127,36 @@ def test_a_user_sees_only_their_projects(dashboard):
 def test_next_never_leaves_the_site(dashboard):
     dashboard.add_user("ann", ["demo"])
     for target in ("https://evil.example/", "//evil.example/x", "/\\evil.example"):
-        response = dashboard.client.post("/sign-in", data={"username": "ann", "password": PASSWORD,
-                                                           "csrf_token": dashboard.csrf(), "next": target})
+        response = dashboard.client.post(
+            "/sign-in", data={"username": "ann", "password": PASSWORD, "csrf_token": dashboard.csrf(), "next": target}
+        )
         assert response.headers["Location"] == "/", target
 
 
 def test_user_create_cli_stores_a_hashed_password(dashboard):
     env = {"LAGTRACE_DATABASE_URL": dashboard.settings.database_url, "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "cli.main", "user", "create", "bob", "--project", "demo",
-                           "--password-stdin"], input=PASSWORD + "\n", cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "user", "create", "bob", "--project", "demo", "--password-stdin"],
+        input=PASSWORD + "\n",
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert "user bob created with access to demo" in done.stderr
     with dashboard.session_factory() as session:
         bob = session.scalar(select(User).where(User.username == "bob"))
         assert bob.password_hash.startswith("scrypt$") and [p.name for p in bob.projects] == ["demo"]
     assert dashboard.sign_in("bob").status_code == 302
-    again = subprocess.run([sys.executable, "-m", "cli.main", "user", "create", "carl", "--password-stdin"],
-                           input=PASSWORD + "\n", cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "cli.main", "user", "create", "carl", "--password-stdin"],
+        input=PASSWORD + "\n",
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 2 and "--project" in again.stderr

@@ -9,8 +9,8 @@ import time
 
 from sqlalchemy import select
 
+from services.jobs.submit import _rerun_command
 from services.models import Finding, Job, JobStatus, TriageEvent
-from services.submissions import _rerun_command
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 
@@ -19,7 +19,7 @@ def _signed_in_with_jobs(dashboard, count: int = 1) -> list[int]:
     dashboard.add_user("ann", ["demo"])
     ids = []
     with dashboard.session_factory() as session:
-        start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+        start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
         for i in range(count):
             ids.append(store_handoff_job(session, dashboard.settings, created_at=start + dt.timedelta(days=i)).id)
         session.commit()
@@ -51,11 +51,11 @@ def test_inbox_filters_by_kind_severity_status_and_project(dashboard):
 
 
 def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     html = dashboard.page(f"/jobs/{job_id}")
     assert html.index("Findings (3)") < html.index("test × CPU configuration")
-    matrix = html[html.index('class="matrix"'):]
-    row = matrix[matrix.index(TEST_SLOW):].split("</tr>")[0]
+    matrix = html[html.index('class="matrix"') :]
+    row = matrix[matrix.index(TEST_SLOW) :].split("</tr>")[0]
     # cpuset=0 is the fastest (1.0x, green); cpuset=0-1 is ~94x (the hottest band).
     assert re.search(r'class="num heat-0">20\.0 ms <span class="n">n=5</span><br><span class="ratio">1\.0×', row)
     assert re.search(r'class="num heat-4">1\.90 s <span class="n">n=5</span><br><span class="ratio">95\.0×', row)
@@ -65,7 +65,7 @@ def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
 
 
 def test_a_running_job_page_follows_progress_without_javascript(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     with dashboard.session_factory() as session:
         session.get(Job, job_id).status = JobStatus.running
         session.commit()
@@ -79,7 +79,7 @@ def test_a_running_job_page_follows_progress_without_javascript(dashboard):
 def test_test_page_plots_the_distribution_and_history(dashboard):
     first, second = _signed_in_with_jobs(dashboard, count=2)
     html = dashboard.page(f"/jobs/{second}/test?id={TEST_SLOW}")
-    svg = html[html.index("<svg"):html.index("</svg>")]
+    svg = html[html.index("<svg") : html.index("</svg>")]
     assert svg.count('class="dot"') == 10  # five runs in each of two configurations
     assert "log scale" in svg and "cpuset=0-1" in svg and 'class="median"' in svg
     assert f'href="/jobs/{first}/test?id=' in html and "(this job)" in html  # history across jobs
@@ -90,7 +90,7 @@ def test_test_page_plots_the_distribution_and_history(dashboard):
 
 
 def test_finding_page_shows_stacks_with_the_gil_highlighted(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     with dashboard.session_factory() as session:
         gil = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "gil_contention"))
     html = dashboard.page(f"/findings/{gil.id}")
@@ -101,22 +101,22 @@ def test_finding_page_shows_stacks_with_the_gil_highlighted(dashboard):
 
 
 def test_strace_table_sorts_on_the_server_and_highlights_waits(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     with dashboard.session_factory() as session:
         futex = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
     html = dashboard.page(f"/findings/{futex.id}")
-    table = html[html.index('class="strace'):]
+    table = html[html.index('class="strace') :]
     assert table.index("<code>futex</code>") < table.index("<code>read</code>")  # by % time
     assert re.search(r'<tr class="wait">\s*<td><code>futex</code>', table)
     assert re.search(r'<tr class="wait">\s*<td><code>epoll_wait</code>', table)
     assert re.search(r'<tr class="">\s*<td><code>read</code>', table)
     by_calls = dashboard.page(f"/findings/{futex.id}?sort=calls")
-    table = by_calls[by_calls.index('class="strace'):]
+    table = by_calls[by_calls.index('class="strace') :]
     assert table.index("<code>read</code>") < table.index("<code>futex</code>")
 
 
 def test_flame_graph_is_served_decompressed_same_origin_with_a_strict_policy(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     with dashboard.session_factory() as session:
         futex = session.scalar(select(Finding).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
     html = dashboard.page(f"/findings/{futex.id}")
@@ -133,16 +133,20 @@ def test_flame_graph_is_served_decompressed_same_origin_with_a_strict_policy(das
 
 
 def test_triage_records_who_changed_what(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
+    (job_id,) = _signed_in_with_jobs(dashboard)
     with dashboard.session_factory() as session:
         finding_id = session.scalar(select(Finding.id).where(Finding.job_id == job_id, Finding.kind == "futex_storm"))
-    response = dashboard.post(f"/findings/{finding_id}/triage",
-                              {"status": "muted", "assignee": "bob", "note": "known: upstream busy loop"})
+    response = dashboard.post(
+        f"/findings/{finding_id}/triage", {"status": "muted", "assignee": "bob", "note": "known: upstream busy loop"}
+    )
     assert response.status_code == 302
     html = dashboard.page(f"/findings/{finding_id}")
     assert "is now muted" in html
-    assert re.search(r"<strong>ann</strong> set <span class=\"status status-muted\">muted</span>, assignee bob: "
-                     r"“known: upstream busy loop”", html)
+    assert re.search(
+        r"<strong>ann</strong> set <span class=\"status status-muted\">muted</span>, assignee bob: "
+        r"“known: upstream busy loop”",
+        html,
+    )
     with dashboard.session_factory() as session:
         events = session.scalars(select(TriageEvent).where(TriageEvent.finding_id == finding_id)).all()
         assert [(e.actor, e.status.value, e.assignee) for e in events] == [("ann", "muted", "bob")]
@@ -153,9 +157,12 @@ def test_triage_records_who_changed_what(dashboard):
 
 
 def test_rerun_form_makes_a_linked_job_with_other_configurations(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
-    response = dashboard.post(f"/jobs/{job_id}/rerun", {"config": ["cpus=0.5"], "other_configs": "cpus=1,cpuset=0\n",
-                                                        "repeat": "3"}, form_page=f"/jobs/{job_id}")
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    response = dashboard.post(
+        f"/jobs/{job_id}/rerun",
+        {"config": ["cpus=0.5"], "other_configs": "cpus=1,cpuset=0\n", "repeat": "3"},
+        form_page=f"/jobs/{job_id}",
+    )
     assert response.status_code == 302
     child_id = int(response.headers["Location"].rsplit("/", 1)[1])
     with dashboard.session_factory() as session:
@@ -168,18 +175,23 @@ def test_rerun_form_makes_a_linked_job_with_other_configurations(dashboard):
 
 
 def test_rerun_of_one_test_narrows_the_command_and_bad_input_goes_back_to_the_form(dashboard):
-    job_id, = _signed_in_with_jobs(dashboard)
-    response = dashboard.post(f"/jobs/{job_id}/rerun", {"config": ["cpuset=0"], "repeat": "2", "test_id": TEST_SLOW},
-                              form_page=f"/jobs/{job_id}")
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    response = dashboard.post(
+        f"/jobs/{job_id}/rerun",
+        {"config": ["cpuset=0"], "repeat": "2", "test_id": TEST_SLOW},
+        form_page=f"/jobs/{job_id}",
+    )
     with dashboard.session_factory() as session:
         child = session.get(Job, int(response.headers["Location"].rsplit("/", 1)[1]))
         assert child.command == ["python3", "-m", "pytest", TEST_SLOW]
         parent = session.get(Job, job_id)
         assert _rerun_command(session, parent, None) == parent.command
     page = f"/jobs/{job_id}"
-    response = dashboard.client.post(f"/jobs/{job_id}/rerun", data={"config": ["cpus=banana"],
-                                                                   "csrf_token": dashboard.csrf(page)},
-                                     headers={"Referer": "http://localhost" + page})
+    response = dashboard.client.post(
+        f"/jobs/{job_id}/rerun",
+        data={"config": ["cpus=banana"], "csrf_token": dashboard.csrf(page)},
+        headers={"Referer": "http://localhost" + page},
+    )
     assert response.status_code == 302 and response.headers["Location"].endswith(page)
     assert "cpus=banana" in dashboard.page(page)  # the flash message says what to change
 
@@ -190,7 +202,8 @@ def test_jobs_list_pages_and_filters(dashboard):
     assert html.index(f"#{ids[2]}") < html.index(f"#{ids[0]}")  # newest first
     assert re.search(rf"#{ids[0]}</a>.*?<td class=\"num\">11</td>\s*<td class=\"num\">3</td>", html, re.S)
     assert f"#{ids[0]}" not in dashboard.page(f"/jobs?before={ids[0]}") and "No jobs yet" in dashboard.page(
-        f"/jobs?before={ids[0]}")
+        f"/jobs?before={ids[0]}"
+    )
     assert "No jobs yet" in dashboard.page("/jobs?status=failed")
 
 
@@ -202,9 +215,19 @@ def test_submit_form_runs_a_job_end_to_end(running_dashboard, tmp_path):
     running_dashboard.sign_in("ann")
     form = running_dashboard.page("/jobs/new")
     project_id = re.search(r'<option value="(\d+)">demo</option>', form).group(1)
-    response = running_dashboard.post("/jobs/new", {
-        "project": project_id, "repository": url, "command": "python3 steady.py", "config": ["cpuset=0", "cpuset=0-1"],
-        "repeat": "2", "evidence": "none", "executor": "local"}, form_page="/jobs/new")
+    response = running_dashboard.post(
+        "/jobs/new",
+        {
+            "project": project_id,
+            "repository": url,
+            "command": "python3 steady.py",
+            "config": ["cpuset=0", "cpuset=0-1"],
+            "repeat": "2",
+            "evidence": "none",
+            "executor": "local",
+        },
+        form_page="/jobs/new",
+    )
     assert response.status_code == 302, response.get_data(as_text=True)
     job_path = response.headers["Location"]
     deadline = time.monotonic() + 120

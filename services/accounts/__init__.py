@@ -1,0 +1,1 @@
+"""Who may use lagtrace: dashboard users and API tokens."""

@@ -1,0 +1,106 @@
+"""Dashboard accounts: local users with scrypt-hashed passwords, and who may see which project.
+
+Hashing uses the standard library's scrypt (memory-hard, salted per user) so that the
+domain layer needs neither werkzeug nor a native extension.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.errors import BadInput, LagtraceError, NotFound
+from services.jobs.lifecycle import get_or_create_project
+from services.models import Project, User, utcnow
+
+# n=2**14, r=8: 16 MiB and roughly 50 ms per check; slow enough against guessing, quick
+# enough for a sign-in. The parameters are stored in the hash so they can be raised later.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
+MIN_PASSWORD_LENGTH = 8
+
+
+class SignInFailed(LagtraceError):
+    """Unknown user or wrong password (deliberately not saying which)."""
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def hash_password(password: str) -> str:
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(
+        password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32, maxmem=64 * 1024 * 1024
+    )
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+
+
+def check_password(stored: str, password: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+    except ValueError:
+        return False
+    if scheme != "scrypt":
+        return False
+    computed = hashlib.scrypt(
+        password.encode(), salt=base64.b64decode(salt), n=int(n), r=int(r), p=int(p), dklen=32, maxmem=64 * 1024 * 1024
+    )
+    return hmac.compare_digest(computed, base64.b64decode(digest))
+
+
+# Compared against when the user does not exist, so that a wrong name takes as long as a
+# wrong password and sign-in timing does not reveal which usernames exist.
+_DUMMY_HASH = hash_password(secrets.token_hex(8))
+
+
+def create_user(session: Session, username: str, password: str, *, projects: list[str], admin: bool = False) -> User:
+    username = username.strip()
+    if not username:
+        raise BadInput("username: must not be empty")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise BadInput(f"password: at least {MIN_PASSWORD_LENGTH} characters")
+    if session.scalar(select(User).where(User.username == username)):
+        raise BadInput(f"username: {username!r} exists already")
+    user = User(
+        username=username,
+        password_hash=hash_password(password),
+        is_admin=admin,
+        projects=[get_or_create_project(session, name) for name in dict.fromkeys(projects)],
+    )
+    session.add(user)
+    session.flush()
+    return user
+
+
+def sign_in(session: Session, username: str, password: str) -> User:
+    user = session.scalar(select(User).where(User.username == username.strip()))
+    if not check_password(user.password_hash if user else _DUMMY_HASH, password) or user is None:
+        raise SignInFailed("unknown user or wrong password")
+    user.last_sign_in_at = utcnow()
+    return user
+
+
+def visible_project_ids(session: Session, user: User) -> list[int]:
+    """The projects this user may see: all for an admin, otherwise their memberships."""
+    if user.is_admin:
+        return list(session.scalars(select(Project.id).order_by(Project.name)))
+    return [project.id for project in user.projects]
+
+
+def visible_projects(session: Session, user: User) -> list[Project]:
+    if user.is_admin:
+        return list(session.scalars(select(Project).order_by(Project.name)))
+    return list(user.projects)
+
+
+def require_project(session: Session, user: User, project_id: int) -> Project:
+    """The project if the user may see it; otherwise NotFound (no hint that it exists)."""
+    project = session.get(Project, project_id)
+    if project is None or not (user.is_admin or project in user.projects):
+        raise NotFound(f"project {project_id} does not exist or is not yours")
+    return project

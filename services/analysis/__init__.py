@@ -1,5 +1,0 @@
-"""Rules that turn a job's stored metrics and evidence into findings."""
-
-from services.analysis.diagnose import diagnose
-
-__all__ = ["diagnose"]

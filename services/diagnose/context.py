@@ -1,0 +1,51 @@
+"""What every rule reads: the stored job, its screen samples, its evidence, the thresholds."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from functools import cached_property
+
+from services.measure.samples import JobSamples, collect
+from services.models import Evidence, Job, JobConfig, Run, RunKind
+from services.thresholds import Thresholds
+
+
+@dataclass
+class RuleContext:
+    job: Job
+    thresholds: Thresholds
+
+    @cached_property
+    def samples(self) -> JobSamples:
+        return collect(self.job)
+
+    def timing_runs(self, config: JobConfig) -> list[Run]:
+        return [run for run in config.runs if run.kind == RunKind.timing]
+
+    def evidence(self, kind: str) -> list[Evidence]:
+        """The job's usable evidence of one kind (entries that say why a probe could not
+        look are left out: they support no finding)."""
+        return [e for e in self.job.evidence if e.kind == kind and e.content.get("status", "ok") == "ok"]
+
+    @cached_property
+    def _runs_by_id(self) -> dict[int, Run]:
+        return {run.id: run for config in self.job.configs for run in config.runs}
+
+    def run_of(self, evidence: Evidence) -> Run | None:
+        return self._runs_by_id.get(evidence.run_id) if evidence.run_id else None
+
+    def timing_median(self, config_label: str, test_id: str | None) -> float | None:
+        """The screen's median for a configuration, of the command or of one test."""
+        per_config = self.samples.tests.get(test_id, {}) if test_id else self.samples.wall
+        values = per_config.get(config_label)
+        return statistics.median(values) if values else None
+
+
+def subject(test_id: str | None) -> str:
+    return test_id or "The command"
+
+
+def where(evidence: Evidence) -> str:
+    label = evidence.config.label if evidence.config else "?"
+    return f"{label}, {evidence.test_id}" if evidence.test_id else label

@@ -1,0 +1,104 @@
+"""Run every rule over a job, store the findings, and carry triage across jobs."""
+
+from __future__ import annotations
+
+import shlex
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.diagnose import (
+    busy_polling,
+    cpu_sensitivity,
+    cpu_throttling,
+    futex_storm,
+    gil_contention,
+    latency_flaky,
+    observer_effect,
+    off_cpu_wait,
+    slow_startup,
+    stall,
+    tiny_reads,
+)
+from services.diagnose.context import RuleContext
+from services.diagnose.findings import SEVERITY_ORDER, fingerprint
+from services.models import Finding, Job, TriageStatus
+from services.thresholds import Thresholds
+
+# Rules that need only the timing screen: what they find decides what the drill traces.
+TIMING_RULES = (
+    cpu_sensitivity.check,
+    cpu_throttling.check,
+    off_cpu_wait.check,
+    latency_flaky.check,
+    tiny_reads.check,
+    slow_startup.check,
+)
+# Rules that read the drill's evidence.
+EVIDENCE_RULES = (futex_storm.check, gil_contention.check, busy_polling.check, stall.check, observer_effect.check)
+RULES = TIMING_RULES + EVIDENCE_RULES
+
+
+def screen_findings(context: RuleContext) -> list:
+    """What the timing screen alone shows: the drill's targets."""
+    return [draft for rule in TIMING_RULES for draft in rule(context)]
+
+
+def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:
+    """Replace the job's findings with what the rules conclude now (idempotent)."""
+    for old in list(job.findings):
+        session.delete(old)
+    session.flush()
+    context = RuleContext(job, thresholds)
+    drafts = [draft for rule in RULES for draft in rule(context)]
+    drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.metrics.get("ratio", 0))))
+    findings = []
+    for draft in drafts:
+        scope = draft.test_id or "command:" + shlex.join(job.command)
+        finding = Finding(
+            job=job,
+            kind=draft.kind,
+            severity=draft.severity,
+            title=draft.title,
+            detail=draft.detail,
+            config_label=draft.config_label,
+            test_id=draft.test_id,
+            metrics=draft.metrics,
+            evidence_ids=draft.evidence_ids,
+            fingerprint=fingerprint(job.project.name, draft.kind, scope),
+        )
+        _carry_triage(session, finding)
+        session.add(finding)
+        findings.append(finding)
+    session.flush()
+    return findings
+
+
+def _carry_triage(session: Session, finding: Finding) -> None:
+    """A triage decision belongs to the problem, not to one job.
+
+    Muted and acknowledged problems stay so in later jobs; a problem marked fixed that
+    shows up again is a regression and goes back to new.
+    """
+    # no_autoflush: the new finding is already attached to the job, and must not be
+    # flushed half-built by this query.
+    with session.no_autoflush:
+        previous = _previous(session, finding)
+    if previous is None:
+        return
+    if previous.status == TriageStatus.fixed:
+        finding.status = TriageStatus.new
+        finding.regression = True
+    else:
+        finding.status = previous.status
+        finding.assignee = previous.assignee
+        finding.note = previous.note
+
+
+def _previous(session: Session, finding: Finding) -> Finding | None:
+    return session.scalar(
+        select(Finding)
+        .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
+        .order_by(Finding.job_id.desc(), Finding.id.desc())
+        .limit(1)
+    )

@@ -1,0 +1,199 @@
+"""What the dashboard lists: the findings inbox, jobs across projects, a test's history.
+
+Each function takes the project ids the signed-in user may see and answers with a
+bounded number of queries, whatever the number of jobs (the pages are benchmarked with
+10,000 jobs and 100,000 runs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import distinct, func, select
+from sqlalchemy.orm import Session, selectinload
+
+from services.models import Finding, Job, JobConfig, JobStatus, Project, Run, RunKind, TestResult, TriageStatus
+
+
+def _narrowed(project_ids: list[int], project_id: int | None) -> list[int]:
+    """One project if asked for and visible; none if asked for and not visible."""
+    if project_id is None:
+        return project_ids
+    return [project_id] if project_id in project_ids else []
+
+
+@dataclass
+class FindingGroup:
+    """One problem (fingerprint) across jobs, represented by its newest finding."""
+
+    latest: Finding
+    project: str
+    recurrence: int  # jobs it was found in
+    first_seen: dt.datetime
+    last_seen: dt.datetime
+
+    @property
+    def ratio(self) -> float:
+        # cpu_sensitivity, latency_flaky and observer_effect carry a slowdown ratio; the
+        # other kinds count as 1x so that frequency alone orders them.
+        try:
+            return max(1.0, float(self.latest.metrics.get("ratio") or 1.0))
+        except (TypeError, ValueError):
+            return 1.0
+
+    @property
+    def impact(self) -> float:
+        return self.ratio * self.recurrence
+
+
+def inbox(
+    session: Session,
+    project_ids: list[int],
+    *,
+    project_id: int | None = None,
+    kind: str | None = None,
+    status: str | None = None,
+    severity: str | None = None,
+    limit: int = 100,
+) -> list[FindingGroup]:
+    """Findings grouped by fingerprint, most impact (slowdown ratio x recurrence) first.
+
+    Kind and severity filter the findings; status filters on the newest finding of a
+    group, because triage state follows the fingerprint into later jobs.
+    """
+    visible = _narrowed(project_ids, project_id)
+    groups = (
+        select(
+            Finding.fingerprint,
+            func.count(distinct(Finding.job_id)).label("recurrence"),
+            func.min(Finding.created_at).label("first_seen"),
+            func.max(Finding.created_at).label("last_seen"),
+            func.max(Finding.id).label("latest_id"),
+        )
+        .join(Job, Job.id == Finding.job_id)
+        .where(Job.project_id.in_(visible))
+        .group_by(Finding.fingerprint)
+    )
+    if kind:
+        groups = groups.where(Finding.kind == kind)
+    if severity:
+        groups = groups.where(Finding.severity == severity)
+    groups = groups.subquery()
+    query = (
+        select(Finding, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
+        .join(groups, Finding.id == groups.c.latest_id)
+        .join(Job, Job.id == Finding.job_id)
+        .join(Project, Project.id == Job.project_id)
+    )
+    if status:
+        query = query.where(Finding.status == TriageStatus(status))
+    found = [
+        FindingGroup(finding, project, recurrence, first, last)
+        for finding, project, recurrence, first, last in session.execute(query)
+    ]
+    found.sort(key=lambda group: (-group.impact, -group.latest.id))
+    return found[:limit]
+
+
+def finding_kinds(session: Session, project_ids: list[int]) -> list[str]:
+    return list(
+        session.scalars(
+            select(Finding.kind).distinct().join(Job).where(Job.project_id.in_(project_ids)).order_by(Finding.kind)
+        )
+    )
+
+
+@dataclass
+class JobRow:
+    job: Job
+    project: str
+    runs: int
+    findings: int
+
+
+def job_list(
+    session: Session,
+    project_ids: list[int],
+    *,
+    project_id: int | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+) -> list[JobRow]:
+    """Newest jobs first (keyset pagination on the id), with their run and finding counts."""
+    visible = _narrowed(project_ids, project_id)
+    # The page lists each job's configurations: load them in one query, not one per row.
+    query = (
+        select(Job, Project.name)
+        .join(Project)
+        .where(Job.project_id.in_(visible))
+        .options(selectinload(Job.configs))
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
+    if status:
+        query = query.where(Job.status == JobStatus(status))
+    if before_id:
+        query = query.where(Job.id < before_id)
+    rows = session.execute(query).all()
+    ids = [job.id for job, _ in rows]
+    runs = dict(
+        session.execute(
+            select(JobConfig.job_id, func.count(Run.id))
+            .join(Run)
+            .where(JobConfig.job_id.in_(ids))
+            .group_by(JobConfig.job_id)
+        ).all()
+    )
+    findings = dict(
+        session.execute(
+            select(Finding.job_id, func.count(Finding.id)).where(Finding.job_id.in_(ids)).group_by(Finding.job_id)
+        ).all()
+    )
+    return [JobRow(job, project, runs.get(job.id, 0), findings.get(job.id, 0)) for job, project in rows]
+
+
+HISTORY_JOBS = 20
+
+
+def latency_history(session: Session, job: Job, test_id: str | None) -> list[dict[str, Any]]:
+    """Median per configuration of ``test_id`` (None: the whole command) in the project's
+    recent finished jobs up to this one, oldest first: is it getting worse?"""
+    recent = list(
+        session.scalars(
+            select(Job.id)
+            .where(Job.project_id == job.project_id, Job.id <= job.id, Job.status == JobStatus.done)
+            .order_by(Job.id.desc())
+            .limit(HISTORY_JOBS)
+        )
+    )
+    if test_id is None:
+        query = (
+            select(JobConfig.job_id, JobConfig.label, Run.wall_s)
+            .join(Run)
+            .where(JobConfig.job_id.in_(recent), Run.kind == RunKind.timing)
+        )
+    else:
+        query = (
+            select(JobConfig.job_id, JobConfig.label, TestResult.duration_s)
+            .select_from(TestResult)
+            .join(Run)
+            .join(JobConfig)
+            .where(
+                JobConfig.job_id.in_(recent),
+                Run.kind == RunKind.timing,
+                TestResult.test_id == test_id,
+                TestResult.outcome != "skipped",
+            )
+        )
+    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for job_id, label, seconds in session.execute(query):
+        values[job_id][label].append(seconds)
+    return [
+        {"job_id": job_id, "medians": {label: statistics.median(v) for label, v in values[job_id].items()}}
+        for job_id in sorted(values)
+    ]

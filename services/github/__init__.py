@@ -1,0 +1,1 @@
+"""GitHub: the check-runs client and the webhook receiver's domain."""

@@ -1,0 +1,1 @@
+"""Jobs: their spec, submission, ledger, the engine, dispatch, sources, the report."""

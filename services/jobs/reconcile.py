@@ -1,0 +1,53 @@
+"""The periodic reconciler: steps whose lease expired are sent again, or given up.
+
+A lease outlives the task's hard time limit (Settings.lease_s), so an expired one
+means the message was lost or the worker died; Redis redelivering an unacknowledged
+message meanwhile is harmless because every step claims its ledger entry first.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.jobs.dispatch import NOTIFY, Step
+from services.jobs.steps import fail_job
+from services.jobs.submit import FINISHED, lease_from_now
+from services.models import JobTask, TaskState, utcnow
+from services.settings import Settings
+
+
+def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -> list[Step]:
+    """Steps to send again. ``orphaned``: every unfinished step is (the embedded server
+    starting up is the only one that ever ran them, so none is in flight)."""
+    unfinished = JobTask.state.in_([TaskState.pending, TaskState.running])
+    due = unfinished if orphaned else unfinished & (JobTask.lease_expires_at < utcnow())
+    expired = session.scalars(
+        select(JobTask)
+        .where(due)
+        .order_by(JobTask.id)
+        # Two reconcilers (two beat processes by mistake) split the work instead of doubling it.
+        .with_for_update(skip_locked=True)
+    ).all()
+    steps: list[Step] = []
+    for task in expired:
+        job = task.job
+        if job.status in FINISHED and task.step != NOTIFY:
+            task.state = TaskState.cancelled
+        elif task.attempts >= settings.task_max_attempts and task.step == NOTIFY:
+            # GitHub being unreachable is no reason to fail the measurement.
+            task.state = TaskState.failed
+        elif task.attempts >= settings.task_max_attempts:
+            steps += fail_job(
+                session,
+                settings,
+                job,
+                task,
+                f"{task.name} was started {task.attempts} times and never finished (worker lost or killed); giving up",
+            )
+        else:
+            task.state = TaskState.pending
+            task.lease_expires_at = lease_from_now(settings)
+            steps.append(Step(task.step, task.job_id, task.name))
+    session.flush()
+    return steps

@@ -1,0 +1,355 @@
+"""The report ``lagtrace.report/v1``, built from the database, and its text rendering."""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+from typing import Any
+
+from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.measure import hostload
+from services.measure.samples import collect
+from services.measure.stats import Summary
+from services.models import Job, RunKind
+
+SCHEMA = "lagtrace.report/v1"
+
+RUN_FIELDS = (
+    "wall_s",
+    "user_s",
+    "sys_s",
+    "max_rss_kb",
+    "voluntary_ctx_switches",
+    "involuntary_ctx_switches",
+    "exit_code",
+    "timed_out",
+    "nr_periods",
+    "nr_throttled",
+    "throttled_s",
+    "foreign_cpus",
+    "read_syscalls",
+    "read_bytes",
+)
+
+
+def _summary(summary: Summary | None) -> dict[str, Any] | None:
+    return summary.as_dict() if summary else None
+
+
+def build_report(job: Job) -> dict[str, Any]:
+    samples = collect(job)
+    wall = samples.wall_summaries()
+    configs = []
+    for config in job.configs:
+        runs = [run for run in config.runs if run.kind == RunKind.timing]
+        configs.append(
+            {
+                "label": config.label,
+                "cpus": config.cpus,
+                "cpuset": config.cpuset,
+                "runs": [{field: getattr(run, field) for field in RUN_FIELDS} for run in runs],
+                "wall_s": _summary(wall.get(config.label)),
+            }
+        )
+    tests = []
+    for test_id, per_config in samples.tests.items():
+        summaries = samples.test_summaries(test_id)
+        tests.append(
+            {
+                "id": test_id,
+                "configs": [
+                    {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
+                    for label, values in per_config.items()
+                ],
+            }
+        )
+    failed = [
+        {
+            "config": config.label,
+            "repetition": run.repetition,
+            "exit_code": run.exit_code,
+            "timed_out": run.timed_out,
+            "output_tail": run.output_tail,
+        }
+        for config in job.configs
+        for run in config.runs
+        if run.kind == RunKind.timing and (run.exit_code != 0 or run.timed_out)
+    ]
+    notes = list(job.notes)
+    foreign = [run.foreign_cpus for config in job.configs for run in config.runs]
+    if foreign and statistics.median(foreign) > hostload.BUSY_MACHINE_CPUS:
+        notes.append(
+            f"other processes kept {statistics.median(foreign):.1f} CPUs busy during the median run: "
+            "load on neighbouring cores changes the latency under study; rerun on a quiet machine"
+        )
+    # Evidence runs beside the timing median of their configuration (and test): the
+    # observer effect of each probe.
+    evidence_runs = []
+    for config in job.configs:
+        medians = {None: wall[config.label].median if config.label in wall else None}
+        for run in config.runs:
+            if run.kind != RunKind.evidence:
+                continue
+            if run.test_id is not None and run.test_id not in medians:
+                summary = (
+                    samples.test_summaries(run.test_id).get(config.label) if run.test_id in samples.tests else None
+                )
+                medians[run.test_id] = summary.median if summary else None
+            evidence_runs.append(
+                {
+                    "id": run.id,
+                    "config": config.label,
+                    "test": run.test_id,
+                    "probe": run.probe,
+                    "wall_s": run.wall_s,
+                    "timing_median_s": medians.get(run.test_id),
+                    "exit_code": run.exit_code,
+                    "timed_out": run.timed_out,
+                }
+            )
+    findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
+    return {
+        "schema": SCHEMA,
+        "job": {
+            "id": job.id,
+            "project": job.project.name,
+            "status": job.status.value,
+            "created_at": job.created_at.isoformat(),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "error": job.error,
+        },
+        "command": job.command,
+        "executor": job.executor,
+        "workdir": job.workdir,
+        "repeat": job.repeat,
+        "notes": notes,
+        "configs": configs,
+        "tests": tests,
+        "failed_runs": failed,
+        "evidence_runs": evidence_runs,
+        "evidence": [
+            {
+                "id": e.id,
+                "config": e.config.label if e.config else None,
+                "test": e.test_id,
+                "kind": e.kind,
+                "run": e.run_id,
+                "content": e.content,
+                "text": e.text,
+                "artifacts": e.artifacts,
+            }
+            for e in job.evidence
+        ],
+        "findings": [
+            {
+                "id": f.id,
+                "kind": f.kind,
+                "severity": f.severity,
+                "title": f.title,
+                "detail": f.detail,
+                "config": f.config_label,
+                "test": f.test_id,
+                "metrics": f.metrics,
+                "evidence": f.evidence_ids,
+                "fingerprint": f.fingerprint,
+                "status": f.status.value,
+                "regression": f.regression,
+            }
+            for f in findings
+        ],
+    }
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else format_seconds(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False))
+        )
+
+    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The human report: findings first, then configurations, then tests."""
+    out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    findings = report["findings"]
+    out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
+    for finding in findings:
+        where = f" [{finding['test']}]" if finding["test"] else ""
+        if finding["regression"]:
+            where += " REGRESSION (was marked fixed)"
+        elif finding["status"] != "new":
+            where += f" ({finding['status']})"
+        out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
+        out.append(f"         {finding['detail']}")
+        if finding["evidence"]:
+            kinds = {e["id"]: e["kind"] for e in report["evidence"]}
+            refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding["evidence"])
+            out.append(f"         evidence: {refs} (below, and in the JSON's evidence[])")
+    out.append("")
+
+    fastest = min((c["wall_s"]["median"] for c in report["configs"] if c["wall_s"]), default=None)
+    rows = []
+    for config in report["configs"]:
+        summary = config["wall_s"]
+        runs = config["runs"]
+        throttled = [r for r in runs if r["nr_periods"]]
+        rows.append(
+            [
+                config["label"],
+                str(len(runs)),
+                _seconds(summary["median"]) if summary else "-",
+                f"{_seconds(summary['ci_low'])} .. {_seconds(summary['ci_high'])}" if summary else "-",
+                f"{summary['median'] / fastest:.1f}x" if summary and fastest else "-",
+                f"{sum(r['user_s'] + r['sys_s'] for r in runs) / len(runs):.3f} s" if runs else "-",
+                f"{sum(r['voluntary_ctx_switches'] for r in runs) // max(1, len(runs))}",
+                (
+                    f"{sum(r['nr_throttled'] for r in throttled)}/{sum(r['nr_periods'] for r in throttled)}"
+                    if throttled
+                    else "-"
+                ),
+            ]
+        )
+    out.append("Configurations (wall time of the whole command)")
+    out += [
+        "  " + line
+        for line in _table(
+            ["config", "runs", "median", "interval", "vs fastest", "cpu/run", "vol.cs/run", "throttled"], rows
+        )
+    ]
+
+    if report["tests"]:
+        labels = [c["label"] for c in report["configs"]]
+        out += ["", "Tests (median duration per configuration)"]
+        rows = []
+        for test in report["tests"]:
+            by_label = {c["label"]: c for c in test["configs"]}
+            medians = [by_label[label].get("median") if label in by_label else None for label in labels]
+            known = [m for m in medians if m]
+            ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
+            rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
+        out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
+
+    if report["failed_runs"]:
+        out += ["", f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace"]
+        for failed in report["failed_runs"][:5]:
+            state = "timed out" if failed["timed_out"] else f"exit {failed['exit_code']}"
+            out.append(f"  {failed['config']} run {failed['repetition']}: {state}")
+        tail = next((f["output_tail"] for f in report["failed_runs"] if f["output_tail"]), None)
+        if tail:
+            out += ["  last output:", *("    " + line for line in tail.rstrip().splitlines())]
+    if report["evidence"]:
+        out += ["", f"Evidence ({len(report['evidence'])} entries from {len(report['evidence_runs'])} evidence runs)"]
+        for entry in report["evidence"]:
+            out += render_evidence(entry)
+    if report["evidence_runs"]:
+        out += ["", "Evidence runs (wall time under the probe vs the timing median)"]
+        rows = [
+            [
+                run["probe"],
+                run["config"] + (f" [{run['test']}]" if run["test"] else ""),
+                _seconds(run["wall_s"]),
+                _seconds(run["timing_median_s"]),
+                f"{run['wall_s'] / run['timing_median_s']:.1f}x" if run["timing_median_s"] else "-",
+                "timed out" if run["timed_out"] else f"exit {run['exit_code']}",
+            ]
+            for run in report["evidence_runs"]
+        ]
+        out += ["  " + line for line in _table(["probe", "config", "wall", "timing median", "ratio", "end"], rows)]
+    for note in report["notes"]:
+        out += ["", f"Note: {note}"]
+    return "\n".join(out) + "\n"
+
+
+FRAMES_SHOWN = 4
+SYSCALLS_SHOWN = 5
+
+
+def _frames(frames: list[dict]) -> str:
+    shown = [
+        f"{f['function']} ({str(f.get('file') or '?').rsplit('/', 1)[-1]}:{f.get('line')})"
+        for f in frames[:FRAMES_SHOWN]
+    ]
+    more = f" < ... {len(frames) - FRAMES_SHOWN} more" if len(frames) > FRAMES_SHOWN else ""
+    return " < ".join(shown) + more if shown else "(no Python frames)"
+
+
+def render_evidence(entry: dict[str, Any]) -> list[str]:
+    """The key lines of one evidence entry: top syscalls, threads and frames at the stall."""
+    content = entry["content"]
+    where = entry["config"] or "-"
+    if entry["test"]:
+        where += f" [{entry['test']}]"
+    head = f"  {entry['kind']} ({where})"
+    status = content.get("status", "ok")
+    if status != "ok":
+        return [f"{head}: {status}: {content.get('reason', '')}"]
+    kind = entry["kind"]
+    lines: list[str] = []
+    if kind == "strace":
+        lines.append(f"{head}: {content['top']} holds {content['top_pct_time']:.1f} % of syscall time")
+        for row in content["syscalls"][:SYSCALLS_SHOWN]:
+            lines.append(
+                f"      {row['pct_time']:6.2f} %  {row['seconds']:10.6f} s  {row['calls']:9d} calls  "
+                f"{row['errors']:7d} errors  {row['name']}"
+            )
+    elif kind == "stall":
+        lines.append(
+            f"{head}: snapshot at {content['elapsed_s']:.2f} s (threshold {content['stall_after_s']:.2f} s), "
+            f"run ended after {content['wall_s']:.2f} s{' (timed out)' if content['timed_out'] else ''}"
+        )
+    elif kind == "pyspy_dump":
+        lines.append(
+            f"{head}: {len(content['threads'])} threads at {content.get('elapsed_s', 0):.2f} s "
+            f"({content.get('phase', 'stall')})"
+        )
+        for thread in content["threads"]:
+            lines.append(
+                f'      {thread["id"]} "{thread["name"] or ""}" {thread["state"]}: {_frames(thread["frames"])}'
+            )
+    elif kind == "gdb":
+        lines.append(
+            f"{head}: {len(content['threads'])} threads, {content['waiting_for_gil']} waiting for the GIL "
+            f"(read by {content['reader']})"
+        )
+        if content.get("py_bt"):
+            lines.append(f"      note: {content['py_bt']}")
+        for thread in content["threads"]:
+            flag = " [Waiting for the GIL]" if thread["waiting_for_gil"] else ""
+            lines.append(f"      thread {thread['id']} (LWP {thread['lwp']}){flag}: {_frames(thread['frames'])}")
+    elif kind == "faulthandler":
+        lines.append(f"{head}: {len(content['threads'])} threads at the {content['trigger']}")
+        for thread in content["threads"]:
+            lines.append(
+                f"      {'current ' if thread['current'] else ''}thread {thread['id']}: {_frames(thread['frames'])}"
+            )
+    elif kind == "proc_io":
+        counters = content["counters"]
+        per_read = content.get("bytes_per_read_syscall")
+        lines.append(
+            f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
+            + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
+            + f" (at {content['elapsed_s']:.2f} s, {content['phase']})"
+        )
+    elif kind == "pyspy":
+        lines.append(f"{head}: {content['samples']} samples at {content['rate_hz']} Hz, idle threads included")
+        for thread in content["threads"][:4]:
+            top = thread["top_frames"][0] if thread["top_frames"] else None
+            if top:
+                lines.append(f"      {thread['name']}: {top['pct']:.0f} % in {top['frame']}")
+    else:
+        lines.append(head)
+    for artifact in entry["artifacts"]:
+        if artifact.get("key"):
+            lines.append(
+                f"      artifact {artifact['key']} ({artifact['size']} bytes, {artifact['stored_size']} stored)"
+            )
+        else:
+            lines.append(f"      artifact {artifact['name']} not stored: {artifact.get('reason')}")
+    return lines

@@ -1,0 +1,105 @@
+"""What a service job asks for, validated the same way from the API and from .lagtrace.yml.
+
+Field-level checks live here (pydantic names the field in its message); checks that
+need the executor (CPUs that exist, quotas that can be enforced, the program on PATH)
+come later in services.jobs.pipeline.plan_job.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from services.errors import BadInput
+from services.measure.configs import parse_spec
+from services.measure.probes import PROBES
+
+MAX_REPEAT = 100
+
+Spec = Annotated[str, Field(min_length=1, max_length=200, examples=["cpuset=0", "cpus=0.5"])]
+
+
+MAX_CPU = 4095
+
+
+def check_spec_syntax(spec: str) -> str:
+    """Reject a malformed SPEC early; whether its CPUs exist is the worker's to say."""
+    # A range such as cpuset=0-999999999 would be expanded CPU by CPU: bound it first.
+    if any(int(number) > MAX_CPU for number in re.findall(r"\d+", spec)):
+        raise ValueError(f"{spec!r}: numbers in a configuration stop at {MAX_CPU}")
+    try:
+        # Every CPU number is "available" here: this checks the grammar, not the machine.
+        parse_spec(spec, tuple(range(MAX_CPU + 1)))
+    except BadInput as exc:
+        raise ValueError(str(exc).removeprefix("--config ")) from None
+    return spec
+
+
+class JobSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+        min_length=1, max_length=256, description="The test command, one argument per item."
+    )
+    configs: list[Spec] = Field(
+        default_factory=list,
+        max_length=32,
+        description="CPU configurations (key=value[,key=value], keys cpus and cpuset); empty: the default matrix.",
+    )
+    repeat: int = Field(5, ge=1, le=MAX_REPEAT, description="Most timing runs per configuration.")
+    timeout_s: float | None = Field(None, gt=0, le=86400, description="Kill a run after this many seconds.")
+    evidence: list[str] | None = Field(
+        None,
+        max_length=len(PROBES),
+        description=f"Probes for the drill ({', '.join(PROBES)}). Unset: every probe, where the screen found "
+        "something; []: no drill; a list: those probes on the whole command whatever the screen found.",
+    )
+    stall_after_s: float | None = Field(None, gt=0, le=86400, description="Snapshot a run slower than this.")
+    executor: str = Field(
+        "auto", max_length=32, description="auto (docker where an engine answers, else local), local or docker."
+    )
+    image: str | None = Field(None, min_length=1, max_length=255, description="Runner image for the docker executor.")
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split_command(cls, value):
+        # .lagtrace.yml authors write a shell-like string; the API also accepts it.
+        if isinstance(value, str):
+            return shlex.split(value)
+        return value
+
+    @field_validator("configs")
+    @classmethod
+    def _valid_specs(cls, value: list[str]) -> list[str]:
+        for spec in value:
+            check_spec_syntax(spec)
+        if len(set(value)) != len(value):
+            raise ValueError("a configuration is given more than once")
+        return value
+
+    @field_validator("evidence")
+    @classmethod
+    def _known_probes(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        unknown = [name for name in value if name not in PROBES]
+        if unknown:
+            raise ValueError(f"unknown probe {', '.join(map(repr, unknown))} (known: {', '.join(PROBES)})")
+        return list(dict.fromkeys(value))
+
+    @field_validator("command")
+    @classmethod
+    def _program_given(cls, value: list[str]) -> list[str]:
+        if not value[0].strip():
+            raise ValueError("the program (first item) is empty")
+        return value
+
+
+class RepositoryConfig(JobSpec):
+    """`.lagtrace.yml` at the repository root: the same fields as an API job."""
+
+
+REPOSITORY_CONFIG_FILE = ".lagtrace.yml"

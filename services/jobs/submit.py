@@ -1,0 +1,376 @@
+"""Service jobs: submit, rerun, cancel, and what the API shows of them.
+
+Functions take the Session first and do not commit; they return the Steps to send
+once the caller has committed (services.jobs.dispatch.send_all).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from services.errors import BadInput, Conflict, NotFound
+from services.jobs.dispatch import NOTIFY, PREPARE, Step
+from services.jobs.lifecycle import create_job, mark_finished
+from services.jobs.report import build_report
+from services.jobs.sources import check_archive, check_ref, check_repository_url
+from services.jobs.spec import MAX_CPU, JobSpec
+from services.measure.configs import CpuConfig, parse_spec
+from services.measure.drill import narrow_to_test
+from services.measure.executors import EXECUTORS
+from services.models import (
+    Job,
+    JobConfig,
+    JobSource,
+    JobStatus,
+    JobTask,
+    Project,
+    Run,
+    RunKind,
+    TaskState,
+    TestResult,
+    utcnow,
+)
+from services.settings import Settings
+
+FINISHED = (JobStatus.done, JobStatus.failed, JobStatus.cancelled)
+
+
+def add_task(
+    session: Session, job: Job, settings: Settings, kind: str, name: str | None = None, config_id: int | None = None
+) -> Step:
+    """Record a pending step in the ledger; the message carrying it is sent after commit."""
+    name = name or kind
+    session.add(
+        JobTask(
+            job_id=job.id,
+            config_id=config_id,
+            step=kind,
+            name=name,
+            state=TaskState.pending,
+            lease_expires_at=lease_from_now(settings),
+        )
+    )
+    session.flush()
+    return Step(kind, job.id, name)
+
+
+def lease_from_now(settings: Settings) -> dt.datetime:
+    return utcnow() + dt.timedelta(seconds=settings.lease_s)
+
+
+def notify_step(session: Session, job: Job, settings: Settings) -> list[Step]:
+    """Report the job's current state to GitHub, once per state, if it came from there."""
+    source = session.get(JobSource, job.id)
+    if source is None or not source.github_repository:
+        return []
+    name = f"{NOTIFY}:{job.status.value}"
+    if session.scalar(select(JobTask).where(JobTask.job_id == job.id, JobTask.name == name)):
+        return []
+    return [add_task(session, job, settings, NOTIFY, name)]
+
+
+def _check_spec(spec: JobSpec) -> list[CpuConfig]:
+    """What can be checked without the worker's machine; the engine and CPUs are checked at prepare."""
+    if spec.executor not in EXECUTORS:
+        raise BadInput(f"executor: unknown executor {spec.executor!r} (known: {', '.join(EXECUTORS)})")
+    if spec.image and spec.executor == "local":
+        raise BadInput("image: applies to the docker executor only (executor docker or auto)")
+    return [parse_spec(label, tuple(range(MAX_CPU + 1))) for label in spec.configs]
+
+
+def submit_job(
+    session: Session,
+    settings: Settings,
+    project: Project,
+    spec: JobSpec | None,
+    *,
+    repository_url: str | None = None,
+    ref: str | None = None,
+    commit_sha: str | None = None,
+    archive: bytes | None = None,
+    origin: str = "api",
+    github_repository: str | None = None,
+) -> tuple[Job, list[Step]]:
+    """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare."""
+    if (repository_url is None) == (archive is None):
+        raise BadInput("give exactly one of repository.url and an uploaded archive")
+    if repository_url is not None:
+        check_repository_url(repository_url, settings)
+        if ref is not None:
+            check_ref(ref)
+    else:
+        check_archive(archive, settings)
+    configs = _check_spec(spec) if spec else []
+    job = create_job(
+        session,
+        project=project.name,
+        command=spec.command if spec else [],
+        configs=configs,
+        executor=spec.executor if spec else "auto",
+        workdir=None,
+        repeat=spec.repeat if spec else 1,
+        timeout_s=spec.timeout_s if spec else None,
+        source=origin,
+        probes=spec.evidence if spec else None,
+        stall_after_s=spec.stall_after_s if spec else None,
+    )
+    session.add(
+        JobSource(
+            job_id=job.id,
+            kind="git" if repository_url else "archive",
+            repository_url=repository_url,
+            ref=ref,
+            commit_sha=commit_sha,
+            archive=archive,
+            from_repository_config=spec is None,
+            image=spec.image if spec else None,
+            github_repository=github_repository,
+            github_head_sha=commit_sha,
+        )
+    )
+    session.flush()
+    return job, [add_task(session, job, settings, PREPARE)]
+
+
+def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[str]:
+    """The parent's command, or for one test the pytest command narrowed to its node id."""
+    if test_id is None:
+        return parent.command
+    ran = session.scalar(
+        select(func.count())
+        .select_from(TestResult)
+        .join(Run)
+        .join(JobConfig)
+        .where(JobConfig.job_id == parent.id, TestResult.test_id == test_id)
+    )
+    if not ran:
+        raise BadInput(f"test: {test_id!r} did not run in job {parent.id}")
+    node_path = test_id.split("::", 1)[0]
+    # The rerun is planned before its checkout exists, so test paths are told apart by
+    # name: the node's own file, a directory holding it, or any other test module.
+    return narrow_to_test(
+        parent.command,
+        test_id,
+        None,
+        is_test_path=lambda path: (
+            path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")
+        ),
+    )
+
+
+def rerun_job(
+    session: Session,
+    settings: Settings,
+    parent: Job,
+    *,
+    configs: list[str],
+    repeat: int | None = None,
+    timeout_s: float | None = None,
+    origin: str = "api",
+    test_id: str | None = None,
+) -> tuple[Job, list[Step]]:
+    """A new job on the parent's code (its resolved commit) under other configurations,
+    for the whole command or (``test_id``) one of its tests."""
+    source = session.get(JobSource, parent.id)
+    if source is None:
+        raise Conflict(f"job {parent.id} was run with `lagtrace run`, not through the service: rerun it there")
+    if not parent.command:
+        raise Conflict(f"job {parent.id} has not read its .lagtrace.yml yet: rerun it once it is running")
+    spec = JobSpec(
+        command=_rerun_command(session, parent, test_id),
+        configs=configs or [c.label for c in parent.configs],
+        repeat=repeat or parent.repeat,
+        timeout_s=timeout_s or parent.timeout_s,
+        evidence=parent.probes,
+        stall_after_s=parent.stall_after_s,
+        executor=parent.executor,
+        image=source.image,
+    )
+    job = create_job(
+        session,
+        project=parent.project.name,
+        command=spec.command,
+        configs=_check_spec(spec),
+        executor=spec.executor,
+        workdir=None,
+        repeat=spec.repeat,
+        timeout_s=spec.timeout_s,
+        source=origin,
+        probes=spec.evidence,
+        stall_after_s=spec.stall_after_s,
+    )
+    job.parent_id = parent.id
+    session.add(
+        JobSource(
+            job_id=job.id,
+            kind=source.kind,
+            repository_url=source.repository_url,
+            ref=source.ref,
+            commit_sha=source.commit_sha,
+            archive=source.archive,
+            image=source.image,
+            github_repository=source.github_repository,
+            github_head_sha=source.github_head_sha,
+        )
+    )
+    session.flush()
+    return job, [add_task(session, job, settings, PREPARE)]
+
+
+def cancel_job(session: Session, settings: Settings, job: Job, actor: str) -> list[Step]:
+    """Stop a job: queued steps are dropped, a running screen stops after its current run."""
+    if job.status in FINISHED:
+        raise Conflict(f"job {job.id} is already {job.status.value}")
+    mark_finished(job, JobStatus.cancelled, f"cancelled by {actor}")
+    for task in session.scalars(
+        select(JobTask).where(JobTask.job_id == job.id, JobTask.state.in_([TaskState.pending, TaskState.running]))
+    ):
+        task.state = TaskState.cancelled
+    session.flush()
+    return notify_step(session, job, settings)
+
+
+def get_job(session: Session, project: Project, job_id: int) -> Job:
+    job = session.get(Job, job_id)
+    if job is None or job.project_id != project.id:
+        raise NotFound(f"job {job_id} does not exist in project {project.name}")
+    return job
+
+
+def list_jobs(
+    session: Session, project: Project, *, status: str | None, limit: int, before_id: int | None
+) -> list[Job]:
+    query = select(Job).where(Job.project_id == project.id).order_by(Job.id.desc()).limit(limit)
+    if status:
+        query = query.where(Job.status == JobStatus(status))
+    if before_id:
+        query = query.where(Job.id < before_id)
+    return list(session.scalars(query))
+
+
+def progress(session: Session, job: Job) -> dict[str, Any]:
+    tasks = {
+        task.config_id: task
+        for task in session.scalars(select(JobTask).where(JobTask.job_id == job.id, JobTask.config_id.is_not(None)))
+    }
+    prepare = session.scalar(select(JobTask.state).where(JobTask.job_id == job.id, JobTask.name == PREPARE))
+    done_runs = dict(
+        session.execute(
+            select(Run.config_id, func.count())
+            .where(Run.config_id.in_([c.id for c in job.configs]), Run.kind == RunKind.timing)
+            .group_by(Run.config_id)
+        ).all()
+    )
+    configs = [
+        {
+            "label": c.label,
+            "runs": done_runs.get(c.id, 0),
+            "state": tasks[c.id].state.value if c.id in tasks else None,
+            "worker": tasks[c.id].worker if c.id in tasks else None,
+        }
+        for c in job.configs
+    ]
+    planned = len(job.configs) * job.repeat
+    runs = sum(done_runs.values())
+    if job.status in FINISHED:
+        phase = job.status.value
+    elif job.status is JobStatus.queued:
+        phase = "preparing" if prepare is TaskState.running else "queued"
+    elif all(c["state"] == TaskState.done.value for c in configs):
+        phase = "diagnosing"
+    else:
+        phase = "screening"
+    return {
+        "phase": phase,
+        "runs_done": runs,
+        "runs_planned": planned,
+        # Early stopping can finish a configuration before `repeat` runs.
+        "fraction": 1.0 if job.status is JobStatus.done else (round(runs / planned, 3) if planned else 0.0),
+        "configs": configs,
+    }
+
+
+def job_summary(session: Session, job: Job) -> dict[str, Any]:
+    source = session.get(JobSource, job.id)
+    return {
+        "id": job.id,
+        "project": job.project.name,
+        "status": job.status.value,
+        "source": job.source,
+        "parent_id": job.parent_id,
+        "command": job.command,
+        "executor": job.executor,
+        "repeat": job.repeat,
+        "timeout_s": job.timeout_s,
+        "configs": [c.label for c in job.configs],
+        "error": job.error,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "repository": (
+            {"url": source.repository_url, "ref": source.ref, "commit": source.commit_sha}
+            if source and source.kind == "git"
+            else None
+        ),
+        "archive": bool(source and source.kind == "archive"),
+        "evidence": job.probes,
+        "stall_after_s": job.stall_after_s,
+    }
+
+
+def job_detail(session: Session, job: Job) -> dict[str, Any]:
+    """The job, its progress, and once finished its v1 report (compared with its parent's)."""
+    detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
+    if job.status in FINISHED:
+        detail["report"] = build_report(job)
+        parent = session.get(Job, job.parent_id) if job.parent_id else None
+        if parent is not None and parent.status is JobStatus.done:
+            detail["comparison"] = compare_reports(build_report(parent), detail["report"])
+    return detail
+
+
+def compare_reports(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """What changed between a job and its rerun: per-configuration medians, findings."""
+
+    def medians(report):
+        return {c["label"]: (c["wall_s"] or {}).get("median") for c in report["configs"]}
+
+    before, after = medians(parent), medians(child)
+    configs = []
+    for label in list(before) + [label for label in after if label not in before]:
+        old, new = before.get(label), after.get(label)
+        configs.append(
+            {"label": label, "parent_median_s": old, "median_s": new, "ratio": new / old if old and new else None}
+        )
+    parent_prints = {f["fingerprint"]: f for f in parent["findings"]}
+    child_prints = {f["fingerprint"]: f for f in child["findings"]}
+    kinds = lambda prints: sorted({prints[p]["kind"] for p in prints})  # noqa: E731
+    shared = [c for c in configs if c["ratio"] is not None]
+    return {
+        "parent_id": parent["job"]["id"],
+        "configs": configs,
+        "median_ratio_shared_configs": statistics.median(c["ratio"] for c in shared) if shared else None,
+        "findings": {
+            "still": kinds({p: child_prints[p] for p in child_prints if p in parent_prints}),
+            "new": kinds({p: child_prints[p] for p in child_prints if p not in parent_prints}),
+            "gone": kinds({p: parent_prints[p] for p in parent_prints if p not in child_prints}),
+        },
+    }
+
+
+def find_artifact(session: Session, project: Project, key: str) -> dict[str, Any]:
+    """The stored artifact reference ``key`` of one of the project's jobs, or NotFound."""
+    job_part, _, _ = key.partition("/")
+    if not job_part.startswith("job-") or not job_part[4:].isdigit():
+        raise NotFound(f"artifact {key!r} does not exist")
+    job = get_job(session, project, int(job_part[4:]))
+    for evidence in job.evidence:
+        for artifact in evidence.artifacts:
+            if artifact.get("key") == key:
+                return artifact
+    raise NotFound(f"artifact {key!r} does not exist in job {job.id}")

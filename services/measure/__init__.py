@@ -1,0 +1,1 @@
+"""Measuring: CPU configurations, executors, probes, the screen, the drill, statistics."""

@@ -1,0 +1,47 @@
+"""Executors run one command under one CPU configuration and measure it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.errors import BadInput
+from services.measure.executors.base import Executor, RunRequest, RunResult
+from services.measure.executors.local import LocalExecutor
+from services.settings import Settings
+
+EXECUTORS = ("auto", "local", "docker")
+
+
+def make_executor(
+    name: str,
+    settings: Settings,
+    *,
+    image: str | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Executor:
+    """The executor called ``name``; ``auto`` is docker where it works, else local, and says why."""
+    # Imported here: the Docker SDK is only needed when docker is asked for or tried.
+    from services.measure.executors import docker
+
+    if name == "local":
+        if image is not None:
+            raise BadInput("--image applies to the docker executor only (use --executor docker or auto)")
+        return LocalExecutor(settings)
+    if name == "docker":
+        return docker.DockerExecutor(settings, image, progress)
+    if name == "auto":
+        problem = docker.unavailable_reason(image or settings.docker_image)
+        if problem is None:
+            progress(
+                f"executor auto: a Docker engine answers and {image or settings.docker_image} exists: using docker"
+            )
+            return docker.DockerExecutor(settings, image, progress)
+        if image is not None:
+            # The user asked for an image: running on the host instead would ignore that.
+            raise BadInput(f"--image {image}: {problem}")
+        progress(f"executor auto: {problem}: using local")
+        return LocalExecutor(settings)
+    raise BadInput(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
+
+
+__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "RunRequest", "RunResult", "make_executor"]

@@ -1,0 +1,148 @@
+"""Runs inside the job's container as its first process: starts the command, measures it.
+
+Container start-up (about 200 ms here) must not count as test time, so the clock, the
+rusage and the cgroup counters are all read in here, around fork/exec and wait4, the
+same way the local executor does on the host.
+
+The docker executor passes this file's source to the image's own interpreter
+(``/usr/bin/python3 -I -S -c SOURCE ...``): standard library only, Python 3.11, and no
+imports from lagtrace.
+
+Protocol with the executor, on stdout: first line ``pid <N>`` (the command's pid inside
+the container, for the evidence tools), then one line of JSON: the measurement. After
+that the timer lingers, keeping the container alive, so evidence tools can still run in
+it (gdb reading the core taken during a stall) until the executor removes it; LINGER_S
+bounds that for a lagtrace that died before removing it.
+
+    argv: OUTPUT_PATH TIMEOUT_S(or "none") LINGER_S -- COMMAND...
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+CPU_STAT_FILES = ("/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat", "/sys/fs/cgroup/cpu,cpuacct/cpu.stat")
+# cgroup v2, then v1: both carry an ``oom_kill`` counter (v1 since Linux 4.13).
+OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def _fields(path):
+    try:
+        with open(path) as handle:
+            return dict(line.split()[:2] for line in handle if len(line.split()) >= 2)
+    except OSError:
+        return None
+
+
+def cpu_stat():
+    for path in CPU_STAT_FILES:
+        fields = _fields(path)
+        if fields and "nr_periods" in fields:
+            if "throttled_usec" in fields:
+                throttled_s = int(fields["throttled_usec"]) / 1e6
+            else:
+                throttled_s = int(fields.get("throttled_time", 0)) / 1e9
+            return [int(fields["nr_periods"]), int(fields.get("nr_throttled", 0)), throttled_s]
+    return None
+
+
+def oom_kills():
+    for path in OOM_FILES:
+        fields = _fields(path)
+        if fields and "oom_kill" in fields:
+            return int(fields["oom_kill"])
+    return None
+
+
+def busy_cpu_seconds():
+    """Machine-wide busy CPU time, as services/hostload.py reads it (/proc/stat is not
+    namespaced): the executor turns the difference into CPUs other processes used."""
+    with open("/proc/stat") as handle:
+        fields = handle.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_io():
+    """The timer's I/O counters, which take in the command's once it is reaped (as in
+    services/hostload.py): the difference is the command's read syscalls and bytes."""
+    with open("/proc/self/io") as handle:
+        return {key: int(value) for key, value in (line.split(": ") for line in handle.read().splitlines())}
+
+
+def main():
+    output_path, timeout_text, linger_text, separator, *command = sys.argv[1:]
+    if separator != "--" or not command:
+        sys.exit("usage: container_timer OUTPUT TIMEOUT LINGER -- COMMAND...")
+    timeout_s = None if timeout_text == "none" else float(timeout_text)
+
+    before_cpu, before_oom = cpu_stat(), oom_kills()
+    output = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    busy_before = busy_cpu_seconds()
+    io_before = own_io()
+    started = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()  # one process group, so the timeout kills what the command started
+        os.dup2(devnull, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        try:
+            os.execvp(command[0], command)
+        except OSError as exc:
+            os.write(2, f"lagtrace: cannot execute {command[0]!r}: {exc.strerror}\n".encode())
+            os._exit(127)
+    os.close(output)
+    print(f"pid {pid}", flush=True)
+
+    timed_out = []
+
+    def kill_at_timeout(signum, frame):
+        timed_out.append(True)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    if timeout_s is not None:
+        signal.signal(signal.SIGALRM, kill_at_timeout)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    # PEP 475: wait4 resumes by itself after the alarm handler, then reaps the killed child.
+    _, status, usage = os.wait4(pid, 0)
+    wall_s = time.perf_counter() - started
+    busy_after = busy_cpu_seconds()
+    io_after = own_io()
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    try:  # background processes the command left would load the next measurement
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+    after_cpu, after_oom = cpu_stat(), oom_kills()
+    throttling = None
+    if before_cpu is not None and after_cpu is not None:
+        throttling = [after - before for after, before in zip(after_cpu, before_cpu, strict=False)]
+    result = {
+        "wall_s": wall_s,
+        "user_s": usage.ru_utime,
+        "sys_s": usage.ru_stime,
+        "max_rss_kb": usage.ru_maxrss,
+        "voluntary_ctx_switches": usage.ru_nvcsw,
+        "involuntary_ctx_switches": usage.ru_nivcsw,
+        "exit_code": os.waitstatus_to_exitcode(status),
+        "timed_out": bool(timed_out),
+        "throttling": throttling,
+        "busy_cpu_s": [busy_before, busy_after],
+        "read_syscalls": io_after["syscr"] - io_before["syscr"],
+        "read_bytes": io_after["rchar"] - io_before["rchar"],
+        "oom_killed": before_oom is not None and after_oom is not None and after_oom > before_oom,
+    }
+    print(json.dumps(result), flush=True)
+    time.sleep(float(linger_text))
+
+
+if __name__ == "__main__":
+    main()

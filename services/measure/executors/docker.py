@@ -1,0 +1,596 @@
+"""The docker executor: each run in its own hardened container, measured from inside.
+
+- CPU configuration: ``nano_cpus`` for a quota, ``cpuset_cpus`` for pinning.
+- Hardening for untrusted test code: no network, read-only root with a tmpfs for
+  scratch, every capability dropped except SYS_PTRACE (the evidence tools attach to the
+  command), no-new-privileges, the engine's default seccomp profile, uid 1000, memory
+  and pids limits, and no Docker socket inside.
+- Timing: container start-up takes about 200 ms, so the clock and the rusage are read by
+  ``container_timer`` inside the container, around fork/exec and wait4.
+- Paths: the working tree (read-only) and each run_dir (writable) are mounted at their
+  host paths, so a path means the same inside and outside and ``visible_path`` is the
+  identity; absolute paths in the user's command keep working too.
+- Cleanup: containers carry ``lagtrace.job`` and ``lagtrace.owner`` (host, pid and start
+  time of the lagtrace process) labels; each run's container is removed when the run
+  ends however it ends, and ``reap_orphans`` removes what a killed lagtrace left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount
+
+from services.errors import BadInput, LagtraceError
+from services.measure import hostload
+from services.measure.executors.base import RunRequest, RunResult, ToolResult
+from services.measure.executors.local import _tail
+from services.settings import Settings
+
+JOB_LABEL = "lagtrace.job"
+OWNER_LABEL = "lagtrace.owner"
+DEPS_LABEL = "lagtrace.deps"
+DEPS_REPOSITORY = "lagtrace-deps"
+RUNNER_UID = 1000  # the runner image's non-root user; custom images keep this uid
+RUNNER_USER = f"{RUNNER_UID}:{RUNNER_UID}"
+# The image's own interpreter runs the timer, whatever virtualenv the job's PATH selects.
+CONTAINER_PYTHON = "/usr/bin/python3"
+TOOLS_DIR = "/lagtrace/tools"
+DEPS_VENV = "/lagtrace/deps/venv"
+CA_BUNDLE = "/lagtrace/ca-bundle.pem"
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
+# Lock and requirements files whose content decides the prepared environment.
+LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt")
+# Forwarded to the prepare step only: how a team reaches its package index.
+PIP_ENV = (
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_TRUSTED_HOST",
+    "PIP_DEFAULT_TIMEOUT",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+# Mounting a working tree over these would replace the image's own system.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lagtrace", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr", "/var")
+ENGINE_TIMEOUT_S = 30
+BUILD_HINT = "build it with services/measure/executors/runner/build-offline.sh; lagtrace never pulls images"
+# The timer kills the command at the timeout itself; the engine-side kill is the backstop
+# for a timer that cannot (its container frozen or out of memory).
+BACKSTOP_GRACE_S = 30.0
+# How long a finished run's container waits for evidence tools before its timer exits,
+# should lagtrace die before removing it (it is removed at once otherwise).
+LINGER_S = 900
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (or the local socket), or BadInput."""
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        client.ping()
+    except (DockerException, requests.RequestException) as exc:
+        raise BadInput(f"no Docker engine answers ({_reason(exc)}); start one or use --executor local") from None
+    return client
+
+
+def unavailable_reason(image: str) -> str | None:
+    """Why `--executor auto` cannot use docker, or None when it can."""
+    try:
+        client = connect()
+    except BadInput as exc:
+        return str(exc)
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return f"the runner image {image} is not built ({BUILD_HINT})"
+    except (DockerException, requests.RequestException) as exc:
+        return f"the Docker engine failed to answer ({_reason(exc)})"
+    finally:
+        client.close()
+    return None
+
+
+class DockerExecutor:
+    name = "docker"
+
+    def __init__(self, settings: Settings, image: str | None = None, progress: Callable[[str], None] = lambda m: None):
+        self.settings = settings
+        self.image = image or settings.docker_image
+        self.client = connect()
+        try:
+            self._image_id = self.client.images.get(self.image).id
+        except ImageNotFound:
+            raise BadInput(f"image {self.image!r} does not exist in the Docker engine; {BUILD_HINT}") from None
+        info = self.client.info()
+        self._ncpu = int(info.get("NCPU") or 1)
+        self._cfs_quota = bool(info.get("CpuCfsQuota", True))
+        # Runs use the prepared image once prepare() has installed the job's dependencies.
+        self.run_image = self.image
+        self._owner = owner_id()
+        self._py_spy = _host_py_spy()
+        self._tools: dict[str, str | None] = {}
+        reaped = reap_orphans(self.client)
+        if reaped:
+            progress(f"removed {len(reaped)} container(s) left by a lagtrace process that was killed")
+
+    # -- what configurations may name -------------------------------------------------
+
+    def available_cpus(self) -> tuple[int, ...]:
+        return tuple(range(self._ncpu))
+
+    def quota_unsupported_reason(self) -> str | None:
+        return None if self._cfs_quota else "the Docker engine reports no CFS quota support (CpuCfsQuota false)"
+
+    # -- preparing and checking the job's environment ----------------------------------
+
+    def prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
+        """Install the working tree's requirements once, into an image cached by their hash.
+
+        Measured runs then start from that image with everything installed and no network.
+        The cache key covers the base image too, so a rebuilt runner image re-prepares.
+        """
+        _check_workdir(workdir)
+        lock_files = sorted({path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if path.is_file()})
+        if not lock_files:
+            return
+        digest = hashlib.sha256(self._image_id.encode())
+        for path in lock_files:
+            digest.update(str(path.relative_to(workdir)).encode() + b"\0" + path.read_bytes() + b"\0")
+        prepared = f"{DEPS_REPOSITORY}:{digest.hexdigest()[:16]}"
+        names = ", ".join(str(path.relative_to(workdir)) for path in lock_files)
+        try:
+            self.client.images.get(prepared)
+            progress(f"dependencies from {names}: cached in image {prepared}")
+        except ImageNotFound:
+            progress(f"installing dependencies from {names} (once; cached as image {prepared})")
+            self._install(workdir, lock_files, prepared)
+        self.run_image = prepared
+        self._tools.clear()
+
+    def _install(self, workdir: Path, lock_files: list[Path], prepared: str) -> None:
+        requirements = [arg for path in lock_files if path.name.startswith("requirements") for arg in ("-r", str(path))]
+        constraints = [arg for path in lock_files if path.name.startswith("constraints") for arg in ("-c", str(path))]
+        # --system-site-packages keeps the image's Debian pytest importable beside the venv.
+        script = (
+            f"{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
+            f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"'
+        )
+        environment = {"HOME": "/tmp", **{key: os.environ[key] for key in PIP_ENV if key in os.environ}}
+        mounts = [Mount(str(workdir), str(workdir), type="bind", read_only=True)]
+        # A CA bundle pip is told to trust (a company proxy or index) is a host file: mount it.
+        ca_bundle = os.environ.get("PIP_CERT")
+        if ca_bundle and os.path.isfile(ca_bundle):
+            mounts.append(Mount(CA_BUNDLE, os.path.realpath(ca_bundle), type="bind", read_only=True))
+            environment["PIP_CERT"] = CA_BUNDLE
+        try:
+            container = self.client.containers.create(
+                self.image,
+                ["sh", "-c", script, "prepare", *requirements, *constraints],
+                working_dir=str(workdir),
+                environment=environment,
+                mounts=mounts,
+                network_mode=self.settings.docker_prepare_network,
+                # The root stays writable here: the install writes the venv into the image.
+                **self._hardening(read_only=False, job_id=None),
+            )
+        except APIError as exc:
+            raise self._engine_refused("the prepare container", exc) from None
+        try:
+            try:
+                container.start()
+            except APIError as exc:
+                raise self._engine_refused("the prepare container", exc) from None
+            status = container.wait(timeout=None)
+            if status.get("StatusCode") != 0:
+                log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+                tail = "\n".join(log.splitlines()[-20:])
+                raise LagtraceError(f"installing the dependencies failed (exit {status.get('StatusCode')}):\n{tail}")
+            base = self.client.images.get(self.image).attrs["Config"]
+            env = [item for item in base.get("Env") or [] if not item.startswith(("PATH=", "VIRTUAL_ENV="))]
+            container.commit(
+                repository=prepared.split(":")[0],
+                tag=prepared.split(":")[1],
+                conf={
+                    "Env": [*env, f"PATH={DEPS_VENV}/bin:{IMAGE_PATH}", f"VIRTUAL_ENV={DEPS_VENV}"],
+                    "Cmd": [CONTAINER_PYTHON],
+                    "User": RUNNER_USER,
+                    "WorkingDir": base.get("WorkingDir") or "/",
+                    "Labels": {**(base.get("Labels") or {}), DEPS_LABEL: prepared.split(":")[1]},
+                },
+            )
+        finally:
+            _remove(container)
+
+    def check_command(self, command: list[str], workdir: Path) -> None:
+        if not command:
+            raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
+        _check_workdir(workdir)
+        program = command[0]
+        path = program if os.path.isabs(program) else os.path.join(workdir, program)
+        if "/" in program and Path(path).is_relative_to(workdir):
+            # The working tree is mounted at its host path: the host's view is the container's.
+            if not os.path.isfile(path):
+                raise BadInput(f"cannot execute {program!r}: no such file")
+            if not os.access(path, os.X_OK):
+                raise BadInput(f"cannot execute {program!r}: not executable")
+        elif self._locate([program])[program] is None:
+            where = "no such file" if "/" in program else "not found on PATH"
+            raise BadInput(f"cannot execute {program!r}: {where} in the image {self.run_image}")
+
+    def _locate(self, programs: list[str]) -> dict[str, str | None]:
+        """Where programs are on the run image's PATH, from one short hardened container."""
+        script = 'for p in "$@"; do command -v "$p" || echo -; done'
+        output = self._one_shot(["sh", "-c", script, "locate", *programs])
+        found = output.splitlines()
+        return {
+            program: (found[i] if i < len(found) and found[i] != "-" else None) for i, program in enumerate(programs)
+        }
+
+    def _one_shot(self, argv: list[str]) -> str:
+        # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
+        # SIGTERM) in the middle must still remove the container.
+        try:
+            container = self.client.containers.create(
+                self.run_image,
+                argv,
+                network_mode="none",
+                **self._hardening(read_only=True, job_id=None),
+            )
+        except APIError as exc:
+            raise self._engine_refused(f"a container of {self.run_image}", exc) from None
+        try:
+            container.start()
+            container.wait(timeout=None)
+            return container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        except APIError as exc:
+            raise self._engine_refused(f"a container of {self.run_image}", exc) from None
+        finally:
+            _remove(container)
+
+    # -- paths and tools ---------------------------------------------------------------
+
+    def visible_path(self, host_path: Path) -> str:
+        return str(host_path)  # run_dirs are mounted at their host paths
+
+    def tool_path(self, name: str) -> str | None:
+        if name == "py-spy":
+            return f"{TOOLS_DIR}/py-spy" if self._py_spy else None
+        if name not in self._tools:
+            self._tools.update(self._locate(sorted({*IN_IMAGE_TOOLS, name})))
+        return self._tools[name]
+
+    # -- one run -----------------------------------------------------------------------
+
+    def run(self, request: RunRequest) -> RunResult:
+        _give_to_runner(request.run_dir)
+        try:
+            container = self.client.containers.create(self.run_image, **self._run_kwargs(request))
+        except APIError as exc:
+            raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
+        try:
+            return self._run(container, request)
+        finally:
+            # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
+            _remove(container)
+
+    def _run_kwargs(self, request: RunRequest) -> dict:
+        config = request.config
+        output = request.run_dir / "output.log"
+        timeout = "none" if request.timeout_s is None else repr(request.timeout_s)
+        mounts = [
+            Mount(str(request.workdir), str(request.workdir), type="bind", read_only=True),
+            Mount(str(request.run_dir), str(request.run_dir), type="bind", read_only=False),
+        ]
+        if self._py_spy:
+            mounts.append(Mount(f"{TOOLS_DIR}/py-spy", self._py_spy, type="bind", read_only=True))
+        return dict(
+            command=[
+                CONTAINER_PYTHON,
+                "-I",
+                "-S",
+                "-c",
+                _timer_source(),
+                str(output),
+                timeout,
+                str(LINGER_S),
+                "--",
+                *request.command,
+            ],
+            working_dir=str(request.workdir),
+            # The working tree is read-only: bytecode caches go nowhere, HOME to the tmpfs.
+            environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **request.env},
+            mounts=mounts,
+            network_mode="none",
+            nano_cpus=round(config.cpus * 1e9) if config.cpus is not None else None,
+            cpuset_cpus=config.cpuset_text,
+            **self._hardening(read_only=True, job_id=request.job_id),
+        )
+
+    def _hardening(self, *, read_only: bool, job_id: int | None) -> dict:
+        settings = self.settings
+        return dict(
+            name=f"lagtrace-{job_id if job_id is not None else 'x'}-{uuid.uuid4().hex[:10]}",
+            labels={JOB_LABEL: str(job_id) if job_id is not None else "", OWNER_LABEL: self._owner},
+            user=RUNNER_USER,
+            read_only=read_only,
+            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}"},
+            cap_drop=["ALL"],
+            cap_add=["SYS_PTRACE"],
+            security_opt=["no-new-privileges"],  # and no seccomp option: the default profile
+            mem_limit=settings.docker_memory,
+            memswap_limit=settings.docker_memory,  # no swap: over the limit is an OOM kill
+            pids_limit=settings.docker_pids_limit,
+        )
+
+    def _run(self, container, request: RunRequest) -> RunResult:
+        started = time.perf_counter()
+        try:
+            container.start()
+        except APIError as exc:
+            raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
+        backstop = None
+        if request.timeout_s is not None:
+            backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, _kill, args=(container,))
+            backstop.daemon = True
+            backstop.start()
+        watched = False
+        measured = None
+        # The timer's stdout tells when the command started and when it ended; the stream
+        # blocks without polling (and without a socket timeout) for as long as the run takes.
+        stream = container.logs(stdout=True, stderr=False, stream=True, follow=True)
+        try:
+            for line in _lines(stream):
+                if line.startswith("pid ") and request.watcher is not None:
+                    handle = DockerProcessHandle(container, int(line[4:]), [request.run_dir, request.workdir])
+                    request.watcher.started(handle)
+                    watched = True
+                elif line.startswith("{"):
+                    measured = json.loads(line)
+                    break
+        finally:
+            stream.close()
+            if backstop is not None:
+                backstop.cancel()
+        host_wall_s = time.perf_counter() - started
+        if watched:
+            # The container still runs (the timer lingers): tools can read what they took.
+            request.watcher.finished()
+        if measured is None:
+            # The timer itself was killed (out of memory, or by the backstop).
+            container.wait(timeout=None)
+        container.reload()
+        return self._result(request, measured, container.attrs["State"], host_wall_s)
+
+    def _result(self, request: RunRequest, measured: dict | None, state: dict, host_wall_s: float) -> RunResult:
+        if measured is None:
+            # No rusage without the timer; the host's clock (start-up included) is the
+            # best there is.
+            exit_code = state.get("ExitCode", 1)
+            measured = {
+                "wall_s": host_wall_s,
+                "user_s": 0.0,
+                "sys_s": 0.0,
+                "max_rss_kb": 0,
+                "voluntary_ctx_switches": 0,
+                "involuntary_ctx_switches": 0,
+                "exit_code": -(exit_code - 128) if exit_code > 128 else exit_code,
+                "timed_out": request.timeout_s is not None and host_wall_s >= request.timeout_s,
+                "throttling": None,
+                "busy_cpu_s": None,
+                "read_syscalls": None,
+                "read_bytes": None,
+                "oom_killed": False,
+            }
+        oom_killed = bool(measured["oom_killed"] or state.get("OOMKilled"))
+        throttling = measured["throttling"] if request.config.cpus is not None else None
+        busy = measured["busy_cpu_s"]
+        own_cpu_s = measured["user_s"] + measured["sys_s"]
+        foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
+        failed = measured["exit_code"] != 0 or measured["timed_out"]
+        tail = _tail(request.run_dir / "output.log") if failed and (request.run_dir / "output.log").exists() else None
+        if oom_killed:
+            limit = self.settings.docker_memory
+            note = f"lagtrace: the kernel's OOM killer stopped the run: memory above the limit of {limit}\n"
+            tail = (tail or "") + note
+        return RunResult(
+            wall_s=measured["wall_s"],
+            user_s=measured["user_s"],
+            sys_s=measured["sys_s"],
+            max_rss_kb=measured["max_rss_kb"],
+            voluntary_ctx_switches=measured["voluntary_ctx_switches"],
+            involuntary_ctx_switches=measured["involuntary_ctx_switches"],
+            exit_code=measured["exit_code"],
+            timed_out=measured["timed_out"],
+            nr_periods=throttling[0] if throttling else None,
+            nr_throttled=throttling[1] if throttling else None,
+            throttled_s=throttling[2] if throttling else None,
+            output_tail=tail,
+            foreign_cpus=foreign_cpus,
+            read_syscalls=measured["read_syscalls"],
+            read_bytes=measured["read_bytes"],
+            oom_killed=oom_killed,
+        )
+
+    def _engine_refused(self, what: str, exc: APIError) -> LagtraceError:
+        message = _reason(exc)
+        if "network" in message and "not found" in message:
+            return BadInput(
+                f"cannot start {what}: {message}; choose an existing network with "
+                f"LAGTRACE_DOCKER_PREPARE_NETWORK (e.g. host)"
+            )
+        if exc.status_code is not None and 400 <= exc.status_code < 500:
+            return BadInput(f"the Docker engine refused {what}: {message}")
+        return LagtraceError(f"the Docker engine failed to run {what}: {message}")
+
+
+class DockerProcessHandle:
+    """The running command as the evidence tools see it: tools run via `docker exec`."""
+
+    def __init__(self, container, pid: int, shared_dirs: list[Path]):
+        self.container = container
+        self.pid = pid
+        self._shared_dirs = shared_dirs  # mounted at their host paths
+
+    def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
+        # coreutils' timeout kills the tool inside the container; exec has no timeout of its own.
+        command = argv if timeout_s is None else ["timeout", "-s", "KILL", f"{timeout_s:g}", *argv]
+        started = time.perf_counter()
+        try:
+            code, (stdout, stderr) = self.container.exec_run(command, user=RUNNER_USER, demux=True)
+        except (DockerException, requests.RequestException) as exc:
+            return ToolResult(
+                127, "", f"cannot run {argv[0]} in the container: {_reason(exc)}", time.perf_counter() - started
+            )
+        out = (stdout or b"").decode("utf-8", "replace")
+        err = (stderr or b"").decode("utf-8", "replace")
+        if timeout_s is not None and code == 137:
+            code, err = -9, err + f"\ntimed out after {timeout_s} s"
+        return ToolResult(code, out, err, time.perf_counter() - started)
+
+    def copy_out(self, path: str, host_path: Path) -> None:
+        source = Path(path)
+        if any(source.is_relative_to(shared) for shared in self._shared_dirs):
+            if source != host_path:
+                shutil.move(source, host_path)
+            return
+        stream, _ = self.container.get_archive(path)
+        # The archive holds the one file; spool it beside its destination (cores are large).
+        with tempfile.TemporaryFile(dir=host_path.parent) as spool:
+            for chunk in stream:
+                spool.write(chunk)
+            spool.seek(0)
+            with tarfile.open(fileobj=spool) as archive:
+                member = next((m for m in archive.getmembers() if m.isfile()), None)
+                if member is None:
+                    raise LagtraceError(f"{path} in the container is not a regular file")
+                with archive.extractfile(member) as data, open(host_path, "wb") as target:
+                    shutil.copyfileobj(data, target)
+
+
+def reap_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove containers whose lagtrace process on this host no longer exists.
+
+    Containers of lagtrace processes that are alive (other jobs on this node) and of
+    other hosts sharing the engine are left alone.
+    """
+    host = socket.gethostname()
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        owner_host, _, process = container.labels.get(OWNER_LABEL, "").partition(":")
+        pid, _, start_time = process.partition(":")
+        if owner_host != host or not pid.isdigit():
+            continue
+        if _start_time(int(pid)) == start_time:
+            continue
+        _remove(container)
+        removed.append(container.name)
+    return removed
+
+
+def owner_id(pid: int | None = None) -> str:
+    """This process as the reaper identifies it: pids are reused, pid + start time are not."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22, counted after the command name, which may itself contain spaces.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _lines(stream):
+    """Lines of a chunked log stream."""
+    buffer = b""
+    for chunk in stream:
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            yield line.decode("utf-8", "replace")
+    if buffer:
+        yield buffer.decode("utf-8", "replace")
+
+
+def _timer_source() -> str:
+    return resources.files("services.measure.executors").joinpath("container_timer.py").read_text()
+
+
+def _give_to_runner(run_dir: Path) -> None:
+    """Let the container's uid 1000 write the run's files (output, JUnit XML, evidence)."""
+    if os.geteuid() == 0:
+        os.chown(run_dir, RUNNER_UID, RUNNER_UID)
+    else:
+        os.chmod(run_dir, 0o777)
+
+
+def _check_workdir(workdir: Path) -> None:
+    if not workdir.is_dir():
+        raise BadInput(f"working directory {workdir} does not exist")
+    mode = workdir.stat()
+    if mode.st_uid != RUNNER_UID and (mode.st_mode & 0o005) != 0o005:
+        raise BadInput(
+            f"working directory {workdir} is not readable by the container's user (uid {RUNNER_UID}); "
+            f"make it so with chmod o+rx"
+        )
+    text = str(workdir)
+    if text == "/" or any(text == d or text.startswith(d + "/") for d in SYSTEM_DIRS):
+        raise BadInput(
+            f"working directory {workdir} cannot be mounted into a container at the same path: "
+            f"it would hide the image's own {text if text != '/' else 'root'}"
+        )
+
+
+def _host_py_spy() -> str | None:
+    """The static py-spy binary from lagtrace's own environment (the PyPI wheel ships one)."""
+    beside_python = Path(sys.executable).parent / "py-spy"
+    if beside_python.exists():
+        return str(beside_python.resolve())
+    found = shutil.which("py-spy")
+    return str(Path(found).resolve()) if found else None
+
+
+def _kill(container) -> None:
+    try:
+        container.kill()
+    except (DockerException, requests.RequestException):
+        pass  # already gone: nothing left to stop
+
+
+def _remove(container) -> None:
+    try:
+        container.remove(force=True)
+    except NotFound:
+        pass
+    except (DockerException, requests.RequestException):
+        # The engine is busy or gone; the reaper retries at the next start.
+        pass
+
+
+def _reason(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    if explanation:
+        return str(explanation)
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

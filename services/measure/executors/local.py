@@ -1,0 +1,202 @@
+"""The local executor: a subprocess pinned with sched_setaffinity, quota'd with a cgroup.
+
+The parent blocks in wait4() while the command runs (no polling), so lagtrace itself
+puts no load on the neighbouring cores whose idleness is often the very cause under
+study.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from services.errors import BadInput
+from services.measure import cgroups, hostload
+from services.measure.executors.base import RunRequest, RunResult, ToolResult
+from services.settings import Settings
+
+OUTPUT_TAIL_LINES = 20
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._hierarchy: cgroups.Hierarchy | str | None = None
+
+    def available_cpus(self) -> tuple[int, ...]:
+        return tuple(sorted(os.sched_getaffinity(0)))
+
+    def _quota_hierarchy(self) -> cgroups.Hierarchy | str:
+        if self._hierarchy is None:
+            self._hierarchy = cgroups.probe(self.settings.cgroup_root, self.settings.cgroup_name)
+        return self._hierarchy
+
+    def quota_unsupported_reason(self) -> str | None:
+        found = self._quota_hierarchy()
+        return found if isinstance(found, str) else None
+
+    def prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
+        """Nothing to build: the local executor runs in the host's environment as it is."""
+
+    def check_command(self, command: list[str], workdir: Path) -> None:
+        if not command:
+            raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
+        if not workdir.is_dir():
+            raise BadInput(f"working directory {workdir} does not exist")
+        program = command[0]
+        if "/" in program:
+            path = program if os.path.isabs(program) else os.path.join(workdir, program)
+            if not os.path.isfile(path):
+                raise BadInput(f"cannot execute {program!r}: no such file")
+            if not os.access(path, os.X_OK):
+                raise BadInput(f"cannot execute {program!r}: not executable")
+        elif shutil.which(program) is None:
+            raise BadInput(f"cannot execute {program!r}: not found on PATH")
+
+    def visible_path(self, host_path: Path) -> str:
+        return str(host_path)
+
+    def tool_path(self, name: str) -> str | None:
+        # Tools installed into lagtrace's own environment (py-spy from PyPI) come first.
+        beside_python = Path(sys.executable).parent / name
+        if beside_python.exists():
+            return str(beside_python)
+        return shutil.which(name)
+
+    def run(self, request: RunRequest) -> RunResult:
+        group = None
+        if request.config.cpus is not None:
+            hierarchy = self._quota_hierarchy()
+            if isinstance(hierarchy, str):
+                raise BadInput(f"--config {request.config.label}: CPU quotas cannot be enforced here: {hierarchy}")
+            group = cgroups.QuotaGroup(hierarchy, request.config.cpus)
+            group.create()
+        try:
+            return self._run(request, group)
+        finally:
+            if group is not None:
+                group.remove()
+
+    def _run(self, request: RunRequest, group: cgroups.QuotaGroup | None) -> RunResult:
+        cpuset = request.config.cpuset
+
+        def enter_configuration() -> None:  # runs in the child, between fork and exec
+            if cpuset is not None:
+                os.sched_setaffinity(0, cpuset)
+            if group is not None:
+                group.join_current_process()
+
+        output_path = request.run_dir / "output.log"
+        env = {**os.environ, **request.env}
+        with open(output_path, "wb") as output:
+            busy_before = hostload.busy_cpu_seconds()
+            io_before = hostload.own_io()
+            started = time.perf_counter()
+            try:
+                proc = subprocess.Popen(
+                    request.command,
+                    cwd=request.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=enter_configuration,
+                    start_new_session=True,  # one process group to kill at the timeout
+                )
+            except (FileNotFoundError, PermissionError, OSError) as exc:
+                raise BadInput(f"cannot execute {request.command[0]!r}: {exc.strerror or exc}") from None
+            timed_out = threading.Event()
+
+            def kill_at_timeout() -> None:
+                timed_out.set()
+                _kill_group(proc.pid)
+
+            if request.watcher is not None:
+                request.watcher.started(LocalProcessHandle(proc.pid))
+            timer = None
+            if request.timeout_s is not None:
+                timer = threading.Timer(request.timeout_s, kill_at_timeout)
+                timer.daemon = True
+                timer.start()
+            try:
+                _, status, usage = os.wait4(proc.pid, 0)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            wall_s = time.perf_counter() - started
+            busy_after = hostload.busy_cpu_seconds()
+            io_after = hostload.own_io()
+            if request.watcher is not None:
+                request.watcher.finished()
+            proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
+            # Background processes the command left behind would load the next run.
+            _kill_group(proc.pid)
+
+        stat = group.cpu_stat() if group is not None else None
+        exit_code = proc.returncode
+        return RunResult(
+            wall_s=wall_s,
+            user_s=usage.ru_utime,
+            sys_s=usage.ru_stime,
+            max_rss_kb=usage.ru_maxrss,
+            voluntary_ctx_switches=usage.ru_nvcsw,
+            involuntary_ctx_switches=usage.ru_nivcsw,
+            exit_code=exit_code,
+            timed_out=timed_out.is_set(),
+            nr_periods=stat.nr_periods if stat else None,
+            nr_throttled=stat.nr_throttled if stat else None,
+            throttled_s=stat.throttled_s if stat else None,
+            foreign_cpus=hostload.foreign_cpus(busy_before, busy_after, usage.ru_utime + usage.ru_stime, wall_s),
+            read_syscalls=io_after["syscr"] - io_before["syscr"],
+            read_bytes=io_after["rchar"] - io_before["rchar"],
+            output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,
+        )
+
+
+class LocalProcessHandle:
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+            returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+        except subprocess.TimeoutExpired as exc:
+            returncode, stdout, stderr = -9, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {timeout_s} s"
+        except OSError as exc:
+            returncode, stdout, stderr = 127, "", f"cannot run {argv[0]}: {exc.strerror or exc}"
+        return ToolResult(returncode, stdout, stderr, time.perf_counter() - started)
+
+    def copy_out(self, path: str, host_path: Path) -> None:
+        if Path(path) != host_path:
+            shutil.move(path, host_path)
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path) -> str:
+    with open(path, "rb") as handle:
+        lines = deque(handle, maxlen=OUTPUT_TAIL_LINES)
+    return b"".join(lines).decode("utf-8", "replace")

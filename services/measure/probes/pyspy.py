@@ -1,0 +1,158 @@
+"""py-spy: `record` for a whole evidence run (flame graph + speedscope profile), and `dump`
+for the stall snapshot (every thread's stack and state: idle, active, holding the GIL).
+
+py-spy comes from its PyPI package (a static binary), so it also works bind-mounted
+into a container whose image does not have it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from services.measure.executors.base import Executor, ProcessHandle, RunResult
+from services.measure.probes import flamegraph
+from services.measure.probes.base import (
+    ArtifactFile,
+    EvidenceDraft,
+    TracerProbe,
+    missing_tool,
+    tool_failure,
+    unavailable,
+)
+
+RECORD_KIND = "pyspy"
+DUMP_KIND = "pyspy_dump"
+PROFILE_FILE = "pyspy-profile.speedscope.json"
+FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
+RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md section 8)
+TOP_FRAMES = 5
+
+
+class PySpyRecordProbe(TracerProbe):
+    name = RECORD_KIND
+    tool = "py-spy"
+    stop_signal = "INT"  # py-spy writes its profile on Control-C, and ends the command
+
+    def command(self, command: list[str]) -> list[str]:
+        # --idle keeps threads that wait (for a lock, the GIL, I/O) in the profile: in a
+        # latency problem the waiting is the story. --threads gives each thread its tower.
+        # --subprocesses follows pytest-xdist workers and shell wrappers.
+        return [
+            self.tool_path,
+            "record",
+            "--idle",
+            "--threads",
+            "--subprocesses",
+            "--rate",
+            str(RATE_HZ),
+            "--format",
+            "speedscope",
+            "--output",
+            self.visible(PROFILE_FILE),
+            "--",
+            *command,
+        ]
+
+    def collect(self, result: RunResult) -> list[EvidenceDraft]:
+        path = self.context.run_dir / PROFILE_FILE
+        if not path.exists() or path.stat().st_size == 0:
+            reason = "py-spy wrote no profile"
+            if result.output_tail:
+                reason += ": " + " / ".join(result.output_tail.strip().splitlines()[-3:])
+            status = "denied" if "ermission" in (result.output_tail or "") else "failed"
+            return [unavailable(RECORD_KIND, reason, status)]
+        profile = json.loads(path.read_text())
+        root = flamegraph.tree_from_speedscope(profile)
+        svg_path = self.context.run_dir / FLAMEGRAPH_FILE
+        svg_path.write_text(flamegraph.render_svg(root, f"py-spy record, {RATE_HZ} Hz, idle threads included"))
+        return [
+            EvidenceDraft(
+                kind=RECORD_KIND,
+                content={
+                    "status": "ok",
+                    "rate_hz": RATE_HZ,
+                    # What the flags mean for reading the graph: idle (waiting) samples are in,
+                    # and samples are not restricted to the GIL holder (--gil is off).
+                    "idle_included": True,
+                    "gil_only": False,
+                    "samples": root.samples,
+                    "threads": summarize_threads(profile),
+                    "timed_out": result.timed_out,
+                    "stopped_before_timeout": self.stopped_before_timeout,
+                },
+                files=[
+                    ArtifactFile(FLAMEGRAPH_FILE, svg_path, "image/svg+xml"),
+                    ArtifactFile(PROFILE_FILE, path, "application/json"),
+                ],
+            )
+        ]
+
+
+def summarize_threads(profile: dict) -> list[dict]:
+    """Per thread: its samples and the frames it was most often in (self samples)."""
+    frames = [flamegraph.frame_label(f) for f in profile["shared"]["frames"]]
+    threads = []
+    for thread in profile["profiles"]:
+        leaves = Counter(frames[stack[-1]] for stack in thread["samples"] if stack)
+        total = len(thread["samples"])
+        threads.append(
+            {
+                "name": thread["name"],
+                "samples": total,
+                "top_frames": [
+                    {"frame": frame, "samples": count, "pct": round(100.0 * count / total, 1)}
+                    for frame, count in leaves.most_common(TOP_FRAMES)
+                ],
+            }
+        )
+    threads.sort(key=lambda t: -t["samples"])
+    return threads
+
+
+def thread_state(thread: dict) -> str:
+    """py-spy's own wording: idle, active, active+gil (idle+gil: waiting while holding it)."""
+    state = "active" if thread.get("active") else "idle"
+    return state + ("+gil" if thread.get("owns_gil") else "")
+
+
+def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float = 10.0) -> EvidenceDraft:
+    """`py-spy dump` of a live process: every Python thread, its state and its stack."""
+    pyspy = executor.tool_path("py-spy")
+    if pyspy is None:
+        return missing_tool(DUMP_KIND, "py-spy", executor)
+    result = handle.run_tool([pyspy, "dump", "--json", "--pid", str(pid)], timeout_s=timeout_s)
+    if result.returncode != 0:
+        return tool_failure(DUMP_KIND, "py-spy dump", result)
+    try:
+        raw_threads = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        return unavailable(DUMP_KIND, f"py-spy dump printed no JSON: {result.stdout[:200]!r}", "failed")
+    threads = [
+        {
+            "id": thread.get("os_thread_id") or thread.get("thread_id"),
+            "name": thread.get("thread_name"),
+            "state": thread_state(thread),
+            "active": bool(thread.get("active")),
+            "owns_gil": bool(thread.get("owns_gil")),
+            "frames": [
+                {"function": f["name"], "file": f["filename"], "line": f.get("line")} for f in thread.get("frames", [])
+            ],
+        }
+        for thread in raw_threads
+    ]
+    return EvidenceDraft(
+        kind=DUMP_KIND,
+        content={"status": "ok", "pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)},
+        text=render_dump(threads),
+    )
+
+
+def render_dump(threads: list[dict]) -> str:
+    """The dump as py-spy prints it, innermost frame first."""
+    lines = []
+    for thread in threads:
+        lines.append(f'Thread {thread["id"]} ({thread["state"]}): "{thread["name"] or ""}"')
+        for frame in thread["frames"]:
+            lines.append(f"    {frame['function']} ({frame['file']}:{frame['line']})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,171 @@
+"""Each timing rule proven on a program that provokes it, by running `lagtrace run`.
+
+Every rule is tried twice: on the example shipped in examples/, and on a program
+written here independently (same pathology, different code), as a new user's would be.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import EXAMPLES, PYTHON, run_cli
+
+
+def screen(tmp_path, database_url, command, *args):
+    out = tmp_path / f"report{len(list(tmp_path.glob('report*.json')))}.json"
+    # local: the programs and their state files live in tmp_path, outside any container
+    result = run_cli(["run", "--executor", "local", *args, "--json", str(out), "--", *command], database_url)
+    assert result.returncode == 0, result.stderr
+    return result.report(out), result
+
+
+def of_kind(report, kind):
+    return [f for f in report["findings"] if f["kind"] == kind]
+
+
+def write(tmp_path, name, code):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(code))
+    return str(path)
+
+
+# --- cpu_throttling -------------------------------------------------------------
+
+THREAD_HASHER = """
+    import hashlib, os, threading
+    # A worker per visible core, each hashing: the quota, not the cores, is the limit.
+    def hash_for_a_while():
+        data = b"x" * 4096
+        for _ in range(40_000):
+            data = hashlib.sha256(data).digest() * 128
+    threads = [threading.Thread(target=hash_for_a_while) for _ in range(os.cpu_count())]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+"""
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("program", ["example", "independent"])
+def test_cpu_throttling_under_a_quota_smaller_than_the_pool(program, sqlite_url, tmp_path):
+    path = str(EXAMPLES / "pool_quota.py") if program == "example" else write(tmp_path, "hasher.py", THREAD_HASHER)
+    report, result = screen(
+        tmp_path, sqlite_url, [PYTHON, path], "--config", "cpus=0.5", "--config", "cpuset=0-1", "--repeat", "3"
+    )
+    [finding] = of_kind(report, "cpu_throttling")
+    assert finding["config"] == "cpus=0.5"
+    metrics = finding["metrics"]
+    assert metrics["throttled_share"] >= 0.2
+    assert metrics["nr_throttled"] <= metrics["nr_periods"]
+    assert metrics["quota_cpus"] == 0.5
+    # the numbers cited in the text are the stored ones
+    assert f"{metrics['nr_throttled']} of {metrics['nr_periods']} CFS periods" in finding["detail"]
+    assert "cpu_throttling" in result.stdout
+
+
+# --- off_cpu_wait ---------------------------------------------------------------
+
+PIPE_WAITER = """
+    import subprocess, sys
+    # Waits on a child that dribbles its output: the parent's time is all off the CPU.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time\\nfor i in range(12):\\n    print(i, flush=True); time.sleep(0.1)"],
+        stdout=subprocess.PIPE)
+    for line in child.stdout:
+        pass
+    child.wait()
+"""
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("program", ["example", "independent"])
+def test_off_cpu_wait_when_wall_time_is_mostly_waiting(program, sqlite_url, tmp_path):
+    path = str(EXAMPLES / "slow_peer.py") if program == "example" else write(tmp_path, "waiter.py", PIPE_WAITER)
+    report, _ = screen(tmp_path, sqlite_url, [PYTHON, path], "--config", "cpuset=0-1", "--repeat", "3")
+    [finding] = of_kind(report, "off_cpu_wait")
+    metrics = finding["metrics"]
+    assert metrics["median_wall_s"] >= 1.0
+    assert metrics["cpu_share"] <= 0.25
+    assert metrics["median_cpu_s"] < 0.25 * metrics["median_wall_s"]
+    assert f"median wall {metrics['median_wall_s']:.3f} s" in finding["detail"]
+
+
+# --- latency_flaky --------------------------------------------------------------
+
+EXPIRING_CACHE = """
+    import os, sys, time
+    # A cache that is rebuilt (slowly) on every third run: two latencies, same machine.
+    state = sys.argv[1]
+    os.makedirs(state, exist_ok=True)
+    marker = os.path.join(state, "count")
+    count = int(open(marker).read()) if os.path.exists(marker) else 0
+    open(marker, "w").write(str(count + 1))
+    time.sleep(0.5 if count % 3 == 2 else 0.03)
+"""
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("program", ["example", "independent"])
+def test_latency_flaky_when_runs_fall_into_two_groups(program, sqlite_url, tmp_path):
+    path = str(EXAMPLES / "stale_lock.py") if program == "example" else write(tmp_path, "cache.py", EXPIRING_CACHE)
+    report, _ = screen(
+        tmp_path, sqlite_url, [PYTHON, path, str(tmp_path / "state")], "--config", "cpuset=0-1", "--repeat", "6"
+    )
+    runs = len(report["configs"][0]["runs"])
+    assert runs >= 5  # a spread-out configuration is not stopped at 3
+    [finding] = of_kind(report, "latency_flaky")
+    metrics = finding["metrics"]
+    assert metrics["pattern"] == "multimodal"
+    assert len(metrics["slow_runs"]) == 2 and len(metrics["fast_runs"]) == runs - 2
+    assert metrics["ratio"] >= 2
+
+
+# --- healthy programs -----------------------------------------------------------
+
+QUIET_SERVICE_CALL = """
+    import json, socket, threading
+    # A quick request-response over loopback with a little JSON: nothing to find.
+    server = socket.create_server(("127.0.0.1", 0))
+    def answer():
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(json.dumps({"ok": True, "items": list(range(100))}).encode())
+    threading.Thread(target=answer).start()
+    with socket.create_connection(server.getsockname()) as client:
+        data = b""
+        while chunk := client.recv(65536):
+            data += chunk
+    assert json.loads(data)["ok"]
+"""
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("program", ["example", "independent"])
+def test_healthy_programs_yield_no_finding_at_all(program, sqlite_url, tmp_path):
+    path = str(EXAMPLES / "steady.py") if program == "example" else write(tmp_path, "quiet.py", QUIET_SERVICE_CALL)
+    report, result = screen(tmp_path, sqlite_url, [PYTHON, path], "--repeat", "5")  # the default matrix
+    assert report["findings"] == [], result.stdout
+
+
+def test_healthy_pytest_tests_yield_no_finding(sqlite_url, tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text("[pytest]\n")
+    (suite / "test_fine.py").write_text("def test_adds():\n    assert 1 + 1 == 2\n")
+    report, _ = screen(
+        tmp_path,
+        sqlite_url,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
+        "--workdir",
+        str(suite),
+        "--config",
+        "cpuset=0",
+        "--config",
+        "cpuset=0-1",
+        "--repeat",
+        "3",
+    )
+    assert [t["id"] for t in report["tests"]] == ["test_fine.py::test_adds"]
+    assert report["findings"] == []

@@ -1,0 +1,111 @@
+"""The task ledger: claims, the reconciler, and tokens, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from sqlalchemy import select
+
+from services import migrate
+from services.accounts.tokens import Unauthorized, authenticate, create_token
+from services.db import make_engine, make_session_factory
+from services.jobs.dispatch import PREPARE, Step
+from services.jobs.lifecycle import get_or_create_project
+from services.jobs.reconcile import reconcile
+from services.jobs.spec import JobSpec
+from services.jobs.steps import claim
+from services.jobs.submit import submit_job
+from services.models import ApiToken, JobStatus, JobTask, TaskState, utcnow
+from services.settings import Settings
+
+
+@pytest.fixture
+def session(database_url, tmp_path):
+    settings = Settings(database_url=database_url, work_dir=tmp_path / "work")
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session:
+        session.settings = settings
+        yield session
+    engine.dispose()
+
+
+def queued_job(session):
+    project = get_or_create_project(session, "demo")
+    job, steps = submit_job(
+        session,
+        session.settings,
+        project,
+        JobSpec(command=["python3", "x.py"]),
+        repository_url="https://example.com/r.git",
+    )
+    session.commit()
+    return job, steps
+
+
+def expire(session, task):
+    task.lease_expires_at = utcnow() - dt.timedelta(seconds=1)
+    session.commit()
+
+
+def test_a_step_is_claimed_once_while_its_lease_lasts(session):
+    job, [step] = queued_job(session)
+    assert step == Step(PREPARE, job.id, "prepare")
+    task = claim(session, session.settings, step)
+    session.commit()
+    assert task.state is TaskState.running and task.attempts == 1
+    assert claim(session, session.settings, step) is None  # a duplicate message does nothing
+    expire(session, task)
+    assert claim(session, session.settings, step) is task  # a dead holder's step is taken over
+    assert task.attempts == 2
+
+
+def test_the_reconciler_resends_expired_steps_and_gives_up_after_the_last_attempt(session):
+    settings = session.settings
+    job, [step] = queued_job(session)
+    assert reconcile(session, settings) == []  # leases still run: nothing to do
+    task = claim(session, settings, step)
+    session.commit()
+    for _attempt in range(settings.task_max_attempts - 1):
+        expire(session, task)
+        assert reconcile(session, settings) == [step]
+        session.commit()
+        assert task.state is TaskState.pending
+        assert claim(session, settings, step) is task
+        session.commit()
+    expire(session, task)
+    assert reconcile(session, settings) == []
+    session.commit()
+    assert task.state is TaskState.failed and job.status is JobStatus.failed
+    assert "never finished" in job.error
+
+
+def test_orphaned_steps_are_resent_when_the_embedded_server_restarts(session):
+    _job, [step] = queued_job(session)
+    claim(session, session.settings, step)
+    session.commit()
+    assert reconcile(session, session.settings, orphaned=True) == [step]
+
+
+def test_steps_of_finished_jobs_are_dropped(session):
+    job, [_step] = queued_job(session)
+    job.status = JobStatus.cancelled
+    expire(session, session.scalar(select(JobTask)))
+    assert reconcile(session, session.settings) == []
+    assert session.scalar(select(JobTask)).state is TaskState.cancelled
+
+
+def test_tokens_are_stored_hashed_and_authenticate_their_project(session):
+    token = create_token(session, "demo", "ci")
+    session.commit()
+    stored = session.scalar(select(ApiToken))
+    assert token not in (stored.token_hash, stored.prefix) and len(stored.token_hash) == 64
+    caller = authenticate(session, f"Bearer {token}")
+    assert caller.project.name == "demo" and caller.token_name == "ci"
+    for header in (None, "", token, f"Bearer {token}x", f"Basic {token}"):
+        with pytest.raises(Unauthorized):
+            authenticate(session, header)
+    stored.revoked_at = utcnow()
+    with pytest.raises(Unauthorized):
+        authenticate(session, f"Bearer {token}")
