@@ -230,6 +230,7 @@ def _evidence_run(
                 env=probe.env(),
                 watcher=probe.watcher(),
                 job_id=job.id,
+                stall_clock=probe.stall_clock(),
             )
         )
     except BadInput as exc:

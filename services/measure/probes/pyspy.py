@@ -125,10 +125,23 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
     if result.returncode != 0:
         return tool_failure(DUMP_KIND, "py-spy dump", result)
     try:
-        raw_threads = json.loads(result.stdout)
-    except json.JSONDecodeError:
+        threads = parse_dump(result.stdout)
+    except ValueError:
         return unavailable(DUMP_KIND, f"py-spy dump printed no JSON: {result.stdout[:200]!r}", "failed")
-    threads = [
+    return EvidenceDraft(
+        kind=DUMP_KIND,
+        content={"status": "ok", "pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)},
+        text=render_dump(threads),
+    )
+
+
+def parse_dump(text: str) -> list[dict]:
+    """`py-spy dump --json` output: every thread with its state and stack, innermost
+    frame first. ValueError when it is not py-spy's JSON."""
+    raw_threads = json.loads(text)
+    if not isinstance(raw_threads, list):
+        raise ValueError("py-spy dump JSON is a list of threads")
+    return [
         {
             "id": thread.get("os_thread_id") or thread.get("thread_id"),
             "name": thread.get("thread_name"),
@@ -141,11 +154,6 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
         }
         for thread in raw_threads
     ]
-    return EvidenceDraft(
-        kind=DUMP_KIND,
-        content={"status": "ok", "pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)},
-        text=render_dump(threads),
-    )
 
 
 def render_dump(threads: list[dict]) -> str:

@@ -1,78 +1,72 @@
-"""The stall trigger: a RunWatcher that snapshots a run while it is still slow.
+"""The stall clock's side in the command: a pytest plugin that tells the clock when the
+drilled test starts and ends, so the stall deadline counts from the test's start and
+not from the process's (pytest's own start-up can take seconds).
 
-When the run passes the stall threshold it takes the snapshot (cheap, fast tools
-first); shortly before the hard timeout kills a still-running command it takes a last,
-lighter one. Analysis that burns CPU (gdb reading the core) waits until the command has
-ended: CPU load beside the hand-off pathology changes it (DESIGN.md section 8).
+The clock itself (freeze, snapshot, thaw) runs in the process that owns the run's clock:
+services/measure/executors/container_timer.py ``StallClock``.
+
+Also here: StopBeforeTimeout, which ends a wrapping tracer just before the hard timeout.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
-from typing import Protocol
+from pathlib import Path
 
 from services.measure.executors.base import ProcessHandle
 
-STALL = "stall"
-BEFORE_TIMEOUT = "before_timeout"
+PLUGIN_MODULE = "lagtrace_stall_clock"
+HOOK_DIR = "stall-clock-hook"
+
+# Loaded through PYTEST_PLUGINS from a directory put on PYTHONPATH: no edit to the
+# user's code or command. pytest-xdist workers inherit the environment and report too.
+PLUGIN = '''\
+"""Installed by lagtrace for one evidence run: reports each test's start and end to the
+stall clock through a FIFO, so its deadline counts from the test's start."""
+import os
+
+_PATH = os.environ.get("LAGTRACE_STALL_FIFO")
 
 
-class Snapshot(Protocol):
-    def take(self, handle: ProcessHandle, phase: str, elapsed_s: float) -> None:
-        """Capture state now, while the process is slow; keep analysis for later."""
+def _tell(event, nodeid):
+    if not _PATH:
+        return
+    line = ("%s %d %s\\n" % (event, os.getpid(), nodeid.replace("\\n", " "))).encode()[:4000]
+    try:
+        fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no clock listens (it is gone): the test must not notice
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
-    def analyse(self, handle: ProcessHandle) -> None:
-        """Called once the command has ended (tools still usable), after every take()."""
+
+def pytest_runtest_logstart(nodeid, location):
+    _tell("start", nodeid)
 
 
-class StallWatcher:
-    def __init__(self, snapshot: Snapshot, stall_after_s: float, timeout_s: float | None, last_snapshot_lead_s: float):
-        self.snapshot = snapshot
-        self.stall_after_s = stall_after_s
-        self.timeout_s = timeout_s
-        self.last_snapshot_lead_s = last_snapshot_lead_s
-        self.phases: list[str] = []
-        self._handle: ProcessHandle | None = None
-        self._started = 0.0
-        self._timers: list[threading.Timer] = []
-        # Held while a snapshot runs: finished() waits for it, and no snapshot starts
-        # once the command has ended.
-        self._lock = threading.Lock()
-        self._ended = False
+def pytest_runtest_logfinish(nodeid, location):
+    _tell("end", nodeid)
+'''
 
-    def started(self, handle: ProcessHandle) -> None:
-        self._handle = handle
-        self._started = time.monotonic()
-        self._timers = [threading.Timer(self.stall_after_s, self._fire, (STALL,))]
-        if self.timeout_s is not None:
-            last = self.timeout_s - self.last_snapshot_lead_s
-            # Only when it comes clearly after the stall snapshot: two back to back show
-            # the same moment twice.
-            if last > self.stall_after_s + self.last_snapshot_lead_s:
-                self._timers.append(threading.Timer(last, self._fire, (BEFORE_TIMEOUT,)))
-        for timer in self._timers:
-            timer.daemon = True
-            timer.start()
 
-    def _fire(self, phase: str) -> None:
-        with self._lock:
-            if self._ended or self._handle is None:
-                return
-            self.phases.append(phase)
-            self.snapshot.take(self._handle, phase, time.monotonic() - self._started)
-
-    def finished(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        with self._lock:
-            self._ended = True
-        if self.phases and self._handle is not None:
-            self.snapshot.analyse(self._handle)
-
-    @property
-    def stalled(self) -> bool:
-        return STALL in self.phases
+def install_plugin(run_dir: Path, visible_dir: str, fifo: str) -> dict[str, str]:
+    """Write the plugin under run_dir; the environment that loads it (visible_dir is
+    the hook directory as the command sees it)."""
+    hook = run_dir / HOOK_DIR
+    hook.mkdir(exist_ok=True)
+    (hook / f"{PLUGIN_MODULE}.py").write_text(PLUGIN)
+    python_path = visible_dir
+    if os.environ.get("PYTHONPATH"):
+        python_path += os.pathsep + os.environ["PYTHONPATH"]
+    plugins = PLUGIN_MODULE
+    if os.environ.get("PYTEST_PLUGINS"):
+        plugins += "," + os.environ["PYTEST_PLUGINS"]
+    return {"PYTHONPATH": python_path, "PYTEST_PLUGINS": plugins, "LAGTRACE_STALL_FIFO": fifo}
 
 
 class StopBeforeTimeout:

@@ -42,7 +42,14 @@ def test_stall_snapshot_of_the_handoff_shows_threads_waiting_for_the_gil(executo
     names = sorted(t["name"] for t in dump["threads"])
     assert len(names) == 3 and "MainThread" in names, names
     assert any("crunch" in name for name in names) and any("echo" in name for name in names), names
-    assert all(t["state"] in {"idle", "active", "active+gil", "idle+gil"} for t in dump["threads"])
+    # Frozen, each thread's state is the kernel's: running user code, or waiting in futex.
+    assert all(t["state"].split("+")[0] in {"running", "waiting"} for t in dump["threads"]), dump["threads"]
+    assert dump["gil_holder"] == "crunch" or sum(t["owns_gil"] for t in dump["threads"]) <= 1
+    stall = drafts["stall"].content
+    # Everything was taken while the process group was frozen, right at the deadline.
+    assert stall["freeze_delay_s"] < 0.05 and 0 < stall["frozen_s"] < 3.0
+    assert [p["program"].startswith("python") for p in stall["processes"]] == [True]
+    assert len(stall["captured"]) == 3 and stall["not_captured"] == [], stall
     io = drafts["proc_io"].content
     assert io["counters"]["syscr"] > 0 and io["bytes_per_read_syscall"] > 0
 
@@ -72,10 +79,12 @@ def test_missing_gcore_still_gives_the_pyspy_dump(tmp_path):
     _, _result, drafts = run_probe(
         executor, "core", HANDOFF_FOREVER, tmp_path / "run", stall_after_s=0.5, timeout_s=2.0
     )
-    assert drafts["gdb"].content == {
-        "status": "unavailable",
-        "reason": "gcore is not installed where the command runs (local executor)",
-    }
+    assert "gdb" not in drafts
+    stall = drafts["stall"].content
+    assert stall["not_captured"] == [
+        f"core of {stall['processes'][0]['program']} (pid {stall['processes'][0]['pid']}): "
+        "gcore is not installed where the command runs"
+    ]
     assert drafts["pyspy_dump"].status == "ok"
 
 
