@@ -20,27 +20,46 @@ def check(context: RuleContext) -> list[FindingDraft]:
         snapshot = [
             e
             for e in context.job.evidence
-            if e.kind in SNAPSHOT_KINDS and e.test_id == stall.test_id and e.config_id == stall.config_id
+            if e.kind in SNAPSHOT_KINDS
+            and e.test_id == stall.test_id
+            and e.config_id == stall.config_id
+            and (stall.run_id is None or e.run_id == stall.run_id)
         ]
-        taken = sorted({e.kind for e in snapshot if e.content.get("status", "ok") == "ok"})
-        missing = sorted({e.kind for e in snapshot} - set(taken))
+        captured = content.get("captured")
+        if captured is None:  # evidence stored before the clock said what it took
+            captured = sorted({e.kind for e in snapshot if e.content.get("status", "ok") == "ok"})
+        not_captured = content.get("not_captured") or []
         ended = "hit the timeout" if content.get("timed_out") else f"ended after {content.get('wall_s', 0):.2f} s"
-        detail = (
-            f"the run ({where(stall)}) was still going at {content.get('elapsed_s', 0):.2f} s, past the stall "
-            f"threshold of {content.get('stall_after_s', 0):.2f} s, and {ended}; "
-            f"snapshot taken: {', '.join(taken) or 'none'}"
+        clock = (
+            f"{content['test_elapsed_s']:.2f} s into the test"
+            if content.get("test_elapsed_s") is not None
+            else f"{content.get('elapsed_s', 0):.2f} s into the run"
         )
-        if missing:
-            detail += f"; could not take: {', '.join(missing)} (the evidence says why)"
+        detail = (
+            f"the run ({where(stall)}) was still going {clock}, past the stall threshold of "
+            f"{content.get('stall_after_s', 0):.2f} s, and {ended}"
+        )
+        if content.get("frozen_s") is not None:
+            detail += f"; its processes were frozen for {content['frozen_s']:.2f} s while the snapshot was taken"
+        detail += f"; taken: {'; '.join(captured) or 'nothing'}"
+        if not_captured:
+            detail += f"; not taken: {'; '.join(not_captured)}"
+        if (content.get("attempts") or 1) > 1:
+            detail += f" (the stall came on attempt {content['attempts']})"
+        stacks = any("py-spy" in item or "core" in item or item in ("pyspy_dump", "gdb") for item in captured)
+        outcome = "stacks captured" if stacks else "no stacks captured"
         drafts.append(
             FindingDraft(
                 kind="stall",
                 severity="high" if content.get("timed_out") else "medium",
-                title=f"{subject(stall.test_id)} stalled past {content.get('stall_after_s', 0):.2f} s; stacks captured",
+                title=f"{subject(stall.test_id)} stalled past {content.get('stall_after_s', 0):.2f} s; {outcome}",
                 detail=detail,
                 config_label=stall.config.label if stall.config else None,
                 test_id=stall.test_id,
-                metrics={key: content.get(key) for key in ("elapsed_s", "stall_after_s", "wall_s", "timed_out")},
+                metrics={
+                    key: content.get(key)
+                    for key in ("elapsed_s", "stall_after_s", "wall_s", "timed_out", "frozen_s", "attempts")
+                },
                 evidence_ids=[stall.id, *(e.id for e in snapshot)],
             )
         )

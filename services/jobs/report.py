@@ -313,14 +313,31 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
                 f"{row['errors']:7d} errors  {row['name']}"
             )
     elif kind == "stall":
+        at = f"snapshot at {content['elapsed_s']:.2f} s"
+        if content.get("test_elapsed_s") is not None:
+            at += f" ({content['test_elapsed_s']:.2f} s into {content.get('test')})"
         lines.append(
-            f"{head}: snapshot at {content['elapsed_s']:.2f} s (threshold {content['stall_after_s']:.2f} s), "
+            f"{head}: {at} (threshold {content['stall_after_s']:.2f} s), "
             f"run ended after {content['wall_s']:.2f} s{' (timed out)' if content['timed_out'] else ''}"
+            + (f", attempt {content['attempts']}" if (content.get("attempts") or 1) > 1 else "")
         )
+        if content.get("frozen_s") is not None:
+            lines.append(
+                f"      frozen {content['freeze_delay_s'] * 1000:.1f} ms after the deadline, "
+                f"for {content['frozen_s']:.2f} s; processes: "
+                + ", ".join(
+                    f"{p['program']} ({p['pid']}{', snapshotted' if p['snapshotted'] else ''})"
+                    for p in content.get("processes", [])
+                )
+            )
+        lines += [f"      taken: {item}" for item in content.get("captured", [])]
+        lines += [f"      not taken: {item}" for item in content.get("not_captured", [])]
     elif kind == "pyspy_dump":
+        process = f" of {content['program']} ({content['pid']})" if content.get("program") else ""
+        holder = f", GIL held by {content['gil_holder']}" if content.get("gil_holder") else ""
         lines.append(
-            f"{head}: {len(content['threads'])} threads at {content.get('elapsed_s', 0):.2f} s "
-            f"({content.get('phase', 'stall')})"
+            f"{head}: {len(content['threads'])} threads{process} at {content.get('elapsed_s', 0):.2f} s "
+            f"({content.get('phase', 'stall')}){holder}"
         )
         for thread in content["threads"]:
             lines.append(
@@ -348,7 +365,8 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
         lines.append(
             f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
             + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
-            + f" (at {content['elapsed_s']:.2f} s, {content['phase']})"
+            + f" (at {content['elapsed_s']:.2f} s, {content['phase']}"
+            + (f", {content['program']} {content['pid']})" if content.get("program") else ")")
         )
     elif kind == "pyspy":
         lines.append(f"{head}: {content['samples']} samples at {content['rate_hz']} Hz, idle threads included")
