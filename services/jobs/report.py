@@ -7,12 +7,13 @@ import statistics
 from typing import Any
 
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import hostload
 from services.measure.samples import collect
 from services.measure.stats import Summary
 from services.models import Job, RunKind
 
-SCHEMA = "lagtrace.report/v1"
+SCHEMA = SCHEMA_ID
 
 RUN_FIELDS = (
     "wall_s",
@@ -108,56 +109,58 @@ def build_report(job: Job) -> dict[str, Any]:
                 }
             )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
-    return {
-        "schema": SCHEMA,
-        "job": {
-            "id": job.id,
-            "project": job.project.name,
-            "status": job.status.value,
-            "created_at": job.created_at.isoformat(),
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-            "error": job.error,
-        },
-        "command": job.command,
-        "executor": job.executor,
-        "workdir": job.workdir,
-        "repeat": job.repeat,
-        "notes": notes,
-        "configs": configs,
-        "tests": tests,
-        "failed_runs": failed,
-        "evidence_runs": evidence_runs,
-        "evidence": [
-            {
-                "id": e.id,
-                "config": e.config.label if e.config else None,
-                "test": e.test_id,
-                "kind": e.kind,
-                "run": e.run_id,
-                "content": e.content,
-                "text": e.text,
-                "artifacts": e.artifacts,
-            }
-            for e in job.evidence
-        ],
-        "findings": [
-            {
-                "id": f.id,
-                "kind": f.kind,
-                "severity": f.severity,
-                "title": f.title,
-                "detail": f.detail,
-                "config": f.config_label,
-                "test": f.test_id,
-                "metrics": f.metrics,
-                "evidence": f.evidence_ids,
-                "fingerprint": f.fingerprint,
-                "status": f.status.value,
-                "regression": f.regression,
-            }
-            for f in findings
-        ],
-    }
+    return validated(
+        {
+            "schema": SCHEMA,
+            "job": {
+                "id": job.id,
+                "project": job.project.name,
+                "status": job.status.value,
+                "created_at": job.created_at.isoformat(),
+                "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+                "error": job.error,
+            },
+            "command": job.command,
+            "executor": job.executor,
+            "workdir": job.workdir,
+            "repeat": job.repeat,
+            "notes": notes,
+            "configs": configs,
+            "tests": tests,
+            "failed_runs": failed,
+            "evidence_runs": evidence_runs,
+            "evidence": [
+                {
+                    "id": e.id,
+                    "config": e.config.label if e.config else None,
+                    "test": e.test_id,
+                    "kind": e.kind,
+                    "run": e.run_id,
+                    "content": e.content,
+                    "text": e.text,
+                    "artifacts": e.artifacts,
+                }
+                for e in job.evidence
+            ],
+            "findings": [
+                {
+                    "id": f.id,
+                    "kind": f.kind,
+                    "severity": f.severity,
+                    "title": f.title,
+                    "detail": f.detail,
+                    "config": f.config_label,
+                    "test": f.test_id,
+                    "metrics": f.metrics,
+                    "evidence": f.evidence_ids,
+                    "fingerprint": f.fingerprint,
+                    "status": f.status.value,
+                    "regression": f.regression,
+                }
+                for f in findings
+            ],
+        }
+    )
 
 
 def _seconds(value: float | None) -> str:
