@@ -6,7 +6,6 @@ import json
 import sys
 
 import jsonschema
-
 import pytest
 from sqlalchemy import create_engine, func, select
 
