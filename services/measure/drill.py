@@ -23,6 +23,7 @@ from services.errors import BadInput
 from services.jobs.lifecycle import cpu_config
 from services.measure import pytest_command as junit
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
+from services.measure.evidence import EvidenceRunTiming, StallAttempt, StallContent, dump
 from services.measure.executors.base import Executor, RunRequest
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
@@ -235,13 +236,13 @@ def _evidence_run(
     # Under pytest the stall clock counts from the start of a test (the drilled one, or
     # any one of a whole-command run), not from pytest's own start-up.
     context = replace(context, per_test=pytest_command)
-    earlier: list[dict] = []
+    earlier: list[StallAttempt] = []
     while True:
         probe = PROBES[name](context)
         missing = probe.unavailable()
         if missing is not None:
             _store_evidence(session, job, job_config, target.test_id, None, missing, store)
-            progress(f"evidence {name} in {where}: {missing.content['reason']}")
+            progress(f"evidence {name} in {where}: {missing.content.reason}")
             return
         command = list(target.command)
         if pytest_command:
@@ -263,9 +264,9 @@ def _evidence_run(
         except BadInput as exc:
             # The screen ran this command, so what failed to start is the probe's tool (a
             # tool_path that does not exist, or is not executable): the job goes on.
-            failed = unavailable(name, f"the {name} evidence run could not start: {exc}", FAILED)
+            failed = unavailable(probe.kind, f"the {name} evidence run could not start: {exc}", FAILED)
             _store_evidence(session, job, job_config, target.test_id, None, failed, store)
-            progress(f"evidence {name} in {where}: {failed.content['reason']}")
+            progress(f"evidence {name} in {where}: {failed.content.reason}")
             return
         cases = junit.parse(context.run_dir / junit.JUNIT_FILE) if pytest_command else []
         observed = result.wall_s
@@ -277,11 +278,11 @@ def _evidence_run(
         if stall is None or stall.status != NO_STALL or len(earlier) + 1 >= MAX_STALL_ATTEMPTS:
             break
         threshold = retry_threshold(
-            target.summaries, job_config.label, context.stall_after_s, [observed, *(e["observed_s"] for e in earlier)]
+            target.summaries, job_config.label, context.stall_after_s, [observed, *(e.observed_s for e in earlier)]
         )
         if threshold is None:
             break
-        earlier.append({"stall_after_s": context.stall_after_s, "observed_s": round(observed, 4)})
+        earlier.append(StallAttempt(stall_after_s=context.stall_after_s, observed_s=round(observed, 4)))
         progress(
             f"evidence {name} in {where}: ended after {observed:.3f} s, before the stall threshold of "
             f"{context.stall_after_s:.3f} s; again with {threshold:.3f} s"
@@ -289,26 +290,26 @@ def _evidence_run(
         retry_dir = context.run_dir.parent / f"{context.run_dir.name}-attempt{len(earlier) + 1}"
         retry_dir.mkdir()
         context = replace(context, run_dir=retry_dir, stall_after_s=threshold)
-    if stall is not None:
-        stall.content["attempts"] = len(earlier) + 1
-        stall.content["earlier_attempts"] = earlier
+    if stall is not None and isinstance(stall.content, StallContent):
+        stall.content.attempts = len(earlier) + 1
+        stall.content.earlier_attempts = earlier
     repetition = 1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence)
     run = store_run(
         session, job_config, RunKind.evidence, repetition, result, cases, probe=name, test_id=target.test_id
     )
     timing_median = target.summaries[job_config.label].median if job_config.label in target.summaries else None
-    observer = {
-        "run_id": run.id,
-        "wall_s": result.wall_s,
-        "observed_s": observed,
-        "timing_median_s": timing_median,
-        "ratio": round(observed / timing_median, 3) if timing_median else None,
-        "exit_code": result.exit_code,
-        "timed_out": result.timed_out,
-    }
+    observer = EvidenceRunTiming(
+        run_id=run.id,
+        wall_s=result.wall_s,
+        observed_s=observed,
+        timing_median_s=timing_median,
+        ratio=round(observed / timing_median, 3) if timing_median else None,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+    )
     for draft in drafts:
-        draft.content.setdefault("probe", name)
-        draft.content["run"] = observer
+        draft.content.probe = draft.content.probe or name
+        draft.content.run = observer
         _store_evidence(session, job, job_config, target.test_id, run, draft, store)
     summary = ", ".join(f"{d.kind} {d.status}" for d in drafts)
     progress(
@@ -341,7 +342,7 @@ def _store_evidence(
         run=run,
         test_id=test_id,
         kind=draft.kind,
-        content=draft.content,
+        content=dump(draft.content),
         text=draft.text,
         artifacts=artifacts,
     )

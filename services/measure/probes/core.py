@@ -20,6 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from services.measure.evidence import (
+    EvidenceKind,
+    GdbContent,
+    ProcIoContent,
+    PySpyDumpContent,
+    StallContent,
+)
 from services.measure.executors import container_timer as clock
 from services.measure.executors.base import ProcessHandle, RunResult
 from services.measure.probes import procio, pyspy
@@ -37,8 +44,8 @@ from services.measure.probes.base import (
 )
 from services.measure.probes.stall import HOOK_DIR, install_plugin
 
-GDB_KIND = "gdb"
-STALL_KIND = "stall"
+GDB_KIND = EvidenceKind.gdb
+STALL_KIND = EvidenceKind.stall
 CORE_PREFIX = "core"
 GCORE_TIMEOUT_S = 60.0
 GDB_TIMEOUT_S = 120.0
@@ -219,6 +226,11 @@ def _program(process: dict) -> str:
     return os.path.basename(argv[0]) if argv else f"process {process.get('pid')}"
 
 
+def _waiting(draft: EvidenceDraft) -> int:
+    content = draft.content
+    return content.waiting_for_gil or 0 if isinstance(content, GdbContent) else 0
+
+
 def _why(tool_run: dict | None, tool: str) -> str:
     """A tool's failure in a user's words: no paths, no raw error strings."""
     if tool_run is None:
@@ -239,6 +251,7 @@ class CoreProbe(Probe):
     """The `core` evidence run: the stall snapshot, taken by the run's stall clock."""
 
     name = "core"
+    kind = STALL_KIND
 
     def __init__(self, context: ProbeContext, load_python_extension: bool = True):
         super().__init__(context)
@@ -288,8 +301,7 @@ class CoreProbe(Probe):
         started = time.perf_counter()
         pid, executable, core_path = process["pid"], process.get("exe"), process["core"]
         core_name = f"{CORE_PREFIX}.{pid}"
-        content: dict = {
-            "status": "ok",
+        content: dict[str, Any] = {
             "pid": pid,
             "program": _program(process),
             "executable": executable,
@@ -326,7 +338,10 @@ class CoreProbe(Probe):
         handle.copy_out(core_path, host_core)
         content["analysis_s"] = round(time.perf_counter() - started, 4)
         return EvidenceDraft(
-            kind=GDB_KIND, content=content, text=text, files=[ArtifactFile(core_name, host_core, "application/x-core")]
+            kind=GDB_KIND,
+            content=GdbContent.model_validate(content),
+            text=text,
+            files=[ArtifactFile(core_name, host_core, "application/x-core")],
         )
 
     def _pystack(
@@ -405,7 +420,7 @@ class CoreProbe(Probe):
             ],
             **self._captured(stall),
         }
-        return [EvidenceDraft(kind=STALL_KIND, content=content), *drafts]
+        return [EvidenceDraft(kind=STALL_KIND, content=StallContent.model_validate(content)), *drafts]
 
     def _no_stall_reason(self, result: RunResult, tests: list[dict]) -> str:
         threshold = self.context.stall_after_s
@@ -456,13 +471,14 @@ class CoreProbe(Probe):
                     drafts.append(
                         EvidenceDraft(
                             kind=pyspy.DUMP_KIND,
-                            content={
-                                "status": "ok",
-                                **where,
-                                "threads": threads,
-                                "gil_holder": (holder["name"] or holder["id"]) if holder else None,
-                                "duration_s": dump["duration_s"],
-                            },
+                            content=PySpyDumpContent.model_validate(
+                                {
+                                    **where,
+                                    "threads": threads,
+                                    "gil_holder": (holder["name"] or holder["id"]) if holder else None,
+                                    "duration_s": dump["duration_s"],
+                                }
+                            ),
                             text=pyspy.render_dump(threads),
                         )
                     )
@@ -475,7 +491,9 @@ class CoreProbe(Probe):
                 drafts.append(
                     EvidenceDraft(
                         kind=procio.KIND,
-                        content={"status": "ok", **where, "counters": counters, **procio.derived(counters)},
+                        content=ProcIoContent.model_validate(
+                            {**where, "counters": counters, **procio.derived(counters)}
+                        ),
                         text=io_text,
                     )
                 )
@@ -494,14 +512,14 @@ class CoreProbe(Probe):
             missing.append(f"no Python process in the command's process tree (programs: {programs})")
         dumps = [p for p in taken if p.get("pyspy") and p["pyspy"]["returncode"] == 0]
         ios = [p for p in taken if p.get("io")]
-        cores = [p for p in taken if p["pid"] in self.gdb and self.gdb[p["pid"]].status == "ok"]
+        cores = [p for p in taken if p["pid"] in self.gdb and self.gdb[p["pid"]].content.ok]
         count = len(taken)
         if dumps:
             captured.append(f"py-spy dump of {len(dumps)} of {count} Python process(es) (every thread, GIL holder)")
         if ios:
             captured.append(f"/proc io of {len(ios)} of {count} Python process(es)")
         if cores:
-            waiting = sum(self.gdb[p["pid"]].content["waiting_for_gil"] for p in cores)
+            waiting = sum(_waiting(self.gdb[p["pid"]]) for p in cores)
             captured.append(
                 f"a core of {len(cores)} of {count} Python process(es), read by gdb "
                 f"({waiting} thread(s) waiting for the GIL)"
