@@ -92,7 +92,8 @@ def narrow_to_test(
     is fetched) ``is_test_path`` decides instead of the file system.
     """
     if is_test_path is None:
-        is_test_path = lambda path: os.path.exists(os.path.join(workdir, path))  # noqa: E731
+        root = workdir or Path(".")
+        is_test_path = lambda path: os.path.exists(os.path.join(root, path))  # noqa: E731
     kept: list[str] = []
     previous = ""
     for argument in command:

@@ -156,8 +156,8 @@ _PYSTACK_FRAME = re.compile(
 
 def parse_pystack(text: str) -> dict[int, dict]:
     """pystack's threads by LWP: Python frames innermost first, GIL flags."""
-    threads: dict[int, dict] = {}
-    current = None
+    threads: dict[int, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
     for line in text.splitlines():
         header = _PYSTACK_THREAD.match(line)
         if header:

@@ -93,6 +93,8 @@ class StopBeforeTimeout:
         self._timer.start()
 
     def _stop(self) -> None:
+        if self._handle is None or self.kill_tool is None:
+            return
         self.stopped = True
         self._handle.run_tool([self.kill_tool, f"-{self.signal_name}", str(self._handle.pid)], timeout_s=5.0)
 
