@@ -394,8 +394,17 @@ class StallClock:
         if self._fifo is not None:
             os.close(self._fifo)
         self.record["ended_s"] = round(self._now(), 4)
+        # The command can write where the record goes: never follow what it put there.
         path = os.path.join(self.out_dir, CLOCK_FILE)
-        with open(path, "w") as handle:
+        try:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            return  # the reader then says the clock left no record
+        with os.fdopen(fd, "w") as handle:
             json.dump(self.record, handle)
 
 

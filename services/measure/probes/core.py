@@ -268,7 +268,7 @@ class CoreProbe(Probe):
             "stall_after_s": self.context.stall_after_s,
             "last_at_s": timeout - lead if timeout is not None and timeout > 2 * lead else None,
             "per_test": self.context.per_test,
-            "out_dir": self.visible("."),
+            "out_dir": executor.visible_path(self.context.run_dir),
             "tools": {"py-spy": executor.tool_path("py-spy"), "gcore": executor.tool_path("gcore")},
         }
 
@@ -294,12 +294,16 @@ class CoreProbe(Probe):
         for snapshot in self.record.get("snapshots", []):
             for process in snapshot.get("processes", []):
                 run = process.get("gcore")
-                if run and run.get("returncode") == 0 and "Saved corefile" in run["stdout"] + run["stderr"]:
+                if not isinstance(process.get("pid"), int) or not isinstance(run, dict):
+                    continue
+                if run.get("returncode") == 0 and "Saved corefile" in str(run.get("stdout")) + str(run.get("stderr")):
                     self.gdb[process["pid"]] = self._read_core(self._handle, process, snapshot)
 
     def _read_core(self, handle: ProcessHandle, process: dict, snapshot: dict) -> EvidenceDraft:
         started = time.perf_counter()
-        pid, executable, core_path = process["pid"], process.get("exe"), process["core"]
+        # The record sits where the command can write: the core's path is ours, not its.
+        pid, executable = process["pid"], process.get("exe")
+        core_path = f"{self.visible(CORE_PREFIX)}.{pid}"
         core_name = f"{CORE_PREFIX}.{pid}"
         content: dict[str, Any] = {
             "pid": pid,
