@@ -212,6 +212,7 @@ class StallContent(EvidenceContent):
     not_captured: list[str] | None = None  # and what it lacks, with why
     attempts: int | None = None
     earlier_attempts: list[StallAttempt] | None = None
+    crash_signal: str | None = None  # the run crashed (SIGSEGV, ...): stacks taken at the crash
 
 
 class ProcIoContent(EvidenceContent):

@@ -86,9 +86,11 @@ def own_io():
 
 STALL = "stall"
 BEFORE_TIMEOUT = "before_timeout"
+CRASH = "crash"  # a process reported a fatal signal (SIGSEGV, ...) and stopped itself
 CLOCK_FILE = "stall-clock.json"  # the clock's record, written when the run has ended
 # A pytest plugin (put on PYTHONPATH, named in PYTEST_PLUGINS) writes "start PID NODEID"
-# and "end PID NODEID" lines into this FIFO, so the deadline counts from the test's start.
+# and "end PID NODEID" lines into this FIFO, so the deadline counts from the test's start;
+# a crash hook (sitecustomize) writes "crash PID SIGNAL" and stops its process.
 FIFO_NAME = "stall-clock.fifo"
 MAX_PROCESSES = 8  # Python processes dumped per snapshot (xdist workers, wrappers)
 MAX_CORES = 4  # and cores taken; each costs about 0.2 s of freeze per 150 MB
@@ -228,12 +230,11 @@ class StallClock:
         self.record = {"per_test": bool(spec.get("per_test")), "snapshots": [], "tests": []}
         self._ended = threading.Event()
         self._lock = threading.Lock()  # held while frozen: the command is not reaped meanwhile
-        self._fifo = None
-        if spec.get("per_test"):
-            path = os.path.join(self.out_dir, FIFO_NAME)
-            os.mkfifo(path, 0o600)
-            # Read and write: the FIFO never reads as closed while no test holds it open.
-            self._fifo = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        self.per_test = bool(spec.get("per_test"))
+        path = os.path.join(self.out_dir, FIFO_NAME)
+        os.mkfifo(path, 0o600)
+        # Read and write: the FIFO never reads as closed while no test holds it open.
+        self._fifo = os.open(path, os.O_RDWR | os.O_NONBLOCK)
         self._thread = threading.Thread(target=self._run, name="lagtrace-stall-clock", daemon=True)
 
     def start(self, pid, started):
@@ -256,10 +257,6 @@ class StallClock:
             remaining = None if until is None else until - self._now()
             if remaining is not None and remaining <= 0:
                 return []
-            if self._fifo is None:
-                if self._ended.wait(remaining):
-                    return None
-                continue
             step = 0.05 if remaining is None else min(remaining, 0.05)
             ready, _, _ = select.select([self._fifo], [], [], step)
             if self._ended.is_set():
@@ -274,7 +271,7 @@ class StallClock:
     def _clock(self):
         after = self.spec["stall_after_s"]
         last_at = self.spec.get("last_at_s")
-        deadline = after if self._fifo is None else None  # per test: armed by its start
+        deadline = None if self.per_test else after  # per test: armed by its start
         current = None  # the test whose clock runs: (pid, node id, started_s)
         stalled = False
         while True:
@@ -284,6 +281,12 @@ class StallClock:
                 return
             now = self._now()
             for event, pid, node in lines:
+                if event == CRASH and pid.isdigit():
+                    # The process waits, stopped, in its signal handler: take it now.
+                    self._snapshot(CRASH, now, current, crashed=(int(pid), node))
+                    return
+                if not self.per_test:
+                    continue
                 if event == "start" and current is None and pid.isdigit():
                     current = (int(pid), node, now)
                     self.record["tests"].append({"pid": int(pid), "test": node, "started_s": round(now, 4)})
@@ -309,10 +312,14 @@ class StallClock:
     def _phases(self, phase):
         return any(s["phase"] == phase for s in self.record["snapshots"])
 
-    def _snapshot(self, phase, deadline, current):
+    def _snapshot(self, phase, deadline, current, crashed=None):
         with self._lock:
             if self._ended.is_set():
                 return
+            if crashed is not None:
+                # Let it stop itself in its handler first: were the group's SIGSTOP to
+                # come before its own, the thaw would leave it to stop itself for good.
+                wait_stopped([crashed[0]])
             try:
                 os.killpg(self.pid, signal.SIGSTOP)
             except ProcessLookupError:
@@ -326,6 +333,8 @@ class StallClock:
                 "test_elapsed_s": round(frozen_at - current[2], 4) if current else None,
                 "processes": [],
             }
+            if crashed is not None:
+                snapshot["crashed"] = {"pid": crashed[0], "signal": crashed[1].strip()[:16]}
             state = _stat(self.pid)
             if state is None or state[2] in "ZX":
                 snapshot["ended"] = True  # it ended just as the clock fired
@@ -362,7 +371,7 @@ class StallClock:
         snapshot["processes"] = processes
         python = [p for p in processes if p["python"]]
         # The process running the test first, then the innermost (a wrapper's payload).
-        tester = current[0] if current else None
+        tester = snapshot["crashed"]["pid"] if snapshot.get("crashed") else current[0] if current else None
         python.sort(key=lambda p: (p["pid"] != tester, -tree.index(p["pid"])))
         if len(python) > MAX_PROCESSES:
             snapshot["left_out"] = [p["pid"] for p in python[MAX_PROCESSES:]]
@@ -376,7 +385,7 @@ class StallClock:
                 # --nonblocking: the process is frozen already, and py-spy's own pause
                 # (ptrace attach) fails on a stopped process.
                 process["pyspy"] = run_tool([tools["py-spy"], "dump", "--json", "--nonblocking", "--pid", str(pid)])
-            if phase == STALL and tools.get("gcore"):
+            if phase in (STALL, CRASH) and tools.get("gcore"):
                 if rank < MAX_CORES:
                     prefix = os.path.join(self.out_dir, "core")
                     process["gcore"] = run_tool([tools["gcore"], "-o", prefix, str(pid)])

@@ -141,6 +141,10 @@ def parse_gdb(text: str, errors: str = "") -> tuple[list[dict], bool]:
         if thread is None:
             continue
         natives = [m["function"] for m in map(_NATIVE_FRAME.match, lines) if m]
+        if "<signal" in natives:
+            # A crash caught by lagtrace's hook: the frames that matter are the faulting
+            # ones below the signal frame, not the handler's above it.
+            natives = ["<signal handler called>", *natives[len(natives) - natives[::-1].index("<signal") :]]
         thread["native_frames"] = natives[:NATIVE_FRAMES_KEPT]
         # Also true without py-bt: CPython blocks in take_gil while it waits for the GIL.
         if "take_gil" in natives:
@@ -274,9 +278,10 @@ class CoreProbe(Probe):
 
     def env(self) -> dict[str, str]:
         # A crash (SIGSEGV, SIGABRT) prints every thread's Python stack to the output.
+        # The crash hook (and under pytest the per-test clock's plugin) reach the clock
+        # through its FIFO.
         env = {"PYTHONFAULTHANDLER": "1"}
-        if self.context.per_test:
-            env.update(install_plugin(self.context.run_dir, self.visible(HOOK_DIR), self.visible(clock.FIFO_NAME)))
+        env.update(install_plugin(self.context.run_dir, self.visible(HOOK_DIR), self.visible(clock.FIFO_NAME)))
         return env
 
     def watcher(self) -> CoreProbe:
@@ -336,6 +341,9 @@ class CoreProbe(Probe):
             )
             threads, fallback_text = self._pystack(handle, threads, core_path, executable)
             text += fallback_text
+        for thread in threads:  # the crash hook's own frames sit on top of a crashed thread
+            while thread["frames"] and HOOK_DIR in str(thread["frames"][0]["file"]):
+                thread["frames"].pop(0)
         content["threads"] = threads
         content["waiting_for_gil"] = sum(1 for t in threads if t["waiting_for_gil"])
         host_core = self.context.run_dir / core_name
@@ -399,12 +407,21 @@ class CoreProbe(Probe):
         snapshots = record.get("snapshots", [])
         base["phases"] = [s["phase"] for s in snapshots]
         stall = next((s for s in snapshots if s["phase"] == clock.STALL), None)
-        if stall is None:
-            return [unavailable(STALL_KIND, self._no_stall_reason(result, tests), NO_STALL, **base)]
+        crash = next((s for s in snapshots if s["phase"] == clock.CRASH), None)
         drafts: list[EvidenceDraft] = []
         for snapshot in snapshots:
             drafts.extend(self._snapshot_drafts(snapshot))
         drafts.extend(self.gdb.values())
+        if stall is None and crash is not None:
+            signal_name = crash.get("crashed", {}).get("signal", "a fatal signal")
+            reason = (
+                f"the run crashed ({signal_name}) after {crash['elapsed_s']:.3f} s, before the stall threshold "
+                f"of {self.context.stall_after_s:.3f} s; its stacks were taken at the crash"
+            )
+            extra = {**base, "crash_signal": signal_name, "elapsed_s": crash["elapsed_s"], **self._captured(crash)}
+            return [unavailable(STALL_KIND, reason, NO_STALL, **extra), *drafts]
+        if stall is None:
+            return [unavailable(STALL_KIND, self._no_stall_reason(result, tests), NO_STALL, **base)]
         content = {
             **base,
             "status": "ok",
@@ -466,6 +483,9 @@ class CoreProbe(Probe):
                     drafts.append(unavailable(pyspy.DUMP_KIND, "py-spy dump printed no stacks", FAILED, **where))
                 else:
                     for thread in threads:
+                        # The crash hook's own frame sits on top of the crashing thread.
+                        while thread["frames"] and HOOK_DIR in str(thread["frames"][0]["file"]):
+                            thread["frames"].pop(0)
                         # Frozen, every thread is stopped: the kernel says what each was doing.
                         kernel = states.get(thread["id"])
                         if kernel is not None:

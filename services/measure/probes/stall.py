@@ -54,11 +54,76 @@ def pytest_runtest_logfinish(nodeid, location):
 '''
 
 
+# Imported by every Python process of the run (PYTHONPATH): on a crash the process tells
+# the clock and stops itself, so its Python and native stacks (py-spy dump, a core) are
+# taken before it dies; then the crash goes on as it would have (faulthandler's
+# traceback, the signal's default action).
+CRASH_HOOK = '''\
+"""Installed by lagtrace for one evidence run: a crash (SIGSEGV, SIGABRT, SIGBUS, SIGFPE,
+SIGILL) tells the stall clock and waits, stopped, while the clock takes the stacks."""
+import os
+import sys
+
+
+def _install():
+    path = os.environ.get("LAGTRACE_STALL_FIFO")
+    if not path:
+        return
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        return
+    handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    previous = {}
+
+    def on_crash(signum):
+        # Put back what was there (faulthandler, or the default) for when this returns.
+        libc.signal(signum, previous.get(signum))
+        line = ("crash %d %s\\n" % (os.getpid(), signal.Signals(signum).name)).encode()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, line)
+            os.close(fd)
+        except OSError:
+            return
+        os.kill(os.getpid(), signal.SIGSTOP)  # the clock thaws it once the stacks are taken
+
+    callback = handler_type(on_crash)
+    sys.modules[__name__].__dict__["_lagtrace_crash_callback"] = callback  # kept alive
+    pointer = ctypes.cast(callback, ctypes.c_void_p).value
+    for name in ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"):
+        signum = getattr(signal, name)
+        previous[signum] = libc.signal(signum, pointer)
+
+
+_install()
+
+# Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
+_here = os.path.dirname(os.path.abspath(__file__))
+_me = sys.modules.pop("sitecustomize")
+_saved = list(sys.path)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+try:
+    import sitecustomize  # noqa: F401
+except ImportError:
+    pass
+finally:
+    sys.path[:] = _saved
+    # importlib takes this module back out of sys.modules once it has run.
+    sys.modules.setdefault("sitecustomize", _me)
+'''
+
+
 def install_plugin(run_dir: Path, visible_dir: str, fifo: str) -> dict[str, str]:
-    """Write the plugin under run_dir; the environment that loads it (visible_dir is
-    the hook directory as the command sees it)."""
+    """Write the crash hook and the pytest plugin under run_dir; the environment that
+    loads them (visible_dir is the hook directory as the command sees it)."""
     hook = run_dir / HOOK_DIR
     hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
     (hook / f"{PLUGIN_MODULE}.py").write_text(PLUGIN)
     python_path = visible_dir
     if os.environ.get("PYTHONPATH"):

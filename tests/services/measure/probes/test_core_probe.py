@@ -97,3 +97,26 @@ def test_broken_gdb_is_a_failure_entry(executor, tmp_path):
     )
     assert stored(drafts["gdb"].content)["status"] == "failed"
     assert "no-such-gdb" in stored(drafts["gdb"].content)["reason"]
+
+
+def test_a_crash_leaves_its_python_and_native_stacks(executor, tmp_path):
+    for tool in ("gcore", "gdb", "py-spy"):
+        require_tool(executor, tool)
+    program = python_program(
+        tmp_path, "import ctypes\n\n\ndef read_nowhere():\n    ctypes.string_at(0)\n\n\nread_nowhere()\n"
+    )
+    _, result, drafts = run_probe(executor, "core", program, tmp_path / "run", stall_after_s=5.0, timeout_s=20.0)
+    assert result.exit_code == -11  # the crash went on as it would have
+    stall = stored(drafts["stall"].content)
+    assert stall["status"] == "no_stall" and stall["crash_signal"] == "SIGSEGV", stall
+    assert "crashed (SIGSEGV)" in stall["reason"] and stall["not_captured"] == []
+    dump = stored(drafts["pyspy_dump"].content)
+    assert dump["phase"] == "crash"
+    assert [f["function"] for f in dump["threads"][0]["frames"][:2]] == ["string_at", "read_nowhere"]
+    gdb = stored(drafts["gdb"].content)
+    [thread] = gdb["threads"]
+    assert [f["function"] for f in thread["frames"][:2]] == ["string_at", "read_nowhere"]
+    # The native stack starts at the fault, below the signal frame.
+    assert thread["native_frames"][0] == "<signal handler called>" and "string_at" in thread["native_frames"][:4]
+    # faulthandler's Python traceback still reached the output.
+    assert "Fatal Python error: Segmentation fault" in (tmp_path / "run" / "output.log").read_text()
