@@ -257,8 +257,9 @@ class StallClock:
             remaining = None if until is None else until - self._now()
             if remaining is not None and remaining <= 0:
                 return []
-            step = 0.05 if remaining is None else min(remaining, 0.05)
-            ready, _, _ = select.select([self._fifo], [], [], step)
+            # No polling: stop() writes into the FIFO to wake this up (the clock must not
+            # put load beside the command it measures).
+            ready, _, _ = select.select([self._fifo], [], [], remaining)
             if self._ended.is_set():
                 return None
             if ready:
@@ -397,11 +398,14 @@ class StallClock:
         """The command has ended (not reaped yet): wait out a snapshot in progress, then
         write the record. The caller reaps the command afterwards."""
         self._ended.set()
+        try:
+            os.write(self._fifo, b"ended 0 -\n")
+        except OSError:
+            pass  # full of lines nobody read: the clock wakes up to read them anyway
         with self._lock:
             pass
         self._thread.join(timeout=5.0)
-        if self._fifo is not None:
-            os.close(self._fifo)
+        os.close(self._fifo)
         self.record["ended_s"] = round(self._now(), 4)
         # The command can write where the record goes: never follow what it put there.
         path = os.path.join(self.out_dir, CLOCK_FILE)
