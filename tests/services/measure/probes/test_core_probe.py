@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from services.measure.evidence import dump as stored
@@ -120,3 +122,38 @@ def test_a_crash_leaves_its_python_and_native_stacks(executor, tmp_path):
     assert thread["native_frames"][0] == "<signal handler called>" and "string_at" in thread["native_frames"][:4]
     # faulthandler's Python traceback still reached the output.
     assert "Fatal Python error: Segmentation fault" in (tmp_path / "run" / "output.log").read_text()
+
+
+# A wrapper (sh -c) around a Python process that starts a worker in a session of its
+# own, as some runners do: out of the process group, still the command's.
+WRAPPED = """
+import subprocess, sys, time
+if len(sys.argv) > 1:
+    gaps, last = [], time.monotonic()
+    while time.monotonic() - float(sys.argv[1]) < 2.5:
+        time.sleep(0.002)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+    open(sys.argv[2], "w").write(str(max(gaps)))
+else:
+    worker = subprocess.Popen([sys.executable, __file__, str(time.monotonic()), sys.argv[0] + ".gap"],
+                              start_new_session=True)
+    worker.wait()
+"""
+
+
+def test_wrappers_are_walked_down_and_every_python_process_is_frozen_and_dumped(executor, tmp_path):
+    require_tool(executor, "py-spy")
+    [python, script] = python_program(tmp_path, WRAPPED)
+    command = ["sh", "-c", f"{python} {script}; true"]
+    _, _result, drafts = run_probe(executor, "core", command, tmp_path / "run", stall_after_s=0.8, timeout_s=20.0)
+    stall = stored(drafts["stall"].content)
+    assert stall["status"] == "ok", stall
+    programs = [(p["program"], p["snapshotted"]) for p in stall["processes"]]
+    assert programs[0] == ("dash", False) and len(programs) == 3, programs
+    assert [snapshotted for name, snapshotted in programs[1:]] == [True, True]
+    assert stall["captured"][0].startswith("py-spy dump of 2 of 2 Python process(es)"), stall
+    # The worker left the process group, yet it was frozen as long as the others.
+    gap = float(Path(script + ".gap").read_text())
+    assert gap > 0.8 * stall["frozen_s"], (gap, stall["frozen_s"])
