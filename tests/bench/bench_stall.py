@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from services.measure.configs import CpuConfig
+from services.measure.evidence import GdbContent, StallContent
 from services.measure.executors.base import RunRequest
 from services.measure.probes import PROBES, ProbeContext
 from services.settings import Settings
@@ -120,17 +121,17 @@ def bench_executor(name: str, runs: int, timing_runs: int, workdir: Path) -> dic
         result = executor.run(_request(workdir, run_dir, BOTH, timeout, probe))
         drafts = probe.collect(result)
         stall = drafts[0].content
-        if drafts[0].status != "ok":
-            missed.append(stall.get("reason"))
+        if not isinstance(stall, StallContent) or not stall.ok:
+            missed.append(stall.reason)
             continue
-        delays.append(stall["freeze_delay_s"])
-        frozen.append(stall["frozen_s"])
+        delays.append(stall.freeze_delay_s or 0.0)
+        frozen.append(stall.frozen_s or 0.0)
         record = probe.record or {}
         stall_snapshot = next(s for s in record.get("snapshots", []) if s["phase"] == "stall")
         if stall_snapshot.get("stop_wait_s") is not None:
             stopped.append(stall_snapshot["freeze_delay_s"] + stall_snapshot["stop_wait_s"])
         rss_mb.append(result.max_rss_kb / 1024)
-        if any(d.kind == "gdb" and d.status == "ok" and d.content["waiting_for_gil"] for d in drafts):
+        if any(isinstance(d.content, GdbContent) and d.content.ok and d.content.waiting_for_gil for d in drafts):
             witnessed += 1
         for path in run_dir.glob("core*"):
             path.unlink()  # 300 MB each

@@ -131,6 +131,7 @@ def _pytest_job(tmp_path: Path, suite: str):
         project="per-test-clock",
         evidence="core",
         stall_after_s=1.0,
+        progress=lambda message: None,
     )
 
 
