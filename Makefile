@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test install check bench clean
+.PHONY: demo test install check bench clean accuracy
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ check: install
 test: install
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
+# high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.
+accuracy: install
+	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR))
 
 clean:
 	rm -rf $(VENV) .state build *.egg-info

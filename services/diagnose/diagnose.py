@@ -11,8 +11,10 @@ from services.diagnose import (
     busy_polling,
     cpu_sensitivity,
     cpu_throttling,
+    event_loop_blocked,
     futex_storm,
     gil_contention,
+    hot_path,
     latency_flaky,
     observer_effect,
     off_cpu_wait,
@@ -35,7 +37,15 @@ TIMING_RULES = (
     slow_startup.check,
 )
 # Rules that read the drill's evidence.
-EVIDENCE_RULES = (futex_storm.check, gil_contention.check, busy_polling.check, stall.check, observer_effect.check)
+EVIDENCE_RULES = (
+    futex_storm.check,
+    gil_contention.check,
+    busy_polling.check,
+    event_loop_blocked.check,
+    hot_path.check,
+    stall.check,
+    observer_effect.check,
+)
 RULES = TIMING_RULES + EVIDENCE_RULES
 
 

@@ -118,7 +118,10 @@ def targets(
     slowest = max(summary.median for summary in wall.values())
     command_flagged = any(draft.test_id is None for draft in flagged)
     stalled = stall_after_s is not None and slowest >= stall_after_s
-    if probes_explicit or command_flagged or stalled:
+    # A command slow even in its fastest configuration is traced whatever the screen
+    # found: socket reads, a hot Python path and a blocked event loop only show there.
+    slow = min(summary.median for summary in wall.values()) >= thresholds.drill_slow_command_s
+    if probes_explicit or command_flagged or stalled or slow:
         found.append(Target(None, list(job.command), wall))
     if junit.is_pytest(job.command):
         workdir = workdir or Path(job.workdir or ".")

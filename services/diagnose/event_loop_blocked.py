@@ -1,0 +1,70 @@
+"""event_loop_blocked: an asyncio event loop held up by synchronous work in a callback.
+
+DESIGN.md story 3: coroutines logging through a slow synchronous handler; every log
+call blocked the loop, and with it every other coroutine, for a network round trip.
+The asyncio_loop probe reports each callback that ran past its threshold with the loop
+thread's stack taken while it was stuck, so the finding names the blocking call, how
+often it blocked and for how long.
+"""
+
+from __future__ import annotations
+
+from services.diagnose.context import RuleContext, subject, where
+from services.diagnose.findings import FindingDraft, format_seconds
+from services.models import Evidence
+
+
+def check(context: RuleContext) -> list[FindingDraft]:
+    limits = context.thresholds
+    worst: dict[str | None, Evidence] = {}
+    for evidence in context.evidence("asyncio_loop"):
+        blocked = evidence.content.get("blocked_s", 0.0)
+        wall = evidence.content.get("wall_s") or 0.0
+        if not evidence.content.get("blocking_calls") or blocked < limits.event_loop_blocked_min_s:
+            continue
+        if wall and blocked < limits.event_loop_blocked_share * wall:
+            continue
+        current = worst.get(evidence.test_id)
+        if current is None or blocked > current.content.get("blocked_s", 0.0):
+            worst[evidence.test_id] = evidence
+    drafts = []
+    for test_id, evidence in worst.items():
+        content = evidence.content
+        calls = content["blocking_calls"]
+        top = calls[0]
+        wall = content.get("wall_s") or 0.0
+        share = f" ({content['blocked_s'] / wall:.0%} of the run)" if wall else ""
+        drafts.append(
+            FindingDraft(
+                kind="event_loop_blocked",
+                severity="medium",
+                title=(
+                    f"{subject(test_id)}'s event loop was blocked {format_seconds(content['blocked_s'])}{share}, "
+                    f"mostly in {top['call'].split(' (')[0]}"
+                ),
+                detail=(
+                    f"asyncio callbacks over {format_seconds(content.get('threshold_s', 0.02))} ({where(evidence)}): "
+                    f"{content['slow_callbacks']} of {content.get('callbacks', 0)} callbacks blocked the loop for "
+                    f"{format_seconds(content['blocked_s'])} in all; "
+                    + "; ".join(
+                        f"{call['call']}: {call['count']} times, {format_seconds(call['total_s'])} in all, "
+                        f"longest {format_seconds(call['max_s'])} (in {call.get('callback', '?')})"
+                        for call in calls[:3]
+                    )
+                    + ". Stack of the loop thread while blocked: "
+                    + " <- ".join(top.get("stack", [])[:5])
+                    + ". Move the synchronous work off the loop: run_in_executor / asyncio.to_thread, or for "
+                    "logging a QueueHandler with a QueueListener thread"
+                ),
+                config_label=evidence.config.label if evidence.config else None,
+                test_id=test_id,
+                metrics={
+                    "blocked_s": content["blocked_s"],
+                    "slow_callbacks": content["slow_callbacks"],
+                    "callbacks": content.get("callbacks", 0),
+                    "blocking_calls": calls,
+                },
+                evidence_ids=[evidence.id],
+            )
+        )
+    return drafts
