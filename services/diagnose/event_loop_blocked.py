@@ -51,8 +51,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
                         f"longest {format_seconds(call['max_s'])} (in {call.get('callback', '?')})"
                         for call in calls[:3]
                     )
-                    + ". Stack of the loop thread while blocked: "
-                    + " <- ".join(top.get("stack", [])[:5])
+                    + ". The loop thread's stack while blocked (innermost first): "
+                    + " <- ".join(top.get("stack", [])[:8])
                     + ". Move the synchronous work off the loop: run_in_executor / asyncio.to_thread, or for "
                     "logging a QueueHandler with a QueueListener thread"
                 ),

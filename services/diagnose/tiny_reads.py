@@ -100,7 +100,7 @@ def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
             severity="low",
             title=f"{syscalls:.0f} read syscalls per run of {per_read:.0f} bytes on average",
             detail=(
-                f"/proc io with {config.label}: a median of {syscalls:.0f} file and pipe read syscalls per run "
+                f"/proc io with {config.label}: a median of {syscalls:.0f} read syscalls per run (files and pipes) "
                 f"averaging {per_read:.1f} bytes each (start-up reads included; socket reads are not counted "
                 f"there), in {wall:.3f} s; the reads probe gives their typical size. {ADVICE}"
             ),
