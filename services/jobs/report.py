@@ -343,6 +343,21 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
             top = thread["top_frames"][0] if thread["top_frames"] else None
             if top:
                 lines.append(f"      {thread['name']}: {top['pct']:.0f} % in {top['frame']}")
+    elif kind == "reads":
+        lines.append(f"{head}: every read syscall, by descriptor type")
+        for fd_type, row in sorted(content["by_fd_type"].items(), key=lambda item: -item[1]["calls"]):
+            median = row.get("median_bytes")
+            lines.append(
+                f"      {fd_type:<7} {row['calls']:9d} calls  {row['bytes']:11d} bytes"
+                + (f"  median {median:.0f} B, most often {row['mode_bytes']} B" if median is not None else "")
+            )
+    elif kind == "asyncio_loop":
+        lines.append(
+            f"{head}: {content['slow_callbacks']} of {content['callbacks']} callbacks ran over "
+            f"{content['threshold_s'] * 1000:.0f} ms, blocking the loop {content['blocked_s']:.3f} s in all"
+        )
+        for call in content["blocking_calls"][:3]:
+            lines.append(f"      {call['count']} x {call['call']}: {call['total_s']:.3f} s, longest {call['max_s']:.3f} s")
     else:
         lines.append(head)
     for artifact in entry["artifacts"]:
