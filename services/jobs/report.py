@@ -357,7 +357,8 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
             f"{content['threshold_s'] * 1000:.0f} ms, blocking the loop {content['blocked_s']:.3f} s in all"
         )
         for call in content["blocking_calls"][:3]:
-            lines.append(f"      {call['count']} x {call['call']}: {call['total_s']:.3f} s, longest {call['max_s']:.3f} s")
+            total, longest = call["total_s"], call["max_s"]
+            lines.append(f"      {call['count']} x {call['call']}: {total:.3f} s, longest {longest:.3f} s")
     else:
         lines.append(head)
     for artifact in entry["artifacts"]:
