@@ -137,31 +137,19 @@ def python_for(side: Side) -> str:
     interpreter = shutil.which(side.interpreter)
     if interpreter is None:
         raise RuntimeError(f"{side.interpreter} is not installed")
-    if side.requirements is None:
-        return interpreter
-    key = hashlib.sha256((os.path.realpath(interpreter) + "\n" + side.requirements.read_text()).encode()).hexdigest()[
-        :16
-    ]
+    # Even without requirements a venv: its python is the real binary, where a pyenv
+    # shim on PATH would add a shell script and a few execs to every start-up measured.
+    requirements = side.requirements.read_text() if side.requirements else ""
+    key = hashlib.sha256((os.path.realpath(interpreter) + "\n" + requirements).encode()).hexdigest()[:16]
     venv = STATE / "venvs" / key
     python = venv / "bin" / "python"
     if not (venv / ".ready").exists():
         shutil.rmtree(venv, ignore_errors=True)
-        print(f"accuracy: installing {side.requirements.relative_to(REPO)} into {venv}", file=sys.stderr)
+        print(f"accuracy: a virtual environment for {side.name} in {venv}", file=sys.stderr)
         subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
-        if side.requirements.read_text().strip():
-            subprocess.run(
-                [
-                    str(python),
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--disable-pip-version-check",
-                    "-r",
-                    str(side.requirements),
-                ],
-                check=True,
-            )
+        if requirements.strip() and side.requirements is not None:
+            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            subprocess.run([*pip, "-r", str(side.requirements)], check=True)
         (venv / ".ready").touch()
     return str(python)
 
