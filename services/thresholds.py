@@ -81,6 +81,11 @@ class Thresholds(BaseModel):
     # when no timing rule flagged it: the causes that only a tracer sees (socket reads,
     # a hot Python path, a blocked event loop) leave no mark on the screen's numbers.
     drill_slow_command_s: float = Field(1.0, gt=0)
+    # ... and a command that spends this share of its wall time, and at least
+    # drill_syscall_heavy_min_s, in the kernel (300,000 recv(1) take 0.2 s here, half of
+    # it system time, where a healthy Python program spends a few per cent).
+    drill_syscall_heavy_share: float = Field(0.3, gt=0, le=1)
+    drill_syscall_heavy_min_s: float = Field(0.05, ge=0)
 
     # observer_effect: an evidence run's wall time this many times above (or below) the
     # timing median of the same configuration.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,7 +122,7 @@ def targets(
     # A command slow even in its fastest configuration is traced whatever the screen
     # found: socket reads, a hot Python path and a blocked event loop only show there.
     slow = min(summary.median for summary in wall.values()) >= thresholds.drill_slow_command_s
-    if probes_explicit or command_flagged or stalled or slow:
+    if probes_explicit or command_flagged or stalled or slow or _syscall_heavy(context):
         found.append(Target(None, list(job.command), wall))
     if junit.is_pytest(job.command):
         workdir = workdir or Path(job.workdir or ".")
@@ -135,6 +136,21 @@ def targets(
                     )
                 )
     return found
+
+
+def _syscall_heavy(context: RuleContext) -> bool:
+    """A configuration whose median run spends much of its time in the kernel: tiny
+    reads and writes, or polling, which only a tracer can tell apart."""
+    limits = context.thresholds
+    for config in context.job.configs:
+        runs = [run for run in context.timing_runs(config) if run.wall_s > 0 and run.exit_code == 0]
+        if not runs:
+            continue
+        sys_s = statistics.median(run.sys_s for run in runs)
+        share = statistics.median(run.sys_s / run.wall_s for run in runs)
+        if sys_s >= limits.drill_syscall_heavy_min_s and share >= limits.drill_syscall_heavy_share:
+            return True
+    return False
 
 
 def drill(
