@@ -34,7 +34,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
         run = context.run_of(evidence)
         if not tables or run is None or run.wall_s < limits.hot_path_min_wall_s or evidence.config is None:
             continue
-        table = tables[0]  # the busiest thread
+        # The thread with the most samples not blocked in a wait: where the CPU went.
+        table = max(tables, key=lambda t: t["samples"] * (1 - t.get("waiting_pct", 0.0) / 100))
         if evidence.test_id not in best or table["samples"] > best[evidence.test_id][1]["samples"]:
             best[evidence.test_id] = (evidence, table)
     drafts = []
@@ -50,7 +51,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
             cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)
         if cpu_share is not None and cpu_share < 0.5:
             continue
-        functions = table["functions"]
+        # A function blocked in a wait (a lock, a selector) holds samples, not the CPU.
+        functions = [f for f in table["functions"] if not f.get("waiting")]
         own = [f for f in functions if f["own_pct"] >= 100 * limits.hot_path_min_share][:NAMED]
         path = [
             f
@@ -61,6 +63,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
             continue
         top = (own or path)[0]
         split = _split(context, evidence, cpu_share)
+        if table.get("waiting_pct"):
+            split += f" {table['waiting_pct']:.0f}% of the thread's samples were blocked in a lock, selector or wait."
         drafts.append(
             FindingDraft(
                 kind="hot_path",

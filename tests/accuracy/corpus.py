@@ -83,8 +83,9 @@ class Outcome:
     def failed(self) -> bool:
         if self.error or self.missed:
             return True
-        # A healthy twin may carry a low note, never a medium or high finding.
-        return any(severity in SERIOUS for _, severity in self.unexpected)
+        # A healthy twin may carry a low note, never a medium or high finding. (Extra
+        # findings on a pathology count against precision, not as a failure.)
+        return self.side.variant == "healthy" and any(severity in SERIOUS for _, severity in self.unexpected)
 
 
 def load_cases() -> dict[str, tuple[bool, list[Side]]]:

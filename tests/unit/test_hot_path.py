@@ -48,3 +48,12 @@ def test_a_cpu_bound_command_gets_its_hot_functions_named():
 
 def test_a_command_that_mostly_waits_is_left_to_the_waiting_rules():
     assert hot_path.check(jobs.context(_job(cpu_share=0.1))) == []
+
+
+def test_blocking_waits_are_not_hot_functions():
+    tables = pyspy.summarize_functions(_profile())
+    server = next(t for t in tables if "serve_forever" in t["thread"])
+    assert server["waiting_pct"] == 100 and server["functions"][0]["waiting"]
+    [finding] = hot_path.check(jobs.context(_job(cpu_share=0.95)))
+    assert finding.metrics["thread"] == tables[0]["thread"]  # not the server blocked in select()
+    assert all("select" not in f["function"] for f in finding.metrics["functions"])

@@ -112,6 +112,30 @@ def summarize_threads(profile: dict) -> list[dict]:
     return threads
 
 
+# Python functions in which a thread that py-spy samples is blocked, not running: the
+# leaf frame of a thread waiting in C (a lock, a selector, accept) is its Python caller.
+WAITING_LEAVES = frozenset(
+    {
+        ("threading.py", "Condition.wait"),
+        ("threading.py", "Event.wait"),
+        ("threading.py", "Thread._wait_for_tstate_lock"),
+        ("threading.py", "Semaphore.acquire"),
+        ("selectors.py", "EpollSelector.select"),
+        ("selectors.py", "_PollLikeSelector.select"),
+        ("selectors.py", "SelectSelector.select"),
+        ("selectors.py", "KqueueSelector.select"),
+        ("socket.py", "socket.accept"),
+        ("subprocess.py", "Popen._try_wait"),
+        ("queue.py", "Queue.get"),
+        ("connection.py", "_recv_bytes"),
+    }
+)
+
+
+def is_waiting(function: str, file: str) -> bool:
+    return (file.rsplit("/", 1)[-1], function) in WAITING_LEAVES
+
+
 def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTIONS) -> list[dict]:
     """For the busiest threads: the functions holding their samples, with own share
     (the function itself was running or waiting there) and cumulative share (it was on
@@ -150,6 +174,8 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
             {
                 "thread": thread["name"],
                 "samples": total,
+                # Samples whose innermost frame is a known blocking wait (see WAITING_LEAVES).
+                "waiting_pct": round(100.0 * sum(n for key, n in own.items() if is_waiting(*key)) / total, 1),
                 "functions": [
                     {
                         "function": name,
@@ -159,6 +185,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                         "cumulative_samples": cumulative[(name, file)],
                         "own_pct": round(100.0 * own[(name, file)] / total, 1),
                         "cumulative_pct": round(100.0 * cumulative[(name, file)] / total, 1),
+                        "waiting": is_waiting(name, file),
                     }
                     for name, file in chosen
                 ],
