@@ -15,7 +15,8 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext, subject, where
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
+from services.measure.evidence import StraceContent
 
 POLLING_SYSCALLS = frozenset(
     {
@@ -33,13 +34,13 @@ def check(context: RuleContext) -> list[FindingDraft]:
     by_label = {config.label: config for config in context.job.configs}
     drafts = []
     seen: set[str | None] = set()
-    for evidence in context.evidence("strace"):
+    for evidence, content in context.evidence_of(StraceContent):
         run = context.run_of(evidence)
         config = by_label.get(evidence.config.label) if evidence.config else None
         if run is None or config is None or evidence.test_id in seen or run.wall_s < limits.busy_polling_min_wall_s:
             continue
-        rows = [row for row in evidence.content.get("syscalls", []) if row["name"] in POLLING_SYSCALLS]
-        calls = sum(row["calls"] for row in rows)
+        rows = [row for row in content.syscalls or [] if row.name in POLLING_SYSCALLS]
+        calls = sum(row.calls for row in rows)
         calls_per_s = calls / run.wall_s
         timing = [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0]
         if not timing or calls < limits.busy_polling_min_calls or calls_per_s < limits.busy_polling_min_calls_per_s:
@@ -50,19 +51,19 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if switches_per_s < limits.busy_polling_min_switches_per_s or cpu_share > limits.busy_polling_max_cpu_share:
             continue
         seen.add(evidence.test_id)
-        top = sorted(rows, key=lambda row: row["calls"], reverse=True)[:3]
+        top = sorted(rows, key=lambda row: row.calls, reverse=True)[:3]
         slow_poller = calls_per_s < 100
         drafts.append(
             FindingDraft(
                 kind="busy_polling",
-                severity="medium",
+                severity=Severity.medium,
                 title=(
                     f"{subject(evidence.test_id)} polls: {calls_per_s:.0f} sleep/wait wake-ups per second "
                     f"at {cpu_share:.0%} CPU"
                 ),
                 detail=(
                     f"strace -f -c ({where(evidence)}): "
-                    + ", ".join(f"{row['name']} {row['calls']} calls" for row in top)
+                    + ", ".join(f"{row.name} {row.calls} calls" for row in top)
                     + f" in a {run.wall_s:.2f} s traced run; the timing runs with {config.label} made "
                     f"{switches_per_s:.0f} voluntary context switches per second at {cpu_share:.0%} CPU "
                     f"(median wall {wall:.3f} s). "
@@ -82,7 +83,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     "polling_calls_per_s": calls_per_s,
                     "voluntary_switches_per_s": switches_per_s,
                     "cpu_share": cpu_share,
-                    "syscalls": {row["name"]: row["calls"] for row in rows},
+                    "syscalls": {row.name: row.calls for row in rows},
                 },
                 evidence_ids=[evidence.id],
             )

@@ -10,59 +10,57 @@ often it blocked and for how long.
 from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
-from services.diagnose.findings import FindingDraft, format_seconds
+from services.diagnose.findings import FindingDraft, Severity, format_seconds
+from services.measure.evidence import AsyncioLoopContent
 from services.models import Evidence
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
-    worst: dict[str | None, Evidence] = {}
-    for evidence in context.evidence("asyncio_loop"):
-        blocked = evidence.content.get("blocked_s", 0.0)
-        wall = evidence.content.get("wall_s") or 0.0
-        if not evidence.content.get("blocking_calls") or blocked < limits.event_loop_blocked_min_s:
+    worst: dict[str | None, tuple[Evidence, AsyncioLoopContent]] = {}
+    for evidence, content in context.evidence_of(AsyncioLoopContent):
+        blocked, wall = content.blocked_s or 0.0, content.wall_s or 0.0
+        if not content.blocking_calls or blocked < limits.event_loop_blocked_min_s:
             continue
         if wall and blocked < limits.event_loop_blocked_share * wall:
             continue
-        current = worst.get(evidence.test_id)
-        if current is None or blocked > current.content.get("blocked_s", 0.0):
-            worst[evidence.test_id] = evidence
+        if evidence.test_id not in worst or blocked > (worst[evidence.test_id][1].blocked_s or 0.0):
+            worst[evidence.test_id] = (evidence, content)
     drafts = []
-    for test_id, evidence in worst.items():
-        content = evidence.content
-        calls = content["blocking_calls"]
+    for test_id, (evidence, content) in worst.items():
+        calls = content.blocking_calls or []
         top = calls[0]
-        wall = content.get("wall_s") or 0.0
-        share = f" ({content['blocked_s'] / wall:.0%} of the run)" if wall else ""
+        blocked, wall = content.blocked_s or 0.0, content.wall_s or 0.0
+        share = f" ({blocked / wall:.0%} of the run)" if wall else ""
         drafts.append(
             FindingDraft(
                 kind="event_loop_blocked",
-                severity="medium",
+                severity=Severity.medium,
                 title=(
-                    f"{subject(test_id)}'s event loop was blocked {format_seconds(content['blocked_s'])}{share}, "
-                    f"mostly in {top['call'].split(' (')[0]}"
+                    f"{subject(test_id)}'s event loop was blocked {format_seconds(blocked)}{share}, "
+                    f"mostly in {top.call.split(' (')[0]}"
                 ),
                 detail=(
-                    f"asyncio callbacks over {format_seconds(content.get('threshold_s', 0.02))} ({where(evidence)}): "
-                    f"{content['slow_callbacks']} of {content.get('callbacks', 0)} callbacks blocked the loop for "
-                    f"{format_seconds(content['blocked_s'])} in all; "
+                    f"asyncio callbacks over {format_seconds(content.threshold_s or 0.02)} ({where(evidence)}): "
+                    f"{content.slow_callbacks} of {content.callbacks} callbacks blocked the loop for "
+                    f"{format_seconds(blocked)} in all; "
                     + "; ".join(
-                        f"{call['call']}: {call['count']} times, {format_seconds(call['total_s'])} in all, "
-                        f"longest {format_seconds(call['max_s'])} (in {call.get('callback', '?')})"
+                        f"{call.call}: {call.count} times, {format_seconds(call.total_s)} in all, "
+                        f"longest {format_seconds(call.max_s)} (in {call.callback or '?'})"
                         for call in calls[:3]
                     )
                     + ". The loop thread's stack while blocked (innermost first): "
-                    + " <- ".join(top.get("stack", [])[:8])
+                    + " <- ".join(top.stack[:8])
                     + ". Move the synchronous work off the loop: run_in_executor / asyncio.to_thread, or for "
                     "logging a QueueHandler with a QueueListener thread"
                 ),
                 config_label=evidence.config.label if evidence.config else None,
                 test_id=test_id,
                 metrics={
-                    "blocked_s": content["blocked_s"],
-                    "slow_callbacks": content["slow_callbacks"],
-                    "callbacks": content.get("callbacks", 0),
-                    "blocking_calls": calls,
+                    "blocked_s": blocked,
+                    "slow_callbacks": content.slow_callbacks,
+                    "callbacks": content.callbacks,
+                    "blocking_calls": [call.model_dump() for call in calls],
                 },
                 evidence_ids=[evidence.id],
             )

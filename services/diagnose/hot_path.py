@@ -16,7 +16,8 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext, subject, where
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
+from services.measure.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
 # A share this close to the whole thread is an entry point (<module>, main, the pytest
@@ -28,15 +29,15 @@ NAMED = 3
 def check(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     by_label = {config.label: config for config in context.job.configs}
-    best: dict[str | None, tuple[Evidence, dict]] = {}
-    for evidence in context.evidence("pyspy"):
-        tables = evidence.content.get("functions") or []
+    best: dict[str | None, tuple[Evidence, ThreadFunctions]] = {}
+    for evidence, content in context.evidence_of(PySpyRecordContent):
+        tables = content.functions or []
         run = context.run_of(evidence)
         if not tables or run is None or run.wall_s < limits.hot_path_min_wall_s or evidence.config is None:
             continue
         # The thread with the most samples not blocked in a wait: where the CPU went.
-        table = max(tables, key=lambda t: t["samples"] * (1 - t.get("waiting_pct", 0.0) / 100))
-        if evidence.test_id not in best or table["samples"] > best[evidence.test_id][1]["samples"]:
+        table = max(tables, key=lambda t: t.samples * (1 - t.waiting_pct / 100))
+        if evidence.test_id not in best or table.samples > best[evidence.test_id][1].samples:
             best[evidence.test_id] = (evidence, table)
     drafts = []
     for test_id, (evidence, table) in best.items():
@@ -52,29 +53,29 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if cpu_share is not None and cpu_share < 0.5:
             continue
         # A function blocked in a wait (a lock, a selector) holds samples, not the CPU.
-        functions = [f for f in table["functions"] if not f.get("waiting")]
-        own = [f for f in functions if f["own_pct"] >= 100 * limits.hot_path_min_share][:NAMED]
+        functions = [f for f in table.functions if not f.waiting]
+        own = [f for f in functions if f.own_pct >= 100 * limits.hot_path_min_share][:NAMED]
         path = [
             f
-            for f in sorted(functions, key=lambda f: -f["cumulative_pct"])
-            if 100 * limits.hot_path_min_share <= f["cumulative_pct"] < ENTRY_POINT_PCT and f not in own
+            for f in sorted(functions, key=lambda f: -f.cumulative_pct)
+            if 100 * limits.hot_path_min_share <= f.cumulative_pct < ENTRY_POINT_PCT and f not in own
         ][:NAMED]
         if not own and not path:
             continue
         top = (own or path)[0]
         split = _split(context, evidence, cpu_share)
-        if table.get("waiting_pct"):
-            split += f" {table['waiting_pct']:.0f}% of the thread's samples were blocked in a lock, selector or wait."
+        if table.waiting_pct:
+            split += f" {table.waiting_pct:.0f}% of the thread's samples were blocked in a lock, selector or wait."
         drafts.append(
             FindingDraft(
                 kind="hot_path",
-                severity="low",
+                severity=Severity.low,
                 title=(
-                    f"{subject(test_id)} spends {top['own_pct']:.0f}% of its samples in {top['function']} "
-                    f"({_short(top['file'])}:{top['line']})"
+                    f"{subject(test_id)} spends {top.own_pct:.0f}% of its samples in {top.function} "
+                    f"({_short(top.file)}:{top.line})"
                 ),
                 detail=(
-                    f"py-spy record ({where(evidence)}, {table['samples']} samples of {table['thread']}): "
+                    f"py-spy record ({where(evidence)}, {table.samples} samples of {table.thread}): "
                     + "; ".join(_describe(f) for f in own + path)
                     + f". {split} Make the hot function do less per call, or call it less often "
                     f"(for byte-at-a-time loops: larger chunks)"
@@ -82,9 +83,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 config_label=label,
                 test_id=test_id,
                 metrics={
-                    "thread": table["thread"],
-                    "samples": table["samples"],
-                    "functions": own + path,
+                    "thread": table.thread,
+                    "samples": table.samples,
+                    "functions": [f.model_dump() for f in own + path],
                     "cpu_share": cpu_share,
                 },
                 evidence_ids=[evidence.id],
@@ -93,10 +94,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return drafts
 
 
-def _describe(function: dict) -> str:
+def _describe(function: ProfiledFunction) -> str:
     return (
-        f"{function['function']} ({function['file']}:{function['line']}) own {function['own_pct']:.0f}%, "
-        f"cumulative {function['cumulative_pct']:.0f}%"
+        f"{function.function} ({function.file}:{function.line}) own {function.own_pct:.0f}%, "
+        f"cumulative {function.cumulative_pct:.0f}%"
     )
 
 
@@ -112,15 +113,15 @@ def _split(context: RuleContext, evidence: Evidence, cpu_share: float | None) ->
             f"(for the GIL, I/O or idle) {max(0.0, 1 - cpu_share):.0%}."
         )
     dumps = [
-        e
-        for e in context.evidence("pyspy_dump")
-        if e.test_id == evidence.test_id and e.config is not None and e.config_id == evidence.config_id
+        dump
+        for e, dump in context.evidence_of(PySpyDumpContent)
+        if e.test_id == evidence.test_id and e.config_id == evidence.config_id
     ]
     if dumps:
-        threads = dumps[0].content.get("threads", [])
-        holding = sum(1 for t in threads if t.get("owns_gil"))
-        runnable = sum(1 for t in threads if t.get("active") and not t.get("owns_gil"))
-        idle = sum(1 for t in threads if not t.get("active"))
+        threads = dumps[0].threads or []
+        holding = sum(1 for t in threads if t.owns_gil)
+        runnable = sum(1 for t in threads if t.active and not t.owns_gil)
+        idle = sum(1 for t in threads if not t.active)
         parts.append(
             f"At the stall snapshot {holding} thread(s) held the GIL, {runnable} were running or waiting for it, "
             f"{idle} idle."

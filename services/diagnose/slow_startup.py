@@ -14,8 +14,9 @@ import statistics
 import sys
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.measure import pytest_command as junit
+from services.measure.evidence import ImportsContent, ImportTiming
 from services.models import Evidence
 
 SLOWEST = 5
@@ -31,61 +32,68 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return _from_imports(context, imports)
 
 
-def _imports_evidence(context: RuleContext) -> Evidence | None:
-    whole = [e for e in context.evidence("imports") if e.test_id is None and e.config is not None]
-    return min(whole, key=lambda e: e.content.get("total_import_s", 0.0)) if whole else None
+def _imports_evidence(context: RuleContext) -> tuple[Evidence, ImportsContent] | None:
+    whole = [(e, c) for e, c in context.evidence_of(ImportsContent) if e.test_id is None and e.config is not None]
+    return min(whole, key=lambda pair: pair[1].total_import_s or 0.0) if whole else None
 
 
-def _slowest(evidence: Evidence | None, pytest: bool) -> tuple[list[dict], str]:
-    if evidence is None:
+def _slowest(found: tuple[Evidence, ImportsContent] | None, pytest: bool) -> tuple[list[ImportTiming], str]:
+    if found is None:
         return [], ""
-    entries = evidence.content.get("slowest", [])
+    evidence, content = found
+    entries = content.slowest or []
     if pytest:
         entries = [
             entry
             for entry in entries
-            if entry["module"].split(".")[0] not in _PYTEST_OWN
-            and entry["module"].split(".")[0] not in sys.stdlib_module_names
+            if entry.module.split(".")[0] not in _PYTEST_OWN
+            and entry.module.split(".")[0] not in sys.stdlib_module_names
         ]
     entries = entries[:SLOWEST]
     if not entries:
         return [], ""
     label = "slowest plugins and conftest imports" if pytest else "slowest imports"
-    listed = ", ".join(f"{entry['module']} {entry['cumulative_s']:.3f} s" for entry in entries)
+    listed = ", ".join(f"{entry.module} {entry.cumulative_s:.3f} s" for entry in entries)
     config = evidence.config.label if evidence.config else "?"
     return entries, f"; -X importtime ({config}): {label}: {listed}"
 
 
-def _from_imports(context: RuleContext, evidence: Evidence | None) -> list[FindingDraft]:
+def _from_imports(context: RuleContext, found: tuple[Evidence, ImportsContent] | None) -> list[FindingDraft]:
     limits = context.thresholds
-    if evidence is None:
+    if found is None:
         return []
+    evidence, content = found
     medians = [m for m in (context.timing_median(c.label, None) for c in context.job.configs) if m]
     if not medians:
         return []
     median = min(medians)
-    total = evidence.content.get("total_import_s", 0.0)
+    total = content.total_import_s or 0.0
     if total < limits.slow_startup_min_s or total < limits.slow_startup_share * median:
         return []
-    slowest, listed = _slowest(evidence, pytest=False)
+    slowest, listed = _slowest(found, pytest=False)
     share = min(total / median, 1.0)
     return [
         FindingDraft(
             kind="slow_startup",
-            severity="medium" if share >= 0.75 else "low",
+            severity=Severity.medium if share >= 0.75 else Severity.low,
             title=f"Imports take {total:.2f} s of a {median:.2f} s run ({share:.0%})",
             detail=(
                 f"top-level imports took {total:.3f} s in all, against a fastest timing median of {median:.3f} s "
                 f"({share:.0%} of the run){listed}. Defer the heavy import, or the work it does at import time"
             ),
             config_label=evidence.config.label if evidence.config else None,
-            metrics={"import_s": total, "timing_median_s": median, "share": share, "slowest": slowest},
+            metrics={
+                "import_s": total,
+                "timing_median_s": median,
+                "share": share,
+                "slowest": [entry.model_dump() for entry in slowest],
+            },
             evidence_ids=[evidence.id],
         )
     ]
 
 
-def _from_pytest(context: RuleContext, evidence: Evidence | None) -> list[FindingDraft]:
+def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | None) -> list[FindingDraft]:
     limits = context.thresholds
     best = None
     for config in context.job.configs:
@@ -103,11 +111,11 @@ def _from_pytest(context: RuleContext, evidence: Evidence | None) -> list[Findin
     label, overhead, share = best
     if overhead < limits.slow_startup_min_s or share < limits.slow_startup_share:
         return []
-    slowest, listed = _slowest(evidence, pytest=True)
+    slowest, listed = _slowest(found, pytest=True)
     return [
         FindingDraft(
             kind="slow_startup",
-            severity="medium" if share >= 0.75 and overhead >= 1.0 else "low",
+            severity=Severity.medium if share >= 0.75 and overhead >= 1.0 else Severity.low,
             title=f"pytest start-up and collection take {overhead:.2f} s, {share:.0%} of the run",
             detail=(
                 f"with {label} (the fastest start-up), the median run spent {overhead:.3f} s outside its tests "
@@ -116,7 +124,7 @@ def _from_pytest(context: RuleContext, evidence: Evidence | None) -> list[Findin
                 f"with -p NAME for each one needed, or uninstall the rest"
             ),
             config_label=label,
-            metrics={"startup_s": overhead, "share": share, "slowest": slowest},
-            evidence_ids=[evidence.id] if evidence is not None and slowest else [],
+            metrics={"startup_s": overhead, "share": share, "slowest": [entry.model_dump() for entry in slowest]},
+            evidence_ids=[found[0].id] if found is not None and slowest else [],
         )
     ]

@@ -16,7 +16,9 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext, where
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
+from services.measure.evidence import FdTypeReads, ReadsContent
+from services.models import Evidence
 
 ADVICE = (
     "Read in larger chunks: a buffered reader (io.BufferedReader, socket.makefile), "
@@ -34,35 +36,37 @@ def check(context: RuleContext) -> list[FindingDraft]:
 def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
     """None when no reads evidence of the whole command exists; else its verdict."""
     limits = context.thresholds
-    evidence = [e for e in context.evidence("reads") if e.test_id is None]
+    evidence = [(e, c) for e, c in context.evidence_of(ReadsContent) if e.test_id is None]
     if not evidence:
         return None
-    worst = None
-    for entry in evidence:
-        for fd_type, row in entry.content.get("by_fd_type", {}).items():
-            reads, median = row.get("reads_with_data", 0), row.get("median_bytes")
-            if median is None or reads < limits.tiny_reads_min_syscalls or median > limits.tiny_reads_max_bytes:
+    worst: tuple[Evidence, ReadsContent, str, FdTypeReads] | None = None
+    for entry, content in evidence:
+        for fd_type, row in (content.by_fd_type or {}).items():
+            median = row.median_bytes
+            if median is None or row.reads_with_data < limits.tiny_reads_min_syscalls:
                 continue
-            if worst is None or reads > worst[2].get("reads_with_data", 0):
-                worst = (entry, fd_type, row)
+            if median > limits.tiny_reads_max_bytes:
+                continue
+            if worst is None or row.reads_with_data > worst[3].reads_with_data:
+                worst = (entry, content, fd_type, row)
     if worst is None:
         return []
-    entry, fd_type, row = worst
-    reads, median, mode = row["reads_with_data"], row["median_bytes"], row["mode_bytes"]
-    syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.get("syscalls", {}).items()))
-    histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.get("histogram", {}).items())
-    wall = entry.content.get("wall_s") or 0.0
+    entry, content, fd_type, row = worst
+    reads, median, mode = row.reads_with_data, row.median_bytes or 0.0, row.mode_bytes
+    syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.syscalls.items()))
+    histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.histogram.items())
+    wall = content.wall_s or 0.0
     # Tracing every read costs ~90 us each: a long loop of them meets the evidence timeout,
     # and the counts then cover the run up to the tracer's stop.
-    partial = " (stopped before the timeout: counts up to then)" if entry.content.get("stopped_before_timeout") else ""
+    partial = " (stopped before the timeout: counts up to then)" if content.stopped_before_timeout else ""
     return [
         FindingDraft(
             kind="tiny_reads",
-            severity="medium",
+            severity=Severity.medium,
             title=f"{reads} {fd_type} reads of typically {median:.0f} bytes",
             detail=(
                 f"strace of every read ({where(entry)}): {reads} {fd_type} reads brought data ({syscalls}), "
-                f"median {median:.0f} bytes, most often {mode} bytes, {row.get('bytes', 0)} bytes in all"
+                f"median {median:.0f} bytes, most often {mode} bytes, {row.bytes} bytes in all"
                 f"{f' in a {wall:.2f} s traced run' if wall else ''}{partial}; sizes: {histogram}. {ADVICE}"
             ),
             config_label=entry.config.label if entry.config else None,
@@ -71,9 +75,9 @@ def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
                 "reads": reads,
                 "median_bytes": median,
                 "mode_bytes": mode,
-                "mean_bytes": row.get("mean_bytes"),
-                "bytes": row.get("bytes"),
-                "histogram": row.get("histogram", {}),
+                "mean_bytes": row.mean_bytes,
+                "bytes": row.bytes,
+                "histogram": row.histogram,
             },
             evidence_ids=[entry.id],
         )
@@ -100,7 +104,7 @@ def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
         FindingDraft(
             kind="tiny_reads",
             # A mean over start-up reads too: a pointer for the drill, not yet a diagnosis.
-            severity="low",
+            severity=Severity.low,
             title=f"{syscalls:.0f} read syscalls per run of {per_read:.0f} bytes on average",
             detail=(
                 f"/proc io with {config.label}: a median of {syscalls:.0f} read syscalls per run (files and pipes) "

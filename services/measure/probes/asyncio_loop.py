@@ -15,10 +15,11 @@ import json
 import os
 from collections import defaultdict
 
+from services.measure.evidence import AsyncioLoopContent, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, unavailable
 
-KIND = "asyncio_loop"
+KIND = EvidenceKind.asyncio_loop
 HOOK_DIR = "asyncio-hook"
 OUTPUT_PREFIX = "asyncio-loop"
 # A callback on a healthy loop takes microseconds to a few milliseconds; 20 ms is a
@@ -200,7 +201,8 @@ def summarize(reports: list[dict]) -> dict:
 
 
 class AsyncioLoopProbe(Probe):
-    name = KIND
+    name = KIND.value
+    kind = KIND
 
     def env(self) -> dict[str, str]:
         hook_dir = self.context.run_dir / HOOK_DIR
@@ -227,12 +229,13 @@ class AsyncioLoopProbe(Probe):
         return [
             EvidenceDraft(
                 kind=KIND,
-                content={
-                    "status": "ok",
-                    "threshold_s": SLOW_CALLBACK_S,
-                    "wall_s": result.wall_s,
-                    "processes": len(reports),
-                    **summarize(reports),
-                },
+                content=AsyncioLoopContent.model_validate(
+                    {
+                        "threshold_s": SLOW_CALLBACK_S,
+                        "wall_s": result.wall_s,
+                        "processes": len(reports),
+                        **summarize(reports),
+                    }
+                ),
             )
         ]

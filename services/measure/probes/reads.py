@@ -15,10 +15,11 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from services.measure.evidence import EvidenceKind, ReadsContent
 from services.measure.executors.base import RunResult
-from services.measure.probes.base import EvidenceDraft, TracerProbe, unavailable
+from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 
-KIND = "reads"
+KIND = EvidenceKind.reads
 TRACE_FILE = "reads-trace.txt"
 READ_SYSCALLS = ("read", "readv", "pread64", "preadv", "preadv2", "recv", "recvfrom", "recvmsg")
 # Upper bounds of the size buckets the evidence keeps (bytes); the last bucket is open.
@@ -127,7 +128,8 @@ def _nth(ordered: list[tuple[int, int]], index: int) -> int:
 
 
 class ReadSizesProbe(TracerProbe):
-    name = KIND
+    name = KIND.value
+    kind = KIND
     tool = "strace"
     stop_signal = "TERM"
 
@@ -161,7 +163,7 @@ class ReadSizesProbe(TracerProbe):
             reason = "strace wrote no trace of read syscalls"
             if result.output_tail:
                 reason += ": " + " / ".join(result.output_tail.strip().splitlines()[-3:])
-            return [unavailable(KIND, reason, "denied" if "ptrace" in (result.output_tail or "") else "failed")]
+            return [unavailable(KIND, reason, DENIED if "ptrace" in (result.output_tail or "") else FAILED)]
         with path.open(errors="replace") as handle:
             by_type = parse(handle)
         with path.open(errors="replace") as handle:
@@ -169,13 +171,14 @@ class ReadSizesProbe(TracerProbe):
         return [
             EvidenceDraft(
                 kind=KIND,
-                content={
-                    "status": "ok",
-                    "by_fd_type": by_type,
-                    "wall_s": result.wall_s,
-                    "timed_out": result.timed_out,
-                    "stopped_before_timeout": self.stopped_before_timeout,
-                },
+                content=ReadsContent.model_validate(
+                    {
+                        "by_fd_type": by_type,
+                        "wall_s": result.wall_s,
+                        "timed_out": result.timed_out,
+                        "stopped_before_timeout": self.stopped_before_timeout,
+                    }
+                ),
                 text=sample,
             )
         ]
