@@ -74,8 +74,9 @@ class Thresholds(BaseModel):
     # hot_path: the functions that hold a drilled command's or test's py-spy samples; a
     # function is named when it holds this share of the samples (own or cumulative).
     hot_path_min_share: float = Field(0.1, gt=0, le=1)
-    # ... and the profiled run lasted at least this long (fewer samples are noise).
-    hot_path_min_wall_s: float = Field(0.3, ge=0)
+    # ... and the profiled run lasted at least this long (fewer than 50 samples at 100 Hz
+    # are noise: a 0.3 s run shows its imports compiling).
+    hot_path_min_wall_s: float = Field(0.5, ge=0)
 
     # The drill also traces a whole command this slow in its fastest configuration even
     # when no timing rule flagged it: the causes that only a tracer sees (socket reads,

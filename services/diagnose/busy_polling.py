@@ -5,7 +5,8 @@ sleep in a loop of growing short sleeps around a non-blocking waitpid; an event-
 wait cut voluntary context switches for a 10 s wait from 258 to 2. Slow pollers count
 too: tens of wake-ups per second at almost no CPU over a long wait.
 
-Only sleeps and non-blocking waits are counted. A selector wait (epoll_wait, poll,
+Only sleeps and non-blocking waits are counted; under 100 a second, only sleeps paired
+with as many non-blocking checks (a WNOHANG waitpid) make a poller. A selector wait (epoll_wait, poll,
 select) is how a healthy event loop blocks until something happens; counting it would
 flag every asyncio program with timers.
 """
@@ -18,15 +19,14 @@ from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.measure.evidence import StraceContent
 
-POLLING_SYSCALLS = frozenset(
-    {
-        "nanosleep",
-        "clock_nanosleep",
-        "wait4",
-        "waitid",
-        "sched_yield",
-    }
-)
+SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
+# Non-blocking checks a poller makes between its sleeps (waitpid with WNOHANG).
+CHECKS = frozenset({"wait4", "waitid"})
+POLLING_SYSCALLS = SLEEPS | CHECKS
+# Below this many wake-ups a second, sleeps alone do not make a poller (a peer that
+# trickles its answer every 50 ms sleeps 20 times a second and polls nothing): a slow
+# poller also checks between its sleeps, as many times as it sleeps or more.
+FAST_POLL_PER_S = 100.0
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -44,6 +44,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
         calls_per_s = calls / run.wall_s
         timing = [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0]
         if not timing or calls < limits.busy_polling_min_calls or calls_per_s < limits.busy_polling_min_calls_per_s:
+            continue
+        sleeps = sum(row.calls for row in rows if row.name in SLEEPS)
+        checks = calls - sleeps
+        if calls_per_s < FAST_POLL_PER_S and checks < 0.5 * sleeps:
             continue
         wall = statistics.median(r.wall_s for r in timing)
         cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)

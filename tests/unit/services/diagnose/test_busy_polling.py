@@ -38,3 +38,11 @@ def test_a_healthy_event_loop_waiting_on_its_selector_is_no_finding():
 
 def test_a_poller_that_computes_is_not_polling():
     assert _judge("strace-c-psutil-wait.txt", wall_s=3.03, cpu_share=0.9, switches_per_s=30) == []
+
+
+def test_a_peer_that_trickles_its_answer_is_not_a_poller():
+    # examples/slow_peer.py: the server thread sleeps 50 ms between chunks (about 20
+    # sleeps a second) while the client blocks in recv: nothing checks between sleeps.
+    rows, _ = strace.parse_summary(jobs.recorded("strace-c-slow-peer.txt"))
+    assert sum(row["calls"] for row in rows if row["name"] == "clock_nanosleep") >= 20
+    assert _judge("strace-c-slow-peer.txt", wall_s=1.25, cpu_share=0.03, switches_per_s=60) == []
