@@ -98,6 +98,15 @@ class JobSpec(BaseModel):
         return value
 
 
+class RerunSpec(BaseModel):
+    """Another run of a job's code, under other configurations (API body and dashboard form)."""
+
+    model_config = ConfigDict(extra="forbid")
+    configs: list[Spec] = Field(min_length=1, max_length=32, description="The configurations to run this time.")
+    repeat: int | None = Field(None, ge=1, le=MAX_REPEAT)
+    timeout_s: float | None = Field(None, gt=0, le=86400)
+
+
 class RepositoryConfig(JobSpec):
     """`.lagtrace.yml` at the repository root: the same fields as an API job."""
 

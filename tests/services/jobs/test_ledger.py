@@ -10,11 +10,12 @@ from sqlalchemy import select
 from services import migrate
 from services.accounts.tokens import Unauthorized, authenticate, create_token
 from services.db import make_engine, make_session_factory
+from services.jobs import outbox
 from services.jobs.dispatch import PREPARE, Step
+from services.jobs.ledger import claim
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.reconcile import reconcile
 from services.jobs.spec import JobSpec
-from services.jobs.steps import claim
 from services.jobs.submit import submit_job
 from services.models import ApiToken, JobStatus, JobTask, TaskState, utcnow
 from services.settings import Settings
@@ -33,13 +34,14 @@ def session(database_url, tmp_path):
 
 def queued_job(session):
     project = get_or_create_project(session, "demo")
-    job, steps = submit_job(
+    job = submit_job(
         session,
         session.settings,
         project,
         JobSpec(command=["python3", "x.py"]),
         repository_url="https://example.com/r.git",
     )
+    steps = outbox.pending(session)
     session.commit()
     return job, steps
 
