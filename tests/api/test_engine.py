@@ -69,9 +69,10 @@ def test_the_service_and_lagtrace_run_screen_the_same_interleaved_sequence(api, 
 
     # The same command, as a user runs it here, into the same database and on the same node lock.
     out = tmp_path / "report.json"
+    options = [option for config in CONFIGS for option in ("--config", config)]
+    options += ["--repeat", str(REPEAT), "--evidence", "none", "--json", str(out)]
     local = run_cli(
-        ["run", "--executor", "local", *[a for c in CONFIGS for a in ("--config", c)]]
-        + ["--repeat", str(REPEAT), "--evidence", "none", "--json", str(out), "--", *COMMAND],
+        ["run", "--executor", "local", *options, "--", *COMMAND],
         database_url,
         cwd=tmp_path / "repo",
         env={"LAGTRACE_WORK_DIR": str(api.settings.work_dir)},
