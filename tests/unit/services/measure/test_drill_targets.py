@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from services.measure.drill import targets
-from services.thresholds import Thresholds
+from pathlib import Path
+
+from services.jobs.engine import drill_targets
+from services.settings import Settings
 from tests.support import jobs
 
 
@@ -13,7 +15,7 @@ def _targets(walls: list[float], cpu_share: float, sys_part: float):
         for run in jobs.timing_runs(config, walls, cpu_share=cpu_share):
             run.sys_s = run.wall_s * sys_part
             run.user_s = run.wall_s * (cpu_share - sys_part)
-    return targets(built, Thresholds(), probes_explicit=False, stall_after_s=None)
+    return drill_targets(built, Settings(), Path("."))
 
 
 def test_a_command_that_lives_in_the_kernel_is_drilled():
