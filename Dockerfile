@@ -6,9 +6,12 @@
 #   docker build -t lagtrace:dev .
 #
 # Where no registry answers, .ci/build-service-image.sh builds this same file on a
-# locally debootstrapped Debian bookworm (--build-arg BASE=...), so both paths share
+# locally debootstrapped Debian trixie (--build-arg BASE=...), so both paths share
 # every instruction below.
-ARG BASE=debian:bookworm-slim
+#
+# Trixie, not bookworm: lagtrace unpacks uploaded archives with tarfile's "data" filter,
+# which bookworm's Python 3.11.2 lacks (it came in 3.11.4); trixie's is 3.13.
+ARG BASE=debian:trixie-slim
 
 # --- build: a virtualenv with lagtrace and its dependencies (wheels only) -----------
 FROM ${BASE} AS build
@@ -16,7 +19,7 @@ USER root
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates python3 python3-venv \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get clean && rm -rf /var/lib/apt/lists/*
 # The system's CA bundle, not pip's own: it holds any CA the base added (a company proxy).
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 RUN python3 -m venv /opt/lagtrace/venv
@@ -38,6 +41,11 @@ COPY migrations ./migrations
 # services/migrate.py looks for them beside the installed packages.
 RUN /opt/lagtrace/venv/bin/pip install --no-deps . \
  && cp -r migrations "$(/opt/lagtrace/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/migrations"
+# The docker executor bind-mounts the static py-spy into run containers from the engine's
+# filesystem. Kept apart from the venv (found on PATH), its directory can be given to a
+# separate engine (the chart's dind) at the same path, or put first on PATH.
+RUN mkdir -p /opt/lagtrace/tools && mv /opt/lagtrace/venv/bin/py-spy /opt/lagtrace/tools/py-spy \
+ && /opt/lagtrace/venv/bin/python -m pip uninstall -q -y pip setuptools
 
 # --- runtime: Debian's python3, tini, git for checkouts; no compiler, no pip cache --
 FROM ${BASE} AS runtime
@@ -47,7 +55,8 @@ USER root
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       ca-certificates git python3 tini \
- && rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* /usr/share/locale/* \
  && groupadd --gid 10001 lagtrace \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /srv/lagtrace --shell /usr/sbin/nologin lagtrace \
  && mkdir -p /srv/lagtrace/work /srv/lagtrace/artifacts \
@@ -57,7 +66,7 @@ COPY image/entrypoint.sh /usr/local/bin/lagtrace-entrypoint
 COPY image/alive.sh /usr/local/bin/lagtrace-alive
 # The root filesystem may be read-only (the chart mounts volumes at /srv/lagtrace and
 # /tmp): everything lagtrace writes goes below these two settings' directories.
-ENV PATH=/opt/lagtrace/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+ENV PATH=/opt/lagtrace/venv/bin:/opt/lagtrace/tools:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Build the service image (the top-level Dockerfile) where no container registry answers
-# (DESIGN.md section 8): debootstrap Debian bookworm into a base image, as the runner
+# (DESIGN.md section 8): debootstrap Debian trixie (the Dockerfile's
+# debian:trixie-slim) into a base image, as the runner
 # image is built, then `docker build` the same Dockerfile on it (--build-arg BASE=...).
 # Both paths share every instruction, and tests/image/ checks the result's entrypoint.
 #
@@ -19,7 +20,7 @@ SUDO=""
 # The host's own CA certificates (a TLS-inspecting proxy's, say) go into the base, so the
 # build's apt and pip trust what the host trusts; they are part of the base's tag.
 HOST_CAS=$(find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev/null | LC_ALL=C sort)
-BASE="lagtrace-bookworm:$( { cat .ci/build-service-image.sh; [ -z "$HOST_CAS" ] || cat $HOST_CAS; } | sha256sum | cut -c1-12)"
+BASE="lagtrace-trixie:$( { cat .ci/build-service-image.sh; [ -z "$HOST_CAS" ] || cat $HOST_CAS; } | sha256sum | cut -c1-12)"
 # Exactly what .dockerignore lets into the context, minus bytecode.
 CONTEXT_FILES=$(find Dockerfile .dockerignore image pyproject.toml README.md services api web worker cli migrations \
     -type f ! -name '*.pyc' ! -path '*/__pycache__/*' | LC_ALL=C sort)
@@ -33,7 +34,7 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
     exit 0
 fi
 
-# --- the base: a minimal bookworm, the stand-in for debian:bookworm-slim ------------
+# --- the base: a minimal trixie, the stand-in for debian:trixie-slim -----------------
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
     mirror_of() {  # $1: path suffix, e.g. /debian; the host apt's first such mirror
         cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
@@ -45,29 +46,29 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
     SECURITY=$(mirror_of /debian-security)
     command -v debootstrap >/dev/null 2>&1 || \
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
-    ROOT=$(mktemp -d /var/tmp/lagtrace-bookworm.XXXXXX)
+    ROOT=$(mktemp -d /var/tmp/lagtrace-trixie.XXXXXX)
     trap '$SUDO rm -rf "$ROOT" "$ROOT.log"' EXIT INT TERM
-    echo "build-service-image: debootstrap bookworm from $MIRROR into $ROOT" >&2
-    $SUDO debootstrap --variant=minbase bookworm "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || {
+    echo "build-service-image: debootstrap trixie from $MIRROR into $ROOT" >&2
+    $SUDO debootstrap --variant=minbase trixie "$ROOT" "$MIRROR" >"$ROOT.log" 2>&1 || {
         tail -n 30 "$ROOT.log" >&2; exit 1; }
     {
-        echo "deb $MIRROR bookworm main"
-        echo "deb $MIRROR bookworm-updates main"
-        [ -n "$SECURITY" ] && echo "deb $SECURITY bookworm-security main"
+        echo "deb $MIRROR trixie main"
+        echo "deb $MIRROR trixie-updates main"
+        [ -n "$SECURITY" ] && echo "deb $SECURITY trixie-security main"
     } | $SUDO tee "$ROOT/etc/apt/sources.list" >/dev/null
     if [ -n "$HOST_CAS" ]; then
         # Picked up by update-ca-certificates when the Dockerfile installs ca-certificates.
         $SUDO mkdir -p "$ROOT/usr/local/share/ca-certificates"
         $SUDO cp $HOST_CAS "$ROOT/usr/local/share/ca-certificates/"
     fi
-    # What debian:bookworm-slim drops: package caches, docs; the engine provides resolv.conf.
+    # What debian:trixie-slim drops: package caches, docs; the engine provides resolv.conf.
     $SUDO sh -c "rm -rf '$ROOT'/var/cache/apt/archives/*.deb '$ROOT'/var/lib/apt/lists/* \
         '$ROOT'/usr/share/doc/* '$ROOT'/usr/share/man/* && : >'$ROOT/etc/resolv.conf'"
     echo "build-service-image: importing $BASE" >&2
     $SUDO tar -C "$ROOT" --numeric-owner -c . | docker import \
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'CMD ["bash"]' \
-        --change 'LABEL org.lagtrace.base=offline-bookworm' \
+        --change 'LABEL org.lagtrace.base=offline-trixie' \
         - "$BASE" >/dev/null
 fi
 

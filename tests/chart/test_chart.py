@@ -210,9 +210,9 @@ def test_the_worker_and_its_engine_see_checkouts_and_tools_at_the_same_paths(hel
     socket_dir = env["DOCKER_HOST"].removeprefix("unix://").rsplit("/", 1)[0]
     assert _mounts(worker)[socket_dir] == _mounts(dind)[socket_dir]
     assert f"--host=unix://{socket_dir}/docker.sock" in dind["args"]
-    # py-spy at the worker's path inside the engine (the executor looks beside python).
-    assert tools["args"][1] == "/opt/lagtrace/venv/bin/py-spy"
-    assert _mounts(dind)["/opt/lagtrace/venv/bin"] == _mounts(tools)["/engine-tools"]
+    # py-spy at the worker's path inside the engine (the image keeps it in /opt/lagtrace/tools).
+    assert tools["args"][1] == "/opt/lagtrace/tools/py-spy"
+    assert _mounts(dind)["/opt/lagtrace/tools"] == _mounts(tools)["/engine-tools"]
     # The socket's group is the worker's, so the non-root worker may use it.
     assert f"--group={worker['securityContext']['runAsGroup']}" in dind["args"]
     assert settings.worker_heartbeat_file is None  # unset outside the image and chart
