@@ -461,10 +461,10 @@ def test_probes_point_at_real_endpoints_and_the_heartbeat(helm):
     api = pod_spec(rendered.one("Deployment", "-api"))["containers"][0]
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    from api.app import create_app  # the paths exist in the app the image serves
+    from cli.wsgi import create_app  # the paths exist in the app the image serves
     from services.jobs.dispatch import InProcessDispatcher
 
-    app = create_app(Settings(database_url="sqlite://"), InProcessDispatcher(lambda step, own: None))
+    app = create_app(Settings(database_url="sqlite://"), InProcessDispatcher(lambda step: None))
     rules = {rule.rule for rule in app.url_map.iter_rules()}
     assert {"/healthz", "/readyz"} <= rules
     worker = pod_spec(rendered.one("Deployment", "-worker"))["containers"][0]

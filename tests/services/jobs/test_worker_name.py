@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-from services.jobs.steps import cpu_model, worker_name
+from services.jobs.ledger import cpu_model, worker_name
 from services.settings import Settings
 
 
