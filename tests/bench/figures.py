@@ -46,9 +46,7 @@ def bootstrap(
     if any(len(s) < 3 for s in samples):
         return None, None
     rng = random.Random(seed)
-    estimates = sorted(
-        statistic(*(rng.choices(s, k=len(s)) for s in samples)) for _ in range(BOOTSTRAP_RESAMPLES)
-    )
+    estimates = sorted(statistic(*(rng.choices(s, k=len(s)) for s in samples)) for _ in range(BOOTSTRAP_RESAMPLES))
     tail = (1 - CONFIDENCE) / 2
     return percentile(estimates, 100 * tail), percentile(estimates, 100 * (1 - tail))
 

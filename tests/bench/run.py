@@ -158,7 +158,9 @@ def _figures(benchmark: Benchmark, result: dict) -> list[Figure]:
 
 
 def _problems(benchmark: Benchmark, figures: list[Figure]) -> list[str]:
-    problems = [f"missing figure {want!r}" for want in benchmark.expects if not any(f.name.startswith(want) for f in figures)]
+    problems = [
+        f"missing figure {want!r}" for want in benchmark.expects if not any(f.name.startswith(want) for f in figures)
+    ]
     if not figures:
         problems.append("no figures")
     for figure in figures:
