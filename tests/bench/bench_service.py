@@ -143,8 +143,8 @@ def _signed_in(base: str) -> requests.Session:
 
 
 def run(quick: bool = False) -> dict:
-    jobs = 2_000 if quick else 10_000
-    seconds = 5.0 if quick else 20.0
+    jobs = 1_000 if quick else 10_000
+    seconds = 3.0 if quick else 20.0
     broker = f"{redis_server_url().rsplit('/', 1)[0]}/{REDIS_DATABASE}"
     with scratch_database("service") as database_url, scratch_dir("service") as home:
         env = {
@@ -167,9 +167,15 @@ def run(quick: bool = False) -> dict:
             connection.exec_driver_sql("ANALYZE")
             connection.commit()
             project = connection.exec_driver_sql("SELECT id FROM projects WHERE name = 'octo/api'").scalar()
-            newest, deep = connection.execute(
-                text("SELECT max(id), max(id) - 5000 FROM jobs WHERE project_id = :p"), {"p": project}
+            # Deep pages: half-way down the project's jobs (API) and everyone's (dashboard).
+            newest, project_jobs = connection.execute(
+                text("SELECT max(id), count(*) FROM jobs WHERE project_id = :p"), {"p": project}
             ).one()
+            deep_in_project = connection.execute(
+                text("SELECT id FROM jobs WHERE project_id = :p ORDER BY id DESC OFFSET :n LIMIT 1"),
+                {"p": project, "n": project_jobs // 2},
+            ).scalar()
+            deep = connection.exec_driver_sql("SELECT max(id) - count(*) / 2 FROM jobs").scalar()
         engine.dispose()
         seeded_s = time.perf_counter() - started
         token = _cli(env, "token", "create", "--project", "octo/api")
@@ -191,7 +197,7 @@ def run(quick: bool = False) -> dict:
                 "/api/v1/jobs?limit=50",
                 f"/api/v1/jobs/{newest}",
                 "/api/v1/findings?limit=50",
-                f"/api/v1/jobs?limit=50&before_id={deep}",
+                f"/api/v1/jobs?limit=50&before_id={deep_in_project}",
             ]
             page_paths = [
                 "/",

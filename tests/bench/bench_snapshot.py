@@ -81,7 +81,7 @@ def one_snapshot(megabytes: int, store_root: Path) -> dict:
         "core_mb": ref.size / 2**20,
         "stored_mb": ref.stored_size / 2**20,
         "ratio": ref.size / ref.stored_size,
-        "waiting_for_gil": gdb.content.get("waiting_for_gil"),
+        "waiting_for_gil": gdb.content.waiting_for_gil,
     }
 
 
