@@ -80,6 +80,8 @@ def run(quick: bool = False) -> dict:
     pairs = 1 if quick else 6
     to_container: list[float] = []
     to_report: list[float] = []
+    earlier: list[float] = []
+    later: list[float] = []
     with scratch_dir("turnaround") as base:
         url, head = make_repository(base / "repo", LAGTRACE_YML)
         payload = push_payload(url, head)
@@ -101,10 +103,16 @@ def run(quick: bool = False) -> dict:
                             finished = finished.replace(tzinfo=dt.UTC)
                         to_report.append(finished.timestamp() - sent_at)
                     time.sleep(0.5)  # the docker events stream lags the engine a little
+                    waits = []
                     for job_id, sent_at in sent:
                         if job_id not in events.first:
                             raise BenchError(f"no container start seen for job {job_id}")
-                        to_container.append(events.first[job_id] - sent_at)
+                        waits.append(events.first[job_id] - sent_at)
+                    to_container.extend(waits)
+                    # A node runs one measured run at a time: the later job of a pair waits
+                    # for the earlier one's runs, whichever worker took it.
+                    earlier.append(min(waits))
+                    later.append(max(waits))
         finally:
             events.stop()
     note = f"{pairs} pairs of deliveries, 2 workers"
@@ -112,9 +120,13 @@ def run(quick: bool = False) -> dict:
         "figures": [
             quantile_figure("webhook to first container, median", to_container, 50, below=1.0, note=note),
             quantile_figure("webhook to first container, p95", to_container, 95),
+            quantile_figure("first container, earlier job of a pair, median", earlier, 50),
+            quantile_figure("first container, later job of a pair, median", later, 50),
             quantile_figure("webhook to report stored, median", to_report, 50),
             quantile_figure("webhook to report stored, p95", to_report, 95),
         ],
         "to_container_s": to_container,
         "to_report_s": to_report,
+        "earlier_s": earlier,
+        "later_s": later,
     }
