@@ -54,8 +54,8 @@ def run(quick: bool = False) -> dict:
                         "example": label,
                         "fixed_runs": len(timing_walls(reports[True])),
                         "adaptive_runs": len(timing_walls(reports[False])),
-                        "fixed_verdicts": sorted(map(list, verdicts(reports[True]))),
-                        "adaptive_verdicts": sorted(map(list, verdicts(reports[False]))),
+                        "fixed_verdicts": sorted(map(list, verdicts(reports[True])), key=str),
+                        "adaptive_verdicts": sorted(map(list, verdicts(reports[False])), key=str),
                         "agree": verdicts(reports[True]) == verdicts(reports[False]),
                     }
                 )

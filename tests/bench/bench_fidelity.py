@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,11 +28,10 @@ from pathlib import Path
 from services.measure.executors.docker import RUNNER_USER
 from services.settings import Settings
 from tests.bench.common import BenchError, lagtrace_run, scratch_dir, timing_walls, write_programs
-from tests.bench.figures import ratio_figure, spread_figure
+from tests.bench.figures import Figure, bootstrap, ratio_figure, spread_figure
 
 TARGET = 0.05
 COMMAND = ["python3", "cpu_bound.py"]
-PER_ROUND = 5
 
 # The plain side's timer in the container: fork/exec and wait, like lagtrace's own.
 CONTAINER_TIMER = (
@@ -109,40 +109,81 @@ def _plain_docker(settings: Settings, workdir: Path) -> float:
 
 
 def _compare(executor: str, quick: bool, plain: Callable[[Path], float]) -> dict:
-    rounds = 2 if quick else 8
+    rounds = 2 if quick else 12
+    per_round = 5 if quick else 3
     measured: list[float] = []
     baseline: list[float] = []
+    round_ratios: list[float] = []
+    neighbours: list[float] = []
     with scratch_dir(f"fidelity-{executor}") as home:
         workdir = home / "tree"
         workdir.mkdir()
         workdir.chmod(0o755)
         write_programs(workdir)
-        args = ["--executor", executor, "--config", "cpuset=0", "--repeat", str(PER_ROUND), "--evidence", "none"]
-        # Exactly PER_ROUND runs: early stopping would make the two sides' counts differ.
-        fixed = {"LAGTRACE_THRESHOLDS__MIN_REPETITIONS": str(PER_ROUND)}
+        args = ["--executor", executor, "--config", "cpuset=0", "--repeat", str(per_round), "--evidence", "none"]
+        # Exactly per_round runs: early stopping would make the two sides' counts differ.
+        fixed = {"LAGTRACE_THRESHOLDS__MIN_REPETITIONS": str(per_round)}
 
-        def lagtrace_side() -> None:
-            walls = timing_walls(lagtrace_run(home, args, COMMAND, workdir=workdir, **fixed))
+        def lagtrace_side() -> list[float]:
+            report = lagtrace_run(home, args, COMMAND, workdir=workdir, **fixed)
+            walls = timing_walls(report)
             if not walls:
                 raise BenchError(f"lagtrace {executor} produced no successful timing run")
-            measured.extend(walls)
+            neighbours.extend(
+                run["foreign_cpus"] for run in report["configs"][0]["runs"] if run.get("foreign_cpus") is not None
+            )
+            return walls
 
-        def plain_side() -> None:
-            baseline.extend(plain(workdir) for _ in range(PER_ROUND))
+        def plain_side() -> list[float]:
+            return [plain(workdir) for _ in range(per_round)]
 
         plain(workdir)  # warm the page cache and the image's layers for both sides
         for number in range(rounds):
-            first, second = (lagtrace_side, plain_side) if number % 2 == 0 else (plain_side, lagtrace_side)
-            first()
-            second()
+            if number % 2 == 0:
+                ours, theirs = lagtrace_side(), plain_side()
+            else:
+                theirs, ours = plain_side(), lagtrace_side()
+            measured.extend(ours)
+            baseline.extend(theirs)
+            # Paired by round: whatever else the machine did then weighed on both sides.
+            round_ratios.append(statistics.median(ours) / statistics.median(theirs))
     label = "lagtrace local / plain local" if executor == "local" else "lagtrace docker / plain docker run"
+    value = statistics.median(round_ratios)
+    low, high = bootstrap(statistics.median, round_ratios)
     return {
         "figures": [
-            ratio_figure(label, measured, baseline, within=TARGET, note="median wall, cpuset=0"),
+            Figure(
+                label,
+                value,
+                "x",
+                low,
+                high,
+                f"{1 - TARGET:.2f}-{1 + TARGET:.2f}",
+                abs(value - 1) <= TARGET,
+                len(round_ratios),
+                note=f"median of {rounds} paired rounds, {per_round}+{per_round} runs each, cpuset=0",
+            ),
+            ratio_figure(f"pooled, {executor}", measured, baseline, within=TARGET, note="all runs, ratio of medians"),
             spread_figure(f"workload spread, plain {executor}", baseline, note="IQR / median"),
+            # Where the executor records it: how busy the rest of the machine was meanwhile.
+            *(
+                [
+                    Figure(
+                        f"other CPU use during lagtrace's {executor} runs",
+                        statistics.median(neighbours),
+                        "CPUs",
+                        n=len(neighbours),
+                        note="median; 0 = a quiet machine",
+                    )
+                ]
+                if neighbours
+                else []
+            ),
         ],
         "lagtrace_s": measured,
         "plain_s": baseline,
+        "round_ratios": round_ratios,
+        "foreign_cpus": neighbours,
     }
 
 
