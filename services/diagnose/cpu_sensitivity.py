@@ -74,6 +74,20 @@ def judge(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[Fi
     return drafts
 
 
+def undecided(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[Candidate]:
+    """Tests that look sensitive on their own (large enough, p under the rate) but are no
+    discovery among all the tests judged: more runs would decide them."""
+    family = candidates(samples, thresholds, seed)
+    discoveries = benjamini_hochberg({key: c.p_value for key, c in family.items()}, thresholds.cpu_sensitivity_fdr)
+    return [
+        candidate
+        for key, candidate in family.items()
+        if key not in discoveries
+        and candidate.p_value <= thresholds.cpu_sensitivity_fdr
+        and _finding(candidate, thresholds, len(family)) is not None
+    ]
+
+
 def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> FindingDraft | None:
     summaries = candidate.summaries
     comparison = compare(summaries)
