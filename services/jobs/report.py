@@ -133,11 +133,11 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         comparison = compare(candidate.summaries)
         if comparison is None:
             continue
-        runs = min(summary.n for summary in candidate.summaries.values())
+        have = min(summary.n for summary in candidate.summaries.values())
         notes.append(
             f"{candidate.test_id or 'the command'} looks {comparison.ratio:.1f}x slower with {comparison.slow} "
-            f"than with {comparison.fast} (rank test p={candidate.p_value:.2g}), but {runs} runs cannot tell it "
-            f"from chance among all the tests judged: rerun with --repeat {runs + 2} or more to decide"
+            f"than with {comparison.fast} (rank test p={candidate.p_value:.2g}), but {have} runs cannot tell it "
+            f"from chance among all the tests judged: rerun with --repeat {have + 2} or more to decide"
         )
     evidence_notes = observer_effect.notes(RuleContext(job, limits))
     evidence = [
