@@ -27,6 +27,7 @@ from api.schemas import Rerun
 from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
+from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
 from services.jobs import submit as submissions
 from services.jobs.dispatch import send_all
@@ -44,7 +45,7 @@ bp.before_request(auth.load_user)
 
 # The configurations this deployment's forms offer as checkboxes; others are typed in.
 COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
-SEVERITIES = ("high", "medium", "low", "info")
+SEVERITIES = tuple(severity.value for severity in Severity)
 # Syscalls that mean waiting or polling: the strace table highlights them.
 WAIT_SYSCALLS = {
     "futex",

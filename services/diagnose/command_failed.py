@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.models import Run
 
 TAIL_LINES = 20
@@ -52,7 +52,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         FindingDraft(
             kind="command_failed",
             # Nothing at all was measured: the report must not look like a clean bill.
-            severity="medium" if passed_tests else "high",
+            severity=Severity.medium if passed_tests else Severity.high,
             title=f"The command {verb} in all {len(runs)} runs with {where}",
             detail=" ".join(detail),
             config_label=None if everywhere else next(iter(failing)),

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.measure.samples import JobSamples
 from services.measure.stats import Summary, benjamini_hochberg, compare, median_interval, rank_test
@@ -102,11 +102,11 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
     if ratio < thresholds.cpu_sensitivity_ratio:
         return None
     if ratio >= thresholds.severity_high_ratio:
-        severity = "high"
+        severity = Severity.high
     elif ratio >= thresholds.severity_medium_ratio:
-        severity = "medium"
+        severity = Severity.medium
     else:
-        severity = "low"
+        severity = Severity.low
     subject = candidate.test_id or "The command"
     others = [
         f"{label}: {summaries[label].median / fast.median:.1f}x"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 
 def demand(user_s: float, sys_s: float, throttled_s: float, wall_s: float) -> float:
@@ -48,7 +48,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if wanted < max(1.0, config.cpus) * limits.cpu_throttling_min_parallelism:
             continue  # one thread slowed by the quota's factor: physics, not a finding
         held_share = held_s / wall_s if wall_s else 0.0
-        severity = "high" if held_share >= 0.5 else "medium" if held_share >= 0.2 else "low"
+        severity = Severity.high if held_share >= 0.5 else Severity.medium if held_share >= 0.2 else Severity.low
         pools = max(1, int(config.cpus)) if config.cpus >= 1 else 1
         drafts.append(
             FindingDraft(

@@ -11,7 +11,7 @@ import math
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft, format_seconds
+from services.diagnose.findings import FindingDraft, Severity, format_seconds
 from services.measure.samples import WALL_RESOLUTION_S, JobSamples
 from services.thresholds import Thresholds
 
@@ -84,7 +84,7 @@ def _judge(
         slower = f"{'at least ' if below else ''}{ratio:.1f}x slower"
         return FindingDraft(
             kind="latency_flaky",
-            severity="medium",
+            severity=Severity.medium,
             title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {slower}",
             detail=(
                 f"{len(fast)} runs around {format_seconds(statistics.median(fast))}, {len(slow)} around "
@@ -100,7 +100,7 @@ def _judge(
         median = statistics.median(values)
         return FindingDraft(
             kind="latency_flaky",
-            severity="low",
+            severity=Severity.low,
             title=f"{subject} varies widely between runs with {label}",
             detail=(
                 f"interquartile range {format_seconds(quartiles[2] - quartiles[0])} around a median of "

@@ -23,6 +23,7 @@ from services.errors import BadInput
 from services.jobs.lifecycle import cpu_config
 from services.measure import pytest_command as junit
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
+from services.measure.evidence import EvidenceRunTiming, dump
 from services.measure.executors.base import Executor, RunRequest
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext
 from services.measure.probes.base import FAILED, unavailable
@@ -213,7 +214,7 @@ def _evidence_run(
     missing = probe.unavailable()
     if missing is not None:
         _store_evidence(session, job, job_config, target.test_id, None, missing, store)
-        progress(f"evidence {name} in {where}: {missing.content['reason']}")
+        progress(f"evidence {name} in {where}: {missing.content.reason}")
         return
     pytest_command = junit.is_pytest(target.command)
     command = list(target.command)
@@ -235,9 +236,9 @@ def _evidence_run(
     except BadInput as exc:
         # The screen ran this command, so what failed to start is the probe's tool (a
         # tool_path that does not exist, or is not executable): the job goes on.
-        failed = unavailable(name, f"the {name} evidence run could not start: {exc}", FAILED)
+        failed = unavailable(probe.kind, f"the {name} evidence run could not start: {exc}", FAILED)
         _store_evidence(session, job, job_config, target.test_id, None, failed, store)
-        progress(f"evidence {name} in {where}: {failed.content['reason']}")
+        progress(f"evidence {name} in {where}: {failed.content.reason}")
         return
     cases = junit.parse(context.run_dir / junit.JUNIT_FILE) if pytest_command else []
     repetition = 1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence)
@@ -249,19 +250,19 @@ def _evidence_run(
         durations = [case.duration_s for case in cases if case.test_id == target.test_id]
         observed = durations[0] if durations else result.wall_s
     timing_median = target.summaries[job_config.label].median if job_config.label in target.summaries else None
-    observer = {
-        "run_id": run.id,
-        "wall_s": result.wall_s,
-        "observed_s": observed,
-        "timing_median_s": timing_median,
-        "ratio": round(observed / timing_median, 3) if timing_median else None,
-        "exit_code": result.exit_code,
-        "timed_out": result.timed_out,
-    }
+    observer = EvidenceRunTiming(
+        run_id=run.id,
+        wall_s=result.wall_s,
+        observed_s=observed,
+        timing_median_s=timing_median,
+        ratio=round(observed / timing_median, 3) if timing_median else None,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+    )
     drafts = probe.collect(result)
     for draft in drafts:
-        draft.content.setdefault("probe", name)
-        draft.content["run"] = observer
+        draft.content.probe = draft.content.probe or name
+        draft.content.run = observer
         _store_evidence(session, job, job_config, target.test_id, run, draft, store)
     summary = ", ".join(f"{d.kind} {d.status}" for d in drafts)
     progress(
@@ -293,7 +294,7 @@ def _store_evidence(
         run=run,
         test_id=test_id,
         kind=draft.kind,
-        content=draft.content,
+        content=dump(draft.content),
         text=draft.text,
         artifacts=artifacts,
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
+import jsonschema
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from services.jobs.report_schema import SCHEMA_FILE
 from services.models import Job
 from tests.conftest import EXAMPLES, PYTHON, run_cli
 
@@ -38,6 +41,8 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
     report = result.report(out)
 
     assert report["schema"] == "lagtrace.report/v1"
+    # The published JSON Schema is the contract a client reads: the report must satisfy it.
+    jsonschema.validate(report, json.loads(SCHEMA_FILE.read_text()))
     assert report["command"] == HANDOFF and report["executor"] == "local"
     assert [c["label"] for c in report["configs"]] == ["cpuset=0", "cpuset=0-1"]
     for config in report["configs"]:

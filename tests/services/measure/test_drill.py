@@ -12,7 +12,7 @@ from services.measure.artifacts import make_artifact_store
 from services.measure.drill import narrow_to_test, parse_evidence
 from services.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HANDOFF = REPO / "examples" / "handoff.py"
 
 
