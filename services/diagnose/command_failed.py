@@ -36,10 +36,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
     failed_tests = sorted({r.test_id for run in runs for r in run.test_results if r.outcome in ("failed", "error")})
     passed_tests = {r.test_id for run in runs for r in run.test_results if r.outcome == "passed"}
     everywhere = len(failing) == len(context.job.configs)
-    where = "every configuration" if everywhere else ", ".join(failing)
+    where = "in every configuration" if everywhere else "with " + ", ".join(failing)
     verb = "timed out" if timed_out == len(runs) else "failed"
     detail = [
-        f"No run with {where} succeeded ({', '.join(ended)}), so the command's latency there was not "
+        f"No run succeeded {where} ({', '.join(ended)}), so the command's latency there was not "
         f"measured and nothing else is judged from those runs."
     ]
     if failed_tests:
@@ -53,7 +53,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
             kind="command_failed",
             # Nothing at all was measured: the report must not look like a clean bill.
             severity=Severity.medium if passed_tests else Severity.high,
-            title=f"The command {verb} in all {len(runs)} runs with {where}",
+            title=f"The command {verb} in all {len(runs)} runs {where}",
             detail=" ".join(detail),
             config_label=None if everywhere else next(iter(failing)),
             metrics={

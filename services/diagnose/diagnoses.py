@@ -30,6 +30,9 @@ CAUSES = (
     "off_cpu_wait",
     "stall",
 )
+# Causes whose evidence is the timing runs' own measurements (cgroup cpu.stat, exit
+# codes and output) rather than a probe's evidence entry.
+MEASURED_CAUSES = ("cpu_throttling", "command_failed")
 
 ADVICE = {
     "command_failed": "Make the command pass first: the output tail shows why it failed; no latency was measured.",
@@ -133,7 +136,7 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
                         "kind": cause["kind"],
                         "text": cause["title"],
                         "finding": cause["id"],
-                        "evidence_backed": bool(cause.get("evidence")) or cause["kind"] in ("cpu_throttling",),
+                        "evidence_backed": bool(cause.get("evidence")) or cause["kind"] in MEASURED_CAUSES,
                         "from_command": inherited,
                     }
                     if cause is not None

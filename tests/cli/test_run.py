@@ -81,7 +81,23 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
 def test_program_that_only_waits_is_not_flagged(sqlite_url, tmp_path):
     out = tmp_path / "out.json"
     result = run_cli(
-        ["run", *CORES, "--config", "cpus=0.5", "--repeat", "5", "--json", str(out), "--", *STEADY], sqlite_url
+        # local: STEADY runs on this host's interpreter, which no container has (under the
+        # docker executor every run failed, and the report used to call that healthy)
+        [
+            "run",
+            "--executor",
+            "local",
+            *CORES,
+            "--config",
+            "cpus=0.5",
+            "--repeat",
+            "5",
+            "--json",
+            str(out),
+            "--",
+            *STEADY,
+        ],
+        sqlite_url,
     )
     assert result.returncode == 0, result.stderr
     report = result.report(out)
