@@ -88,7 +88,7 @@ def screen(
                 run_once(job_config, RunKind.timing, repetition)
             still = still_active([c.label for c in active], collect(job), thresholds, repetition, job.repeat)
             for done in active:
-                if done.label not in still:
+                if done.label not in still and repetition < job.repeat:
                     progress(f"{done.label}: verdict settled after {repetition} runs")
             active = [c for c in active if c.label in still]
             if not active:
