@@ -8,11 +8,11 @@ from urllib.parse import parse_qs
 from flask import Blueprint, jsonify, request
 from sqlalchemy.exc import IntegrityError
 
-from api.context import ctx, db
 from api.errors import BadRequest, error_response
+from api.metrics import metrics as api_metrics
+from services.context import ctx, db
 from services.github.client import signature_valid
 from services.github.webhooks import handle_delivery
-from services.jobs.dispatch import send_all
 from services.models import WebhookDelivery
 
 bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
@@ -20,7 +20,7 @@ bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 
 @bp.post("/webhooks/github")
 def github():
-    settings, metrics = ctx().settings, ctx().metrics
+    settings, metrics = ctx().settings, api_metrics()
     if settings.github_webhook_secret is None:
         metrics.webhooks.labels(outcome="not_configured").inc()
         return error_response(503, "GitHub webhooks are off: set LAGTRACE_GITHUB_WEBHOOK_SECRET")
@@ -38,7 +38,7 @@ def github():
     session = db()
     try:
         outcome = handle_delivery(session, settings, delivery_id=delivery_id, event=event, payload=payload)
-        session.commit()
+        session.commit()  # the outbox sends the new job's first step now
     except IntegrityError:
         # The same delivery arrived twice at once and the other request stored it first.
         session.rollback()
@@ -52,7 +52,6 @@ def github():
                 "outcome": "duplicate delivery",
             }
         )
-    send_all(ctx().dispatcher, outcome.steps)
     metrics.webhooks.labels(outcome="duplicate" if outcome.duplicate else event).inc()
     started = outcome.job_id is not None and not outcome.duplicate
     response = jsonify(

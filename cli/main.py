@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services.errors import BadInput, LagtraceError
+from services.errors import LagtraceError
 from services.settings import Settings
 
 
@@ -30,15 +30,14 @@ def _cancel(signum, frame) -> None:
 
 @contextlib.contextmanager
 def _exit_on_domain_errors():
-    """Bad input exits 2, any other domain failure 1, each with its message on stderr."""
+    """A domain error exits with its own code (services/errors.py: 2 for bad input, 1 for a
+    failure), its message on stderr."""
     try:
         yield
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
     except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
+        word = "error" if exc.exit_code == 2 else "failed"
+        click.echo(f"lagtrace: {word}: {exc}", err=True)
+        sys.exit(exc.exit_code)
 
 
 def _progress(message: str) -> None:
@@ -156,11 +155,32 @@ def run(
 
 
 @cli.command()
-def migrate() -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Change nothing: exit 0 when the schema is at head, 1 when it is not (or the database is unreachable).",
+)
+def migrate(check: bool) -> None:
     """Bring the database at LAGTRACE_DATABASE_URL to the newest schema."""
     from services import migrate as migrations
 
     settings = _load_settings()
+    if check:
+        from services.db import make_engine
+
+        engine = make_engine(settings)
+        try:
+            current = migrations.current_revision(engine)
+        except Exception as exc:  # any failure to read it means "not at head yet"
+            click.echo(f"lagtrace: database not reachable: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+        finally:
+            engine.dispose()
+        if current not in migrations.heads(settings):
+            click.echo(f"lagtrace: database schema is at {current or 'none (empty)'}, not at head", err=True)
+            sys.exit(1)
+        _progress("database schema is at head")
+        return
     migrations.upgrade(settings)
     _progress("database schema is at head")
 
@@ -175,11 +195,8 @@ def serve(host: str, port: int, threads: int) -> None:
     from cli.service import serve as serve_api
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
+    with _exit_on_domain_errors():
         serve_api(_load_settings(), host, port, threads)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
 
 
 @cli.command()
@@ -199,8 +216,22 @@ def worker(concurrency: int, beat: bool, loglevel: str) -> None:
     settings = _load_settings()
     if not settings.broker_url:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
-    try:
+    with _exit_on_domain_errors():
         run_worker(settings, concurrency, beat, loglevel)
+
+
+@cli.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Run only the periodic reconciler's scheduler (one per cluster), for deployments
+    whose workers run without --beat."""
+    from cli.service import beat as run_beat
+
+    settings = _load_settings()
+    if not settings.broker_url:
+        raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
+    try:
+        run_beat(settings, loglevel)
     except LagtraceError as exc:
         click.echo(f"lagtrace: failed: {exc}", err=True)
         sys.exit(1)
@@ -218,11 +249,8 @@ def token_create(project: str, name: str) -> None:
     """Print a new token. It is shown only this once; the database keeps its hash."""
     from cli.service import new_token
 
-    try:
+    with _exit_on_domain_errors():
         click.echo(new_token(_load_settings(), project, name))
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
 
 
 @cli.group()
@@ -327,11 +355,8 @@ def submit(
 
     if repo and directory:
         raise click.UsageError("give --repo or --dir, not both")
-    try:
+    with _exit_on_domain_errors():
         probes = parse_evidence(evidence)
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
     spec = {
         "command": list(command),
         "configs": list(specs),

@@ -7,8 +7,8 @@ import secrets
 
 from flask import abort, g, redirect, request, session, url_for
 
-from api.context import db
 from services.accounts.users import visible_project_ids
+from services.context import db
 from services.errors import NotFound
 from services.models import Finding, Job, User
 

@@ -1,7 +1,8 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids, runs one step from services.jobs.steps (which claims the step in the
-database ledger first), and sends the next steps only after its commit. Messages are
+Each task takes ids and runs one step of the job engine (services.jobs.engine, which
+claims the step in the database ledger first); the outbox sends the next steps once the
+step's transaction commits. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
 once the broker's visibility timeout passes; the hard time limit ends every task
 before that, so a live task is never delivered twice.
@@ -11,20 +12,26 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
+from typing import ClassVar
 
-from celery import Celery
+from celery import Celery, bootsteps
+from celery.beat import PersistentScheduler
 from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import make_engine, make_session_factory
+from services.jobs import engine as job_engine
+from services.jobs import outbox
 from services.jobs import reconcile as reconciler
-from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step, send_all
-from services.jobs.steps import run_step
+from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
 QUEUE = "lagtrace"
+# How often the heartbeat file is touched; a probe allows several missed beats.
+HEARTBEAT_INTERVAL_S = 5.0
 
 
 def task_name(kind: str) -> str:
@@ -52,8 +59,9 @@ class CeleryDispatcher:
 class WorkerDatabase:
     """The worker process's engine, made on first use and never shared across a fork."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, dispatcher: CeleryDispatcher):
         self.settings = settings
+        self.dispatcher = dispatcher
         self._engine: Engine | None = None
         self._factory: sessionmaker[Session] | None = None
         self._lock = threading.Lock()
@@ -62,7 +70,8 @@ class WorkerDatabase:
         with self._lock:
             if self._factory is None:
                 self._engine = make_engine(self.settings)
-                self._factory = make_session_factory(self._engine)
+                # What a task commits, the outbox sends as Celery messages.
+                self._factory = outbox.bind(make_session_factory(self._engine), self.dispatcher)
             return self._factory
 
     def after_fork(self, **_kwargs) -> None:
@@ -70,6 +79,57 @@ class WorkerDatabase:
         # without closing the parent's sockets (SQLAlchemy's advice for os.fork()).
         if self._engine is not None:
             self._engine.dispose(close=False)
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.touch()
+    except OSError:
+        # A full or vanished volume must not kill the worker mid-run; the probe's
+        # stale file says what went wrong.
+        log.warning("could not touch the heartbeat file %s", path, exc_info=True)
+
+
+class Heartbeat(bootsteps.StartStopStep):
+    """Touches LAGTRACE_WORKER_HEARTBEAT_FILE from the worker's own timer.
+
+    The timer runs in the main process's event loop, so the file goes stale when that loop
+    is stuck (a hung broker connection) but stays fresh while a pool process runs a long
+    measured task: a liveness probe on it restarts dead workers, never busy ones. Cheaper
+    and more honest than `celery inspect ping`, which needs the broker and a free consumer.
+    """
+
+    requires: ClassVar = {"celery.worker.components:Timer"}
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.path: Path | None = parent.app.conf.get("lagtrace_heartbeat_file")
+        self.tref = None
+
+    def start(self, parent) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _touch(self.path)
+        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, _touch, (self.path,), priority=10)
+
+    def stop(self, parent) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+        if self.path is not None:
+            # A stopped worker is not alive: do not leave a fresh file for the next probe.
+            self.path.unlink(missing_ok=True)
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """The beat's scheduler, touching the heartbeat file on every tick of its loop."""
+
+    def tick(self, *args, **kwargs):
+        path = self.app.conf.get("lagtrace_heartbeat_file")
+        if path is not None:
+            _touch(path)
+        return super().tick(*args, **kwargs)
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -92,6 +152,10 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        # The beat loop wakes at least this often, so its heartbeat stays fresh.
+        beat_max_loop_interval=HEARTBEAT_INTERVAL_S,
+        beat_scheduler=f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__qualname__}",
+        lagtrace_heartbeat_file=settings.worker_heartbeat_file,
         beat_schedule={
             "reconcile": {
                 "task": task_name(RECONCILE),
@@ -100,15 +164,15 @@ def make_celery(settings: Settings) -> Celery:
             }
         },
     )
-    database = WorkerDatabase(settings)
-    dispatcher = CeleryDispatcher(app)
+    app.steps["worker"].add(Heartbeat)
+    database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 
     def step_task(kind: str):
         # One task per step, so that steps can be routed and rate-limited apart; the body
-        # is the same: ids in, one service call (which commits), follow-ups sent after.
+        # is the same: ids in, one engine step (which commits; the outbox sends what follows).
         def task(job_id: int, name: str) -> None:
-            run_step(database.session_factory(), settings, dispatcher, Step(kind, job_id, name))
+            job_engine.run_step(database.session_factory(), settings, Step(kind, job_id, name))
 
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)
@@ -120,9 +184,8 @@ def make_celery(settings: Settings) -> Celery:
     def reconcile() -> None:
         with database.session_factory()() as session:
             steps = reconciler.reconcile(session, settings)
-            session.commit()
+            session.commit()  # the outbox resends them
         if steps:
             log.info("reconciler resent %d steps", len(steps))
-        send_all(dispatcher, steps)
 
     return app

@@ -6,14 +6,13 @@ stored once (primary key), so a redelivery is answered without a second job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput
-from services.jobs.dispatch import Step
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.sources import describe_validation_error
 from services.jobs.submit import rerun_job, submit_job
@@ -68,7 +67,6 @@ class Outcome:
     outcome: str
     job_id: int | None = None
     duplicate: bool = False
-    steps: list[Step] = field(default_factory=list)
 
 
 def _parse(model: type[BaseModel], payload: object, event: str) -> BaseModel:
@@ -132,14 +130,14 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object)
         )
         if parent is None:
             return Outcome("ignored: not a lagtrace check run")
-        job, steps = rerun_job(session, settings, parent, configs=[], origin="github")
-        return Outcome(f"rerun of job {parent.id}", job.id, steps=steps)
+        job = rerun_job(session, settings, parent, configs=[], origin="github")
+        return Outcome(f"rerun of job {parent.id}", job.id)
     return Outcome(f"ignored: event {event}")
 
 
 def _start(session: Session, settings: Settings, repository: Repository, *, ref: str, sha: str) -> Outcome:
     project = get_or_create_project(session, repository.full_name)
-    job, steps = submit_job(
+    job = submit_job(
         session,
         settings,
         project,
@@ -150,4 +148,4 @@ def _start(session: Session, settings: Settings, repository: Repository, *, ref:
         origin="github",
         github_repository=repository.full_name,
     )
-    return Outcome(f"job {job.id} for {sha[:12]}", job.id, steps=steps)
+    return Outcome(f"job {job.id} for {sha[:12]}", job.id)

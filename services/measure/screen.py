@@ -1,26 +1,33 @@
 """The timing screen: repetitions of the command in every configuration, no tracer.
 
-Repetitions are interleaved (one run of each configuration per round) so that drift
-on a noisy machine spreads over all configurations instead of biasing one. A
-configuration stops early once more runs cannot change its verdict against any other.
+Repetitions are interleaved (one run of each configuration per round, in an order
+shuffled every round by the job's recorded seed) so that drift on a noisy machine, and
+the after-effects of one run on the next, spread over all configurations instead of
+biasing one. Each configuration first gets one warm-up run, stored as such and left out
+of every statistic. A configuration stops early once more runs cannot change its
+verdict against any other, never before ``min_repetitions`` runs (the false-positive
+rate of that rule is measured by tests/bench/bench_false_positives.py).
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from services.jobs.lifecycle import cpu_config
 from services.measure import hostload
-from services.measure import pytest_command as junit
-from services.measure.executors.base import Executor, RunRequest, RunResult
+from services.measure.executors.base import Executor, RunResult
+from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import median_interval, pair_settled
-from services.models import Job, JobConfig, Run, RunKind, TestResult
+from services.models import Job, JobConfig, RunKind
 from services.thresholds import Thresholds
 
 Progress = Callable[[str], None]
@@ -32,113 +39,106 @@ def screen(
     executor: Executor,
     thresholds: Thresholds,
     *,
+    workdir: Path,
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
-    configs: list[JobConfig] | None = None,
-    workdir: Path | None = None,
 ) -> None:
-    """Run the timing screen for ``job``, storing every run as it finishes.
+    """Run the timing screen for all of ``job``'s configurations, storing every run as it finishes.
 
-    ``checkpoint`` is called after each stored run; the CLI passes ``session.commit``
-    so that a killed lagtrace loses at most the run in flight. A service worker screens
-    one configuration (``configs``) in its own checkout (``workdir``); early stopping
-    then compares with whatever the other configurations have stored so far.
+    ``checkpoint`` is called after each stored run: the caller commits there, so a
+    killed lagtrace loses at most the run in flight (and a cancelled job stops).
     """
-    pytest_command = junit.is_pytest(job.command)
-    active = list(configs if configs is not None else job.configs)
+    active = list(job.configs)
+    if job.screen_seed is None:
+        job.screen_seed = secrets.randbits(32)
+    order = random.Random(job.screen_seed)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
+
+    def measure(job_config: JobConfig, kind: RunKind, repetition: int) -> None:
+        run_dir = scratch / f"{job_config.position}-{repetition}"
+        run_dir.mkdir()
+        measured = run_once(
+            session,
+            executor,
+            job_config,
+            command=job.command,
+            workdir=workdir,
+            run_dir=run_dir,
+            timeout_s=job.timeout_s,
+            kind=kind,
+            repetition=repetition,
+        )
+        checkpoint()
+        progress(_progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases)))
+
     try:
+        for job_config in round_order(order, active):
+            measure(job_config, RunKind.warmup, 0)
         for repetition in range(1, job.repeat + 1):
-            for job_config in active:
-                run_dir = scratch / f"{job_config.position}-{repetition}"
-                run_dir.mkdir()
-                command = list(job.command)
-                if pytest_command:
-                    command = junit.with_junit(command, executor.visible_path(run_dir / junit.JUNIT_FILE))
-                result = executor.run(
-                    RunRequest(
-                        command=command,
-                        workdir=workdir or Path(job.workdir or "."),
-                        config=cpu_config(job_config),
-                        run_dir=run_dir,
-                        timeout_s=job.timeout_s,
-                        job_id=job.id,
-                    )
-                )
-                cases = junit.parse(run_dir / junit.JUNIT_FILE) if pytest_command else []
-                store_run(session, job_config, RunKind.timing, repetition, result, cases)
-                checkpoint()
-                progress(_progress_line(job_config, repetition, job.repeat, result, len(cases)))
-            if repetition >= thresholds.min_repetitions and repetition < job.repeat:
-                samples = collect(job)
-                still = [c for c in active if not _settled(c.label, samples, thresholds)]
-                for done in active:
-                    if done not in still:
-                        progress(f"{done.label}: verdict settled after {repetition} runs")
-                active = still
-                if not active:
-                    break
+            for job_config in round_order(order, active):
+                measure(job_config, RunKind.timing, repetition)
+            still = still_active([c.label for c in active], collect(job), thresholds, repetition, job.repeat)
+            for done in active:
+                if done.label not in still and repetition < job.repeat:
+                    progress(f"{done.label}: verdict settled after {repetition} runs")
+            active = [c for c in active if c.label in still]
+            if not active:
+                break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def store_run(
-    session: Session,
-    job_config: JobConfig,
-    kind: RunKind,
-    repetition: int,
-    result: RunResult,
-    cases,
-    *,
-    probe: str | None = None,
-    test_id: str | None = None,
-) -> Run:
-    """Store one run (timing, or evidence with the probe and test it ran) with its test cases."""
-    run = Run(
-        config=job_config,
-        kind=kind,
-        probe=probe,
-        test_id=test_id,
-        repetition=repetition,
-        wall_s=result.wall_s,
-        user_s=result.user_s,
-        sys_s=result.sys_s,
-        max_rss_kb=result.max_rss_kb,
-        voluntary_ctx_switches=result.voluntary_ctx_switches,
-        involuntary_ctx_switches=result.involuntary_ctx_switches,
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        nr_periods=result.nr_periods,
-        nr_throttled=result.nr_throttled,
-        throttled_s=result.throttled_s,
-        output_tail=result.output_tail,
-        foreign_cpus=result.foreign_cpus,
-        read_syscalls=result.read_syscalls,
-        read_bytes=result.read_bytes,
-        test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
-    )
-    session.add(run)
-    session.flush()
-    return run
+T = TypeVar("T")
+
+
+def round_order(rng: random.Random, configs: list[T]) -> list[T]:
+    """This round's order of the configurations (a fresh shuffle every round)."""
+    shuffled = list(configs)
+    rng.shuffle(shuffled)
+    return shuffled
+
+
+def still_active(
+    labels: list[str], samples: JobSamples, thresholds: Thresholds, repetition: int, repeat: int
+) -> list[str]:
+    """The configurations that need more runs after ``repetition`` rounds.
+
+    None stops before min_repetitions (no verdict rests on fewer), nor while any of its
+    series is spread out (latency_flaky needs every run it can get).
+    """
+    if repetition >= repeat:
+        return []
+    if repetition < max(thresholds.min_repetitions, thresholds.flaky_min_runs):
+        return list(labels)
+    return [label for label in labels if not _settled(label, samples, thresholds)]
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
     """Settled against every other configuration, for the command and for every test.
 
     A configuration whose own runs are far apart is never settled: every further run
-    helps tell a two-mode latency from noise (the latency_flaky rule).
+    helps tell a two-mode latency from noise (the latency_flaky rule). A series below
+    its clock's resolution is too fast to judge: more runs cannot help it.
     """
-    series = [samples.wall, *samples.tests.values()]
-    for per_config in series:
+    if not samples.wall.get(label) and samples.failed.get(label, 0) >= thresholds.min_repetitions:
+        return True  # it failed every time: more runs only repeat the failure
+    for _, per_config, resolution in samples.series():
         mine = per_config.get(label)
         if not mine:
+            continue
+        if len(mine) < thresholds.min_repetitions:
+            return False
+        if statistics.median(mine) < resolution:
             continue
         if _spread_out(mine, thresholds):
             return False
         for other, values in per_config.items():
             if other == label or not values:
                 continue
-            if not pair_settled(median_interval(mine), median_interval(values), thresholds.cpu_sensitivity_ratio):
+            a, b = median_interval(mine), median_interval(values)
+            if max(a.ci_high, b.ci_high) - min(a.ci_low, b.ci_low) < thresholds.cpu_sensitivity_min_s:
+                continue  # even the extremes are closer than the absolute floor
+            if not pair_settled(a, b, thresholds.cpu_sensitivity_ratio):
                 return False
     return True
 
@@ -148,8 +148,13 @@ def _spread_out(values: list[float], thresholds: Thresholds) -> bool:
     return high >= thresholds.flaky_gap_ratio * low and high - low >= thresholds.flaky_min_spread_s
 
 
-def _progress_line(job_config: JobConfig, repetition: int, repeat: int, result: RunResult, tests: int) -> str:
-    parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
+def _progress_line(
+    job_config: JobConfig, kind: RunKind, repetition: int, repeat: int, result: RunResult, tests: int
+) -> str:
+    if kind == RunKind.warmup:
+        parts = [f"{job_config.label}: warm-up run {result.wall_s:.3f} s (not counted)"]
+    else:
+        parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
     if result.exit_code != 0:
         parts.append(f"exit {result.exit_code}")
     if result.timed_out:

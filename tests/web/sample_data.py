@@ -1,4 +1,4 @@
-"""A finished hand-off job as the pipeline stores it: runs per configuration, per-test
+"""A finished hand-off job as the engine stores it: runs per configuration, per-test
 durations, evidence as the probes parse it (strace -c, gdb py-bt, py-spy dump and record
 with its flame graph in the artifact store, faulthandler) and findings citing it."""
 

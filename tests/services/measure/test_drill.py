@@ -9,7 +9,8 @@ from cli.run import run_job
 from services.errors import BadInput
 from services.jobs.report import render_text
 from services.measure.artifacts import make_artifact_store
-from services.measure.drill import narrow_to_test, parse_evidence
+from services.measure.drill import parse_evidence
+from services.measure.pytest_command import narrow_to_test
 from services.settings import Settings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -19,7 +20,7 @@ HANDOFF = REPO / "examples" / "handoff.py"
 def test_parse_evidence():
     assert parse_evidence(None) is None
     assert parse_evidence("none") == []
-    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports"]
+    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports", "reads", "asyncio_loop"]
     assert parse_evidence("core, strace,core") == ["core", "strace"]
     with pytest.raises(BadInput, match="unknown probe gdb"):
         parse_evidence("strace,gdb")
