@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import statistics
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from services.measure.configs import CpuConfig, cpu_config, cpus_touched, defaul
 from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.screen import screen
+from services.measure.stats import Summary
 from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
 from services.settings import Settings
 
@@ -143,7 +145,8 @@ def screen_phase(
 
 def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     """What the drill traces: the whole command when the timing rules flag it, a run
-    stalled or probes were asked for; each test (pytest) that a timing rule flags."""
+    stalled, probes were asked for or only a tracer can tell (needs_tracer); each test
+    (pytest) that a timing rule flags."""
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
@@ -154,7 +157,7 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     slowest = max(summary.median for summary in wall.values())
     command_flagged = any(draft.test_id is None for draft in flagged)
     stalled = job.stall_after_s is not None and slowest >= job.stall_after_s
-    if job.probes is not None or command_flagged or stalled:
+    if job.probes is not None or command_flagged or stalled or needs_tracer(context, wall):
         found.append(Target(None, list(job.command), wall))
     if pytest_command.is_pytest(job.command):
         for test_id in dict.fromkeys(draft.test_id for draft in flagged):
@@ -162,6 +165,26 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
                 narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
                 found.append(Target(test_id, narrowed, samples.test_summaries(test_id)))
     return found
+
+
+def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
+    """Whether the whole command is drilled although no timing rule flagged it: slow in
+    even its fastest configuration, or living in the kernel. Socket reads, a hot Python
+    path and a blocked event loop leave no mark on the timing screen's numbers."""
+    limits = context.thresholds
+    if wall and min(summary.median for summary in wall.values()) >= limits.drill_slow_command_s:
+        return True
+    # 300,000 recv(1) take 0.2 s here, half of it system time, where a healthy Python
+    # program spends a few per cent there.
+    for config in context.job.configs:
+        runs = [run for run in context.timing_runs(config) if run.wall_s > 0 and run.exit_code == 0]
+        if not runs:
+            continue
+        sys_s = statistics.median(run.sys_s for run in runs)
+        share = statistics.median(run.sys_s / run.wall_s for run in runs)
+        if sys_s >= limits.drill_syscall_heavy_min_s and share >= limits.drill_syscall_heavy_share:
+            return True
+    return False
 
 
 def drill_phase(

@@ -26,6 +26,8 @@ class EvidenceKind(enum.StrEnum):
     proc_io = "proc_io"
     faulthandler = "faulthandler"
     imports = "imports"
+    reads = "reads"  # every read syscall's size, by descriptor type (strace)
+    asyncio_loop = "asyncio_loop"  # asyncio callbacks that blocked the event loop
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -106,12 +108,35 @@ class ProfiledThread(_Model):
     top_frames: list[TopFrame]
 
 
+class ProfiledFunction(_Model):
+    """A function's share of one thread's samples: own (innermost frame) and cumulative
+    (anywhere on the stack); ``line`` is where most of its own samples were."""
+
+    function: str
+    file: str
+    line: int | None = None
+    own_samples: int
+    cumulative_samples: int
+    own_pct: float
+    cumulative_pct: float
+    waiting: bool = False  # a known blocking wait (a lock, a selector): samples, not CPU
+
+
+class ThreadFunctions(_Model):
+    thread: str
+    samples: int
+    waiting_pct: float = 0.0  # samples whose innermost frame is a blocking wait
+    functions: list[ProfiledFunction]
+
+
 class PySpyRecordContent(EvidenceContent):
     rate_hz: int | None = None
     idle_included: bool | None = None  # idle (waiting) samples are in the graph
     gil_only: bool | None = None  # samples restricted to the GIL holder (--gil)
     samples: int | None = None
     threads: list[ProfiledThread] | None = None
+    # The busiest threads' functions (hot_path reads these).
+    functions: list[ThreadFunctions] | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
 
@@ -216,6 +241,55 @@ class ImportsContent(EvidenceContent):
     wall_s: float | None = None
 
 
+# --- every read syscall (strace -e trace=read,recv...) -------------------------------
+
+
+class FdTypeReads(_Model):
+    """The reads from one type of descriptor (socket, pipe, file, other)."""
+
+    calls: int
+    syscalls: dict[str, int]
+    reads_with_data: int
+    bytes: int
+    errors: int
+    eof: int
+    median_bytes: float | None = None
+    mode_bytes: int | None = None
+    mean_bytes: float | None = None
+    histogram: dict[str, int]  # size bucket ("<=64", ">65536") -> reads
+
+
+class ReadsContent(EvidenceContent):
+    by_fd_type: dict[str, FdTypeReads] | None = None
+    wall_s: float | None = None
+    timed_out: bool | None = None
+    stopped_before_timeout: bool | None = None
+
+
+# --- asyncio callbacks that blocked the loop ----------------------------------------
+
+
+class BlockingCall(_Model):
+    """Slow callbacks grouped by the innermost frame the loop thread was stuck in."""
+
+    call: str
+    count: int
+    total_s: float
+    max_s: float
+    callback: str | None = None  # the task or callback that made the call
+    stack: list[str] = []  # the loop thread's stack while blocked, innermost first
+
+
+class AsyncioLoopContent(EvidenceContent):
+    threshold_s: float | None = None
+    wall_s: float | None = None
+    processes: int | None = None
+    callbacks: int | None = None
+    slow_callbacks: int | None = None
+    blocked_s: float | None = None
+    blocking_calls: list[BlockingCall] | None = None
+
+
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.strace: StraceContent,
     EvidenceKind.pyspy: PySpyRecordContent,
@@ -225,6 +299,8 @@ CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.proc_io: ProcIoContent,
     EvidenceKind.faulthandler: FaulthandlerContent,
     EvidenceKind.imports: ImportsContent,
+    EvidenceKind.reads: ReadsContent,
+    EvidenceKind.asyncio_loop: AsyncioLoopContent,
 }
 
 

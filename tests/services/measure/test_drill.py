@@ -20,7 +20,7 @@ HANDOFF = REPO / "examples" / "handoff.py"
 def test_parse_evidence():
     assert parse_evidence(None) is None
     assert parse_evidence("none") == []
-    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports"]
+    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports", "reads", "asyncio_loop"]
     assert parse_evidence("core, strace,core") == ["core", "strace"]
     with pytest.raises(BadInput, match="unknown probe gdb"):
         parse_evidence("strace,gdb")
