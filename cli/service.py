@@ -117,9 +117,10 @@ def beat(settings: Settings, loglevel: str) -> None:
     from worker import make_celery
 
     _current_engine(settings).dispose()  # the reconciler it schedules needs a migrated database
-    app = make_celery(settings)
-    settings.work_dir.mkdir(parents=True, exist_ok=True)
-    app.start(["beat", f"--loglevel={loglevel}", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"])
+    if settings.worker_heartbeat_file is not None:
+        settings.worker_heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
+    app = make_celery(settings)  # its scheduler keeps the schedule in memory (worker/app.py)
+    app.start(["beat", f"--loglevel={loglevel}"])
 
 
 def _committed(settings: Settings, action: Callable[[Session], T]) -> T:

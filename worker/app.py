@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from celery import Celery, bootsteps
-from celery.beat import PersistentScheduler
+from celery.beat import Scheduler
 from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -122,8 +122,14 @@ class Heartbeat(bootsteps.StartStopStep):
             self.path.unlink(missing_ok=True)
 
 
-class HeartbeatScheduler(PersistentScheduler):
-    """The beat's scheduler, touching the heartbeat file on every tick of its loop."""
+class HeartbeatScheduler(Scheduler):
+    """The beat's scheduler, touching the heartbeat file on every tick of its loop.
+
+    In memory, not Celery's shelve file: the schedule is one interval task, so a restarted
+    beat loses nothing worth keeping, and a pod with a read-only root has no state to
+    corrupt (the shelve file failed to open in the image's Python 3.13, whose dbm
+    default changed to sqlite3).
+    """
 
     def tick(self, *args, **kwargs):
         path = self.app.conf.get("lagtrace_heartbeat_file")

@@ -140,7 +140,10 @@ class Stack:
             "network_mode": "host",
             "read_only": True,
             # emptyDirs in the chart (fsGroup makes them the image user's); tmpfs here.
-            "tmpfs": {path: "mode=1777" for path in ("/tmp", "/srv/lagtrace/work", "/srv/lagtrace/artifacts")},
+            "tmpfs": {
+                path: "uid=10001,gid=10001,mode=0755"
+                for path in ("/tmp", "/srv/lagtrace/work", "/srv/lagtrace/artifacts")
+            },
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],
             "environment": {**self.env, **kwargs.pop("environment", {})},
