@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
-    out_dir = path.parent
+    out_dir = path.resolve().parent
     table = score(outcomes)
     print("\nkind                 tp  fn  fp  precision  recall")
     for kind, row in table.items():
