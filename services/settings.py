@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     broker_visibility_timeout_s: int = Field(3600, gt=0)
     task_max_attempts: int = Field(3, ge=1)
     reconcile_interval_s: float = Field(60.0, gt=0)
+    # Touched by a worker's (and beat's) main loop every few seconds; Kubernetes' liveness
+    # probe reads its age. Unset: no heartbeat file.
+    worker_heartbeat_file: Path | None = None
+    # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
+    node_name: str | None = None
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False

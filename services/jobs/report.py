@@ -6,6 +6,9 @@ import shlex
 import statistics
 from typing import Any
 
+from services.diagnose import cpu_sensitivity, observer_effect
+from services.diagnose import diagnoses as stories
+from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import evidence as evidence_models
@@ -23,8 +26,9 @@ from services.measure.evidence import (
     StraceContent,
 )
 from services.measure.samples import collect
-from services.measure.stats import Summary
+from services.measure.stats import Summary, compare
 from services.models import Job, RunKind
+from services.thresholds import Thresholds
 
 SCHEMA = SCHEMA_ID
 
@@ -50,7 +54,8 @@ def _summary(summary: Summary | None) -> dict[str, Any] | None:
     return summary.as_dict() if summary else None
 
 
-def build_report(job: Job) -> dict[str, Any]:
+def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The v1 report. ``thresholds`` judge the notes on evidence (observer effect)."""
     samples = collect(job)
     wall = samples.wall_summaries()
     configs = []
@@ -62,6 +67,13 @@ def build_report(job: Job) -> dict[str, Any]:
                 "cpus": config.cpus,
                 "cpuset": config.cpuset,
                 "runs": [{field: getattr(run, field) for field in RUN_FIELDS} for run in runs],
+                # Stored for the record, never in a statistic (cold caches, .pyc writes).
+                "warmup_runs": [
+                    {field: getattr(run, field) for field in RUN_FIELDS}
+                    for run in config.runs
+                    if run.kind == RunKind.warmup
+                ],
+                # Median of the successful runs only (failed and timed-out runs are in runs[]).
                 "wall_s": _summary(wall.get(config.label)),
             }
         )
@@ -90,6 +102,15 @@ def build_report(job: Job) -> dict[str, Any]:
         if run.kind == RunKind.timing and (run.exit_code != 0 or run.timed_out)
     ]
     notes = list(job.notes)
+    limits = thresholds or Thresholds()
+    short = {label: len(values) for label, values in samples.wall.items() if 0 < len(values) < limits.min_repetitions}
+    if short:
+        notes.append(
+            "no cpu_sensitivity or latency_flaky verdict rests on fewer than "
+            f"{limits.min_repetitions} successful runs per configuration; "
+            + ", ".join(f"{label} had {n}" for label, n in short.items())
+            + " (raise --repeat)"
+        )
     foreign = [run.foreign_cpus for config in job.configs for run in config.runs]
     if foreign and statistics.median(foreign) > hostload.BUSY_MACHINE_CPUS:
         notes.append(
@@ -100,7 +121,7 @@ def build_report(job: Job) -> dict[str, Any]:
     # observer effect of each probe.
     evidence_runs = []
     for config in job.configs:
-        medians = {None: wall[config.label].median if config.label in wall else None}
+        medians: dict[str | None, float | None] = {None: wall[config.label].median if config.label in wall else None}
         for run in config.runs:
             if run.kind != RunKind.evidence:
                 continue
@@ -122,58 +143,76 @@ def build_report(job: Job) -> dict[str, Any]:
                 }
             )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
-    return validated(
+    for candidate in cpu_sensitivity.undecided(samples, limits, seed=job.screen_seed or 0):
+        comparison = compare(candidate.summaries)
+        if comparison is None:
+            continue
+        have = min(summary.n for summary in candidate.summaries.values())
+        notes.append(
+            f"{candidate.test_id or 'the command'} looks {comparison.ratio:.1f}x slower with {comparison.slow} "
+            f"than with {comparison.fast} (rank test p={candidate.p_value:.2g}), but {have} runs cannot tell it "
+            f"from chance among all the tests judged: rerun with --repeat {have + 2} or more to decide"
+        )
+    evidence_notes = observer_effect.notes(RuleContext(job, limits))
+    evidence = [
         {
-            "schema": SCHEMA,
-            "job": {
-                "id": job.id,
-                "project": job.project.name,
-                "status": job.status.value,
-                "created_at": job.created_at.isoformat(),
-                "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-                "error": job.error,
-            },
-            "command": job.command,
-            "executor": job.executor,
-            "workdir": job.workdir,
-            "repeat": job.repeat,
-            "notes": notes,
-            "configs": configs,
-            "tests": tests,
-            "failed_runs": failed,
-            "evidence_runs": evidence_runs,
-            "evidence": [
-                {
-                    "id": e.id,
-                    "config": e.config.label if e.config else None,
-                    "test": e.test_id,
-                    "kind": e.kind,
-                    "run": e.run_id,
-                    "content": e.content,
-                    "text": e.text,
-                    "artifacts": e.artifacts,
-                }
-                for e in job.evidence
-            ],
-            "findings": [
-                {
-                    "id": f.id,
-                    "kind": f.kind,
-                    "severity": f.severity,
-                    "title": f.title,
-                    "detail": f.detail,
-                    "config": f.config_label,
-                    "test": f.test_id,
-                    "metrics": f.metrics,
-                    "evidence": f.evidence_ids,
-                    "fingerprint": f.fingerprint,
-                    "status": f.status.value,
-                    "regression": f.regression,
-                }
-                for f in findings
-            ],
+            "id": e.id,
+            "config": e.config.label if e.config else None,
+            "test": e.test_id,
+            "kind": e.kind,
+            "run": e.run_id,
+            "content": e.content,
+            "text": e.text,
+            "artifacts": e.artifacts,
+            # How to read it: e.g. the tracer slowed the run 8x (observer_effect).
+            "notes": [evidence_notes[e.id]] if e.id in evidence_notes else [],
         }
-    )
+        for e in job.evidence
+    ]
+    finding_dicts = [
+        {
+            "id": f.id,
+            "kind": f.kind,
+            "severity": f.severity,
+            "title": f.title,
+            "detail": f.detail,
+            "config": f.config_label,
+            "test": f.test_id,
+            "metrics": f.metrics,
+            "evidence": f.evidence_ids,
+            "fingerprint": f.fingerprint,
+            "status": f.status.value,
+            "regression": f.regression,
+        }
+        for f in findings
+    ]
+    report = {
+        "schema": SCHEMA,
+        "job": {
+            "id": job.id,
+            "project": job.project.name,
+            "status": job.status.value,
+            "created_at": job.created_at.isoformat(),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "error": job.error,
+            # Seed of the screen's run order: the same seed replays the same order.
+            "screen_seed": job.screen_seed,
+        },
+        "command": job.command,
+        "executor": job.executor,
+        "workdir": job.workdir,
+        "repeat": job.repeat,
+        "notes": notes,
+        "configs": configs,
+        "tests": tests,
+        "failed_runs": failed,
+        "evidence_runs": evidence_runs,
+        "evidence": evidence,
+        "findings": finding_dicts,
+        # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
+        "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
+    }
+    return validated(report)
 
 
 def _seconds(value: float | None) -> str:
@@ -194,6 +233,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render_text(report: dict[str, Any]) -> str:
     """The human report: findings first, then configurations, then tests."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    out += stories.render(report.get("diagnoses", []))
     findings = report["findings"]
     out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
     for finding in findings:
@@ -253,7 +293,11 @@ def render_text(report: dict[str, Any]) -> str:
         out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
 
     if report["failed_runs"]:
-        out += ["", f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace"]
+        out += [
+            "",
+            f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace; "
+            "they are left out of every median",
+        ]
         for failed in report["failed_runs"][:5]:
             state = "timed out" if failed["timed_out"] else f"exit {failed['exit_code']}"
             out.append(f"  {failed['config']} run {failed['repetition']}: {state}")
@@ -367,6 +411,8 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
             ]
         case _:
             lines.append(head)
+    for note in entry.get("notes", []):
+        lines.append(f"      note: {note['text']}")
     for artifact in entry["artifacts"]:
         if artifact.get("key"):
             lines.append(

@@ -290,12 +290,14 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
     """The same measurements, today's rules: for a rule change, without a quiet machine."""
     os.environ["XDG_DATA_HOME"] = str(STATE / "data")
     sys.path.insert(0, str(REPO))
+    from services import migrate
     from services.db import make_engine, make_session_factory
     from services.diagnose.diagnose import diagnose
     from services.models import Job
     from services.settings import Settings
 
     settings = Settings()
+    migrate.upgrade(settings)  # the run may predate today's schema, as it predates its rules
     summary = json.loads((run_dir / "summary.json").read_text())
     outcomes = []
     with make_session_factory(make_engine(settings))() as session:

@@ -2,7 +2,8 @@
 process: py-spy dump + /proc io + gcore (while it runs), gdb (after), and the core
 zstd-compressed into the artifact store. Target: under 2 s on this machine.
 
-    .venv/bin/python tests/bench/bench_snapshot.py [--mb 150] [--repeat 3]
+    .venv/bin/python -m tests.bench.bench_snapshot [--mb 150] [--repeat 3]
+    .venv/bin/python -m tests.bench.run --only snapshot [--quick]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from services.measure.probes.base import ProbeContext
 from services.measure.probes.core import CoreSnapshot
 from services.measure.probes.stall import STALL
 from services.settings import Settings
+from tests.bench.figures import quantile_figure
 
 # The hand-off pathology (examples/handoff.py) inside a process holding ~N MB of
 # ordinary Python objects, so the core is realistic rather than one zeroed buffer.
@@ -79,7 +81,22 @@ def one_snapshot(megabytes: int, store_root: Path) -> dict:
         "core_mb": ref.size / 2**20,
         "stored_mb": ref.stored_size / 2**20,
         "ratio": ref.size / ref.stored_size,
-        "waiting_for_gil": gdb.content.get("waiting_for_gil"),
+        "waiting_for_gil": gdb.content.waiting_for_gil,
+    }
+
+
+def run(quick: bool = False, megabytes: int = 150) -> dict:
+    with tempfile.TemporaryDirectory() as store_root:
+        results = [one_snapshot(megabytes, Path(store_root)) for _ in range(1 if quick else 5)]
+    return {
+        "figures": [
+            quantile_figure(
+                "trigger to stored evidence", [r["total_s"] for r in results], 50, below=2.0, note="median"
+            ),
+            quantile_figure("trigger to captured (gcore)", [r["capture_s"] for r in results], 50, note="median"),
+            quantile_figure("core read by gdb", [r["analyse_s"] for r in results], 50, note="median"),
+        ],
+        "snapshots": results,
     }
 
 
