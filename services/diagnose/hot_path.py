@@ -40,16 +40,18 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if evidence.test_id not in best or table.samples > best[evidence.test_id][1].samples:
             best[evidence.test_id] = (evidence, table)
     drafts = []
+    # The command's CPU share where it ran freest: under a quota every program's share
+    # falls by the quota's factor, which says nothing about where its time goes.
+    shares = [
+        statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)
+        for config in by_label.values()
+        if (timing := [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0])
+    ]
     for test_id, (evidence, table) in best.items():
         label = evidence.config.label if evidence.config else ""
-        config = by_label.get(label)
-        timing = [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0] if config else []
-        if test_id is not None or not timing:
-            # A test's CPU share is not measured alone (the run holds the whole suite):
-            # the profile's own samples stand for it.
-            cpu_share = None
-        else:
-            cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)
+        # A test's CPU share is not measured alone (the run holds the whole suite): the
+        # profile's own samples stand for it.
+        cpu_share = max(shares) if test_id is None and shares else None
         if cpu_share is not None and cpu_share < 0.5:
             continue
         # A function blocked in a wait (a lock, a selector) holds samples, not the CPU.

@@ -218,8 +218,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="only the cases marked quick (CI)")
     parser.add_argument("--case", action="append", default=[], help="run only this case (repeatable)")
     parser.add_argument("--executor", default="local", choices=["local", "docker"])
+    parser.add_argument(
+        "--rejudge",
+        metavar="RUN_DIR",
+        type=Path,
+        help="judge a previous run's stored jobs again with the rules as they are now (no new runs)",
+    )
     args = parser.parse_args(argv)
     cases = load_cases()
+    if args.rejudge:
+        return rejudge(cases, args.rejudge)
     chosen = [name for name, (quick, _) in cases.items() if (not args.quick or quick)]
     if args.case:
         unknown = set(args.case) - set(cases)
@@ -244,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
                     outcome = run_side(side, args.executor, out_dir)
                     outcomes.append(outcome)
                     _print_outcome(outcome)
+    return _summarize(outcomes, out_dir / "summary.json", args.executor)
+
+
+def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
+    out_dir = path.resolve().parent
     table = score(outcomes)
     print("\nkind                 tp  fn  fp  precision  recall")
     for kind, row in table.items():
@@ -254,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(o.seconds for o in outcomes)
     print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {out_dir.relative_to(REPO)}")
     summary = {
-        "executor": args.executor,
+        "executor": executor,
         "outcomes": [
             {
                 "case": o.side.case,
@@ -269,8 +282,34 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "kinds": table,
     }
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    path.write_text(json.dumps(summary, indent=2))
     return 1 if failures else 0
+
+
+def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
+    """The same measurements, today's rules: for a rule change, without a quiet machine."""
+    os.environ["XDG_DATA_HOME"] = str(STATE / "data")
+    sys.path.insert(0, str(REPO))
+    from services import migrate
+    from services.db import make_engine, make_session_factory
+    from services.diagnose.diagnose import diagnose
+    from services.models import Job
+    from services.settings import Settings
+
+    settings = Settings()
+    migrate.upgrade(settings)  # the run may predate today's schema, as it predates its rules
+    summary = json.loads((run_dir / "summary.json").read_text())
+    outcomes = []
+    with make_session_factory(make_engine(settings))() as session:
+        for entry in summary["outcomes"]:
+            side = next(s for s in cases[entry["case"]][1] if s.variant == entry["variant"])
+            report = json.loads((run_dir / f"{side.case}-{side.variant}.json").read_text())
+            job = session.get(Job, report["job"]["id"])
+            found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
+            outcomes.append(Outcome(side, found, entry["seconds"]))
+            _print_outcome(outcomes[-1])
+        session.rollback()  # the stored findings stay those of the run
+    return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")
 
 
 def _print_outcome(outcome: Outcome) -> None:

@@ -57,3 +57,13 @@ def test_blocking_waits_are_not_hot_functions():
     [finding] = hot_path.check(jobs.context(_job(cpu_share=0.95)))
     assert finding.metrics["thread"] == tables[0]["thread"]  # not the server blocked in select()
     assert all("select" not in f["function"] for f in finding.metrics["functions"])
+
+
+def test_a_quota_halving_the_cpu_share_does_not_hide_the_hot_path():
+    built = _job(cpu_share=0.95)
+    # The same command under cpus=0.5: on a CPU under half its wall time, by the quota.
+    jobs.timing_runs(built.configs[2], [3.4, 3.5, 3.3], cpu_share=0.47)
+    content = {"status": "ok", "functions": pyspy.summarize_functions(_profile())}
+    jobs.evidence(built, built.configs[2], "pyspy", content, wall_s=3.5)
+    [finding] = hot_path.check(jobs.context(built))
+    assert abs(finding.metrics["cpu_share"] - 0.95) < 1e-9
