@@ -103,7 +103,8 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
     command_causes = [f for f in groups.get(None, []) if f["kind"] in CAUSES and f["kind"] not in ("stall",)]
     diagnoses = []
     for test, members in groups.items():
-        symptoms = [f for f in members if f["kind"] in SYMPTOMS]
+        # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
+        symptoms = sorted((f for f in members if f["kind"] in SYMPTOMS), key=lambda f: SYMPTOMS.index(f["kind"]))
         causes = sorted(
             (f for f in members if f["kind"] in CAUSES),
             key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),

@@ -41,7 +41,7 @@ from services.measure.configs import CpuConfig, cpu_config, cpus_touched, defaul
 from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.screen import screen
-from services.measure.stats import Summary
+from services.measure.stats import Summary, median_interval
 from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
 from services.settings import Settings
 
@@ -137,7 +137,7 @@ def screen_phase(
 ) -> None:
     """Every configuration, interleaved; runs of an earlier attempt that died are dropped first."""
     for config in job.configs:
-        for run in [r for r in config.runs if r.kind is RunKind.timing]:
+        for run in [r for r in config.runs if r.kind in (RunKind.timing, RunKind.warmup)]:
             session.delete(run)
     session.flush()
     screen(session, job, executor, settings.thresholds, workdir=workdir, progress=progress, checkpoint=checkpoint)
@@ -150,12 +150,17 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
+    hung = not wall and _timed_out_walls(job)
+    if hung:
+        # Every run hit the timeout: no statistic, but where it hangs is what the drill's
+        # last snapshot before the kill shows.
+        wall = {label: median_interval(values) for label, values in _timed_out_walls(job).items()}
     if not wall:
         return []
     flagged = screen_findings(context)
     found: list[Target] = []
     slowest = max(summary.median for summary in wall.values())
-    command_flagged = any(draft.test_id is None for draft in flagged)
+    command_flagged = hung or any(draft.test_id is None for draft in flagged)
     stalled = job.stall_after_s is not None and slowest >= job.stall_after_s
     if job.probes is not None or command_flagged or stalled or needs_tracer(context, wall):
         found.append(Target(None, list(job.command), wall))
@@ -185,6 +190,14 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
         if sys_s >= limits.drill_syscall_heavy_min_s and share >= limits.drill_syscall_heavy_share:
             return True
     return False
+
+
+def _timed_out_walls(job: Job) -> dict[str, list[float]]:
+    walls = {
+        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and run.timed_out]
+        for config in job.configs
+    }
+    return {label: values for label, values in walls.items() if values}
 
 
 def drill_phase(

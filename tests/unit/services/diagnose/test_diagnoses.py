@@ -60,3 +60,12 @@ def test_command_failed_is_the_story_of_the_command():
 
 def test_no_findings_no_diagnoses():
     assert build_diagnoses([], []) == [] and render([]) == []
+
+
+def test_the_configuration_slowdown_is_the_symptom_whatever_the_severity_order():
+    findings = [
+        finding(1, "latency_flaky", "medium", config="cpuset=0-1"),
+        finding(2, "cpu_sensitivity", "low", config="cpuset=0-1", **SENSITIVE),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["symptom"]["kind"] == "cpu_sensitivity" and story["severity"] == "medium"
