@@ -160,7 +160,8 @@ def migrate() -> None:
     from services import migrate as migrations
 
     settings = _load_settings()
-    migrations.upgrade(settings)
+    with _exit_on_domain_errors():
+        migrations.upgrade(settings)
     _progress("database schema is at head")
 
 
