@@ -327,11 +327,14 @@ def _hold(session: Session, task: JobTask) -> None:
     if holder is None:
         return  # a handler called outside run_step (tests): nobody else can hold it
     worker, attempt = holder
+    # Only a claim changes the holder and the attempt; the state may be this step's own
+    # uncommitted change (done), or pending again after the reconciler resent it, in which
+    # case finishing it here leaves the resent message nothing to claim.
     with session.no_autoflush:
         held = session.execute(
-            select(JobTask.worker, JobTask.attempts, JobTask.state).where(JobTask.id == task.id).with_for_update()
+            select(JobTask.worker, JobTask.attempts).where(JobTask.id == task.id).with_for_update()
         ).one()
-    if held.worker != worker or held.attempts != attempt or held.state is not TaskState.running:
+    if held.worker != worker or held.attempts != attempt:
         raise LeaseLost
 
 

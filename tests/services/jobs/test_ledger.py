@@ -79,7 +79,7 @@ def test_the_reconciler_resends_expired_steps_and_gives_up_after_the_last_attemp
 
 def test_a_heartbeat_renews_only_the_holders_lease(session):
     settings = session.settings
-    job, [step] = queued_job(session)
+    _job, [step] = queued_job(session)
     task = claim(session, settings, step)
     session.commit()
     expire(session, task)
@@ -95,7 +95,7 @@ def test_a_heartbeat_renews_only_the_holders_lease(session):
 
 def test_a_step_given_back_in_an_outage_keeps_its_attempt_and_is_sent_again(session):
     settings = session.settings
-    job, [step] = queued_job(session)
+    _job, [step] = queued_job(session)
     task = claim(session, settings, step)
     session.commit()
     assert not release(session, settings, step, "elsewhere/1", task.attempts)  # not its holder
