@@ -9,6 +9,7 @@ from flask import request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from api.errors import BadRequest
+from services.diagnose.findings import Severity
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
 
@@ -60,7 +61,7 @@ class FindingListQuery(BaseModel):
     job_id: int | None = Field(None, ge=1)
     kind: str | None = Field(None, max_length=32)
     status: TRIAGE_STATUSES | None = None
-    severity: Literal["high", "medium", "low", "info"] | None = None
+    severity: Severity | None = None
     fingerprint: str | None = Field(None, max_length=64)
     test: str | None = None
     limit: int = Field(100, ge=1, le=500)

@@ -25,6 +25,7 @@ from services.accounts.users import SignInFailed, require_project, sign_in, visi
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
+from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
 from services.jobs import lifecycle
 from services.jobs import submit as submissions
@@ -43,7 +44,7 @@ bp.before_request(auth.load_user)
 
 # The configurations this deployment's forms offer as checkboxes; others are typed in.
 COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
-SEVERITIES = ("high", "medium", "low", "info")
+SEVERITIES = tuple(severity.value for severity in Severity)
 # Syscalls that mean waiting or polling: the strace table highlights them.
 WAIT_SYSCALLS = {
     "futex",

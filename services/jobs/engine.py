@@ -122,9 +122,9 @@ def plan_job(
 # --- screen, drill, diagnose: the phases both drivers run --------------------------------
 
 
-def screen_lock(settings: Settings, job: Job) -> AbstractContextManager[None]:
+def screen_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
     """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
-    return nodelock.measurement_slot(settings, cpus_touched([cpu_config(c) for c in job.configs]))
+    return nodelock.measurement_slot(settings, cpus_touched([cpu_config(c) for c in job.configs]), progress)
 
 
 def screen_phase(
@@ -237,10 +237,10 @@ def execute_job(
     lifecycle.mark_running(job)
     checkpoint()
     try:
-        with screen_lock(settings, job):
+        with screen_lock(settings, job, progress):
             screen_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
         # Evidence runs use the slowest and the fastest configuration: the whole node.
-        with nodelock.measurement_slot(settings, None):
+        with nodelock.measurement_slot(settings, None, progress):
             drill_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
         diagnose_phase(session, settings, job)
     except KeyboardInterrupt:
@@ -551,7 +551,7 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
         return
     checkpoint = _stop_if_cancelled(session, job, task)
     try:
-        lock = lambda: screen_lock(settings, job)  # noqa: E731
+        lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
         with _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory):
             screen_phase(
                 session, settings, job, executor, workdir=directory, progress=_progress(job), checkpoint=checkpoint
@@ -573,7 +573,7 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
         task.state = TaskState.cancelled
         return
     checkpoint = _stop_if_cancelled(session, job, task)
-    whole_node = lambda: nodelock.measurement_slot(settings, None)  # noqa: E731
+    whole_node = lambda: nodelock.measurement_slot(settings, None, _progress(job))  # noqa: E731
     try:
         with _checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):
             drill_phase(

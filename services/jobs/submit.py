@@ -116,17 +116,8 @@ def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[s
     )
     if not ran:
         raise BadInput(f"test: {test_id!r} did not run in job {parent.id}")
-    node_path = test_id.split("::", 1)[0]
-    # The rerun is planned before its checkout exists, so test paths are told apart by
-    # name: the node's own file, a directory holding it, or any other test module.
-    return narrow_to_test(
-        parent.command,
-        test_id,
-        None,
-        is_test_path=lambda path: (
-            path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")
-        ),
-    )
+    # The rerun is planned before its checkout exists.
+    return narrow_to_test(parent.command, test_id, None)
 
 
 def rerun_job(

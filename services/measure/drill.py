@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from services.errors import BadInput
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
+from services.measure.evidence import EvidenceRunTiming, dump
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext
 from services.measure.probes.base import FAILED, unavailable
@@ -124,7 +125,7 @@ def _evidence_run(
     missing = probe.unavailable()
     if missing is not None:
         _store_evidence(session, job, job_config, target.test_id, None, missing, store)
-        progress(f"evidence {name} in {where}: {missing.content['reason']}")
+        progress(f"evidence {name} in {where}: {missing.content.reason}")
         return
     try:
         measured = run_once(
@@ -144,9 +145,9 @@ def _evidence_run(
     except BadInput as exc:
         # The screen ran this command, so what failed to start is the probe's tool (a
         # tool_path that does not exist, or is not executable): the job goes on.
-        failed = unavailable(name, f"the {name} evidence run could not start: {exc}", FAILED)
+        failed = unavailable(probe.kind, f"the {name} evidence run could not start: {exc}", FAILED)
         _store_evidence(session, job, job_config, target.test_id, None, failed, store)
-        progress(f"evidence {name} in {where}: {failed.content['reason']}")
+        progress(f"evidence {name} in {where}: {failed.content.reason}")
         return
     run, result, cases = measured.run, measured.result, measured.cases
     observed = result.wall_s
@@ -154,19 +155,19 @@ def _evidence_run(
         durations = [case.duration_s for case in cases if case.test_id == target.test_id]
         observed = durations[0] if durations else result.wall_s
     timing_median = target.summaries[job_config.label].median if job_config.label in target.summaries else None
-    observer = {
-        "run_id": run.id,
-        "wall_s": result.wall_s,
-        "observed_s": observed,
-        "timing_median_s": timing_median,
-        "ratio": round(observed / timing_median, 3) if timing_median else None,
-        "exit_code": result.exit_code,
-        "timed_out": result.timed_out,
-    }
+    observer = EvidenceRunTiming(
+        run_id=run.id,
+        wall_s=result.wall_s,
+        observed_s=observed,
+        timing_median_s=timing_median,
+        ratio=round(observed / timing_median, 3) if timing_median else None,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+    )
     drafts = probe.collect(result)
     for draft in drafts:
-        draft.content.setdefault("probe", name)
-        draft.content["run"] = observer
+        draft.content.probe = draft.content.probe or name
+        draft.content.run = observer
         _store_evidence(session, job, job_config, target.test_id, run, draft, store)
     summary = ", ".join(f"{d.kind} {d.status}" for d in drafts)
     progress(
@@ -198,7 +199,7 @@ def _store_evidence(
         run=run,
         test_id=test_id,
         kind=draft.kind,
-        content=draft.content,
+        content=dump(draft.content),
         text=draft.text,
         artifacts=artifacts,
     )

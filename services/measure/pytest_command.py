@@ -71,12 +71,12 @@ def narrow_to_test(
 
     pytest runs the union of its positional paths, so appending the node id alone would
     still run everything: existing paths among the arguments (not values of path
-    options) are dropped first. Without a checkout (a rerun is planned before its code
-    is fetched) ``is_test_path`` decides instead of the file system.
+    options) are dropped first. Without a checkout (``workdir`` None: a rerun is planned
+    before its code is fetched) paths are told apart by name: the node's own file, a
+    directory holding it, or any other test module; ``is_test_path`` overrides both.
     """
     if is_test_path is None:
-        base = workdir if workdir is not None else Path(".")
-        is_test_path = lambda path: (base / path).exists()  # noqa: E731
+        is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
     kept: list[str] = []
     previous = ""
     for argument in command:
@@ -88,6 +88,17 @@ def narrow_to_test(
         kept.append(argument)
         previous = argument
     return [*kept, node_id]
+
+
+def _exists_in(workdir: Path) -> Callable[[str], bool]:
+    return lambda path: (workdir / path).exists()
+
+
+def _named_like_a_test_path(node_id: str) -> Callable[[str], bool]:
+    node_path = node_id.split("::", 1)[0]
+    return lambda path: (
+        path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")
+    )
 
 
 def parse(path: Path) -> list[TestCase]:

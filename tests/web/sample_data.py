@@ -232,7 +232,11 @@ def store_handoff_job(
             "idle_included": True,
             "samples": 3,
             "threads": [
-                {"name": "MainThread", "samples": 3, "top_frames": [{"frame": "call_soon_threadsafe", "pct": 66.7}]}
+                {
+                    "name": "MainThread",
+                    "samples": 3,
+                    "top_frames": [{"frame": "call_soon_threadsafe", "samples": 2, "pct": 66.7}],
+                }
             ],
         },
         artifacts=[svg.as_dict()],

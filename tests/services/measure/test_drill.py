@@ -13,7 +13,7 @@ from services.measure.drill import parse_evidence
 from services.measure.pytest_command import narrow_to_test
 from services.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HANDOFF = REPO / "examples" / "handoff.py"
 
 
