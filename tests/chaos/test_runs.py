@@ -39,7 +39,7 @@ def test_a_run_without_a_timeout_gets_the_default_and_none_may_exceed_the_maximu
         assert timed_out and default_s <= wall_s < default_s * 1.5
         stack.assert_effects_once(job_id, repeat=1)
 
-        too_long = stack.push(repository_with(SLEEP_YML + "timeout_s: 100000\n"))
+        too_long = stack.push(repository_with(SLEEP_YML + "timeout_s: 1000\n"))
         status, _ = stack.wait_final(too_long, 60)
         _, job = stack.request("GET", f"/api/v1/jobs/{too_long}")
         assert status == "failed" and "maximum" in job["error"], job["error"]

@@ -30,7 +30,10 @@ def test_kill_9_of_the_worker_tree_mid_screen_then_a_new_worker(stack, repositor
 def test_the_oom_killer_takes_only_the_pool_child(stack, repository_with):
     job_id = stack.push(repository_with(SLOW_YML))
     stack.wait_for_run(job_id)
-    [pool_child] = children(stack.worker().pid)
+    # The ledger names the process running the screen: the pool child (not the beat's).
+    [holder] = [who for name, _, _, who in stack.ledger(job_id) if name == "screen"]
+    pool_child = int(holder.rsplit("/", 1)[1])
+    assert pool_child in children(stack.worker().pid)
     os.kill(pool_child, signal.SIGKILL)
     fault = time.monotonic()
     recovery = stack.wait_relaunched(job_id, "screen", SCREEN_ATTEMPT, BOUND_S + START_UP_S + 30)
