@@ -278,7 +278,8 @@ def chaos_stack(
     postgres: PrivatePostgres, redis_server: PrivateRedis, base: Path, **settings: str
 ) -> Iterator[ChaosStack]:
     name = f"lagtrace_chaos_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres.url, isolation_level="AUTOCOMMIT")
+    # Pre-ping: the PostgreSQL test restarts the server under this pool.
+    admin = create_engine(postgres.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as connection:
         connection.execute(text(f'CREATE DATABASE "{name}"'))
     base.mkdir(parents=True, exist_ok=True)

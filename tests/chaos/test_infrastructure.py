@@ -57,6 +57,7 @@ def test_postgresql_stopped_for_30_s_mid_screen(stack, private_postgres, reposit
     # Paused, not failed: the outage cost no attempt of the job's.
     attempts = {name: tries for name, _, tries, _ in stack.ledger(job_id)}
     assert attempts["screen"] <= 2, attempts
-    assert "paused: the database is unreachable" in stack.logs()
+    worker_logs = "".join(log.read_text() for log in stack.base.glob("worker*.log"))
+    assert "paused: the database is unreachable" in worker_logs
     assert final <= BOUND_S + START_UP_S + 60
     stack.assert_effects_once(job_id, repeat=4)
