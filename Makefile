@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test unit install check bench clean
+.PHONY: demo test unit install check bench clean accuracy
 
 install: $(VENV)/.installed
 
@@ -38,5 +38,17 @@ test: install
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
+# high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.
+accuracy: install
+	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(REJUDGE),--rejudge $(REJUDGE))
+
+# The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
+# target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run under 2 minutes that
+# fails only on a broken benchmark, never on a slow machine. Measure on a quiet machine.
+bench: install
+	.ci/provision.sh
+	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
+
 clean:
-	rm -rf $(VENV) .state build *.egg-info
+	rm -rf $(VENV) .state build *.egg-info bench.json

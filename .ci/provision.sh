@@ -50,10 +50,17 @@ $SUDO services/measure/executors/runner/build-offline.sh
 # --- Redis (the Celery broker) ----------------------------------------------------
 redis_url=$(.ci/redis.sh)
 
+# --- Kubernetes: Helm (from source, cached per machine) and the service image ------
+# The image is built offline like the runner image, cached by a hash of its context.
+helm_bin=$($SUDO .ci/helm.sh)
+service_image=$($SUDO .ci/build-service-image.sh)
+
 cat > "$state/test.env" <<ENV
 export LAGTRACE_TEST_POSTGRES_URL=postgresql+psycopg://postgres@127.0.0.1:$pg_port/postgres
 # dockerd runs with --bridge=none, so the prepare step's pip reaches PyPI through the host network.
 export LAGTRACE_DOCKER_PREPARE_NETWORK=host
 export LAGTRACE_TEST_REDIS_URL=$redis_url
+export LAGTRACE_HELM=$helm_bin
+export LAGTRACE_TEST_SERVICE_IMAGE=$service_image
 ENV
 say "ready ($state/test.env)"

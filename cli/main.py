@@ -155,11 +155,32 @@ def run(
 
 
 @cli.command()
-def migrate() -> None:
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Change nothing: exit 0 when the schema is at head, 1 when it is not (or the database is unreachable).",
+)
+def migrate(check: bool) -> None:
     """Bring the database at LAGTRACE_DATABASE_URL to the newest schema."""
     from services import migrate as migrations
 
     settings = _load_settings()
+    if check:
+        from services.db import make_engine
+
+        engine = make_engine(settings)
+        try:
+            current = migrations.current_revision(engine)
+        except Exception as exc:  # any failure to read it means "not at head yet"
+            click.echo(f"lagtrace: database not reachable: {type(exc).__name__}: {exc}", err=True)
+            sys.exit(1)
+        finally:
+            engine.dispose()
+        if current not in migrations.heads(settings):
+            click.echo(f"lagtrace: database schema is at {current or 'none (empty)'}, not at head", err=True)
+            sys.exit(1)
+        _progress("database schema is at head")
+        return
     with _exit_on_domain_errors():
         migrations.upgrade(settings)
     _progress("database schema is at head")
@@ -198,6 +219,23 @@ def worker(concurrency: int, beat: bool, loglevel: str) -> None:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
     with _exit_on_domain_errors():
         run_worker(settings, concurrency, beat, loglevel)
+
+
+@cli.command()
+@click.option("--loglevel", default="INFO", show_default=True)
+def beat(loglevel: str) -> None:
+    """Run only the periodic reconciler's scheduler (one per cluster), for deployments
+    whose workers run without --beat."""
+    from cli.service import beat as run_beat
+
+    settings = _load_settings()
+    if not settings.broker_url:
+        raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
+    try:
+        run_beat(settings, loglevel)
+    except LagtraceError as exc:
+        click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
 
 
 @cli.group()

@@ -111,6 +111,18 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> N
     app.worker_main(argv)
 
 
+def beat(settings: Settings, loglevel: str) -> None:
+    """The scheduler alone: it sends the reconciler task every LAGTRACE_RECONCILE_INTERVAL_S
+    for the workers to run. One per cluster; it needs no container engine."""
+    from worker import make_celery
+
+    _current_engine(settings).dispose()  # the reconciler it schedules needs a migrated database
+    if settings.worker_heartbeat_file is not None:
+        settings.worker_heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
+    app = make_celery(settings)  # its scheduler keeps the schedule in memory (worker/app.py)
+    app.start(["beat", f"--loglevel={loglevel}"])
+
+
 def _committed(settings: Settings, action: Callable[[Session], T]) -> T:
     """Run ``action(session)`` in one transaction on a database at the current schema."""
     engine = _current_engine(settings)

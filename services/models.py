@@ -55,6 +55,9 @@ class JobStatus(str, enum.Enum):
 class RunKind(str, enum.Enum):
     timing = "timing"
     evidence = "evidence"
+    # The first run of each configuration: stored for the record, never in a statistic
+    # (cold page cache, first import compiles .pyc files).
+    warmup = "warmup"
 
 
 class TriageStatus(str, enum.Enum):
@@ -99,6 +102,9 @@ class Job(Base):
     stall_after_s: Mapped[float | None] = mapped_column(Float)
     # What the screen left out and why (for instance a quota this host cannot enforce).
     notes: Mapped[list[Any]] = mapped_column(default=list)
+    # Seed of the screen's run order within each round (random, so that a drift of the
+    # machine does not always favour one configuration); kept so a job can be replayed.
+    screen_seed: Mapped[int | None] = mapped_column(BigInteger)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column()

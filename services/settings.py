@@ -94,6 +94,11 @@ class Settings(BaseSettings):
     migrate_lock_wait_s: float = Field(300.0, ge=0)
     # GitHub sends webhook payloads of at most 25 MB; a larger body is refused unread.
     webhook_max_bytes: int = Field(25 * 1000 * 1000, gt=0, le=25 * 1000 * 1000)
+    # Touched by a worker's (and beat's) main loop every few seconds; Kubernetes' liveness
+    # probe reads its age. Unset: no heartbeat file.
+    worker_heartbeat_file: Path | None = None
+    # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
+    node_name: str | None = None
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
+from typing import ClassVar
 
-from celery import Celery
+from celery import Celery, bootsteps
+from celery.beat import Scheduler
 from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -27,6 +30,8 @@ from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
 QUEUE = "lagtrace"
+# How often the heartbeat file is touched; a probe allows several missed beats.
+HEARTBEAT_INTERVAL_S = 5.0
 
 
 def task_name(kind: str) -> str:
@@ -76,6 +81,63 @@ class WorkerDatabase:
             self._engine.dispose(close=False)
 
 
+def _touch(path: Path) -> None:
+    try:
+        path.touch()
+    except OSError:
+        # A full or vanished volume must not kill the worker mid-run; the probe's
+        # stale file says what went wrong.
+        log.warning("could not touch the heartbeat file %s", path, exc_info=True)
+
+
+class Heartbeat(bootsteps.StartStopStep):
+    """Touches LAGTRACE_WORKER_HEARTBEAT_FILE from the worker's own timer.
+
+    The timer runs in the main process's event loop, so the file goes stale when that loop
+    is stuck (a hung broker connection) but stays fresh while a pool process runs a long
+    measured task: a liveness probe on it restarts dead workers, never busy ones. Cheaper
+    and more honest than `celery inspect ping`, which needs the broker and a free consumer.
+    """
+
+    requires: ClassVar = {"celery.worker.components:Timer"}
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.path: Path | None = parent.app.conf.get("lagtrace_heartbeat_file")
+        self.tref = None
+
+    def start(self, parent) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _touch(self.path)
+        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, _touch, (self.path,), priority=10)
+
+    def stop(self, parent) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+            self.tref = None
+        if self.path is not None:
+            # A stopped worker is not alive: do not leave a fresh file for the next probe.
+            self.path.unlink(missing_ok=True)
+
+
+class HeartbeatScheduler(Scheduler):
+    """The beat's scheduler, touching the heartbeat file on every tick of its loop.
+
+    In memory, not Celery's shelve file: the schedule is one interval task, so a restarted
+    beat loses nothing worth keeping, and a pod with a read-only root has no state to
+    corrupt (the shelve file failed to open in the image's Python 3.13, whose dbm
+    default changed to sqlite3).
+    """
+
+    def tick(self, *args, **kwargs):
+        path = self.app.conf.get("lagtrace_heartbeat_file")
+        if path is not None:
+            _touch(path)
+        return super().tick(*args, **kwargs)
+
+
 def make_celery(settings: Settings) -> Celery:
     if not settings.broker_url:
         raise ValueError("LAGTRACE_BROKER_URL is not set: a Celery worker needs a broker (redis://...)")
@@ -96,6 +158,10 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
+        # The beat loop wakes at least this often, so its heartbeat stays fresh.
+        beat_max_loop_interval=HEARTBEAT_INTERVAL_S,
+        beat_scheduler=f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__qualname__}",
+        lagtrace_heartbeat_file=settings.worker_heartbeat_file,
         beat_schedule={
             "reconcile": {
                 "task": task_name(RECONCILE),
@@ -104,6 +170,7 @@ def make_celery(settings: Settings) -> Celery:
             }
         },
     )
+    app.steps["worker"].add(Heartbeat)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 

@@ -1,9 +1,14 @@
-"""busy_polling: a loop of short sleeps, zero-timeout polls or WNOHANG waits.
+"""busy_polling: waiting by waking up to check (short sleeps, WNOHANG waits), not on an event.
 
-DESIGN.md story 4: `Popen.wait(timeout)` slept in a loop of growing short sleeps; an
-event-driven wait cut voluntary context switches for a 10 s wait from 258 to 2. The
-signature is many sleep/poll/wait syscalls per second and many voluntary context
-switches per second, at low CPU.
+DESIGN.md story 4: `Popen.wait(timeout)` (and psutil 5.x's `Process.wait(timeout)`)
+sleep in a loop of growing short sleeps around a non-blocking waitpid; an event-driven
+wait cut voluntary context switches for a 10 s wait from 258 to 2. Slow pollers count
+too: tens of wake-ups per second at almost no CPU over a long wait.
+
+Only sleeps and non-blocking waits are counted; under 100 a second, only sleeps paired
+with as many non-blocking checks (a WNOHANG waitpid) make a poller. A selector wait (epoll_wait, poll,
+select) is how a healthy event loop blocks until something happens; counting it would
+flag every asyncio program with timers.
 """
 
 from __future__ import annotations
@@ -12,23 +17,16 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.measure.evidence import StraceContent
 
-POLLING_SYSCALLS = frozenset(
-    {
-        "nanosleep",
-        "clock_nanosleep",
-        "select",
-        "pselect6",
-        "poll",
-        "ppoll",
-        "epoll_wait",
-        "epoll_pwait",
-        "epoll_pwait2",
-        "wait4",
-        "waitid",
-        "sched_yield",
-    }
-)
+SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
+# Non-blocking checks a poller makes between its sleeps (waitpid with WNOHANG).
+CHECKS = frozenset({"wait4", "waitid"})
+POLLING_SYSCALLS = SLEEPS | CHECKS
+# Below this many wake-ups a second, sleeps alone do not make a poller (a peer that
+# trickles its answer every 50 ms sleeps 20 times a second and polls nothing): a slow
+# poller also checks between its sleeps, as many times as it sleeps or more.
+FAST_POLL_PER_S = 100.0
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -36,36 +34,51 @@ def check(context: RuleContext) -> list[FindingDraft]:
     by_label = {config.label: config for config in context.job.configs}
     drafts = []
     seen: set[str | None] = set()
-    for evidence in context.evidence("strace"):
+    for evidence, content in context.evidence_of(StraceContent):
         run = context.run_of(evidence)
         config = by_label.get(evidence.config.label) if evidence.config else None
-        if run is None or config is None or evidence.test_id in seen:
+        if run is None or config is None or evidence.test_id in seen or run.wall_s < limits.busy_polling_min_wall_s:
             continue
-        rows = [row for row in evidence.content.get("syscalls", []) if row["name"] in POLLING_SYSCALLS]
-        calls = sum(row["calls"] for row in rows)
-        calls_per_s = calls / run.wall_s if run.wall_s else 0.0
-        timing = context.timing_runs(config)
-        if not timing or calls_per_s < limits.busy_polling_min_calls_per_s:
+        rows = [row for row in content.syscalls or [] if row.name in POLLING_SYSCALLS]
+        calls = sum(row.calls for row in rows)
+        calls_per_s = calls / run.wall_s
+        timing = [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0]
+        if not timing or calls < limits.busy_polling_min_calls or calls_per_s < limits.busy_polling_min_calls_per_s:
+            continue
+        sleeps = sum(row.calls for row in rows if row.name in SLEEPS)
+        checks = calls - sleeps
+        if calls_per_s < FAST_POLL_PER_S and checks < 0.5 * sleeps:
             continue
         wall = statistics.median(r.wall_s for r in timing)
-        cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing if r.wall_s)
-        switches_per_s = statistics.median(r.voluntary_ctx_switches / r.wall_s for r in timing if r.wall_s)
+        cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)
+        switches_per_s = statistics.median(r.voluntary_ctx_switches / r.wall_s for r in timing)
         if switches_per_s < limits.busy_polling_min_switches_per_s or cpu_share > limits.busy_polling_max_cpu_share:
             continue
         seen.add(evidence.test_id)
-        top = sorted(rows, key=lambda row: row["calls"], reverse=True)[:3]
+        top = sorted(rows, key=lambda row: row.calls, reverse=True)[:3]
+        slow_poller = calls_per_s < 100
         drafts.append(
             FindingDraft(
                 kind="busy_polling",
                 severity=Severity.medium,
-                title=f"{subject(evidence.test_id)} polls: {calls_per_s:.0f} sleep/poll/wait syscalls per second",
+                title=(
+                    f"{subject(evidence.test_id)} polls: {calls_per_s:.0f} sleep/wait wake-ups per second "
+                    f"at {cpu_share:.0%} CPU"
+                ),
                 detail=(
                     f"strace -f -c ({where(evidence)}): "
-                    + ", ".join(f"{row['name']} {row['calls']} calls" for row in top)
+                    + ", ".join(f"{row.name} {row.calls} calls" for row in top)
                     + f" in a {run.wall_s:.2f} s traced run; the timing runs with {config.label} made "
                     f"{switches_per_s:.0f} voluntary context switches per second at {cpu_share:.0%} CPU "
-                    f"(median wall {wall:.3f} s). Wait on an event (a pipe, pidfd, condition, selector with a real "
-                    f"timeout) instead of waking up to check"
+                    f"(median wall {wall:.3f} s). "
+                    + (
+                        "A slow poller: each wake-up finds nothing and sleeps again, and the wait ends up to one "
+                        "sleep late (psutil 5.x Process.wait(timeout), subprocess Popen.wait(timeout) poll this way). "
+                        if slow_poller
+                        else ""
+                    )
+                    + "Wait on an event instead: a blocking waitpid or Popen.wait() without a timeout, a pidfd, "
+                    "a pipe, a condition, or a selector with a real timeout"
                 ),
                 config_label=config.label,
                 test_id=evidence.test_id,
@@ -74,7 +87,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     "polling_calls_per_s": calls_per_s,
                     "voluntary_switches_per_s": switches_per_s,
                     "cpu_share": cpu_share,
-                    "syscalls": {row["name"]: row["calls"] for row in rows},
+                    "syscalls": {row.name: row.calls for row in rows},
                 },
                 evidence_ids=[evidence.id],
             )

@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import TypeVar
 
 from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
-from services.measure.samples import JobSamples, collect
+from services.measure.samples import JobSamples, collect, succeeded
 from services.models import Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -25,6 +25,12 @@ class RuleContext:
         return collect(self.job)
 
     def timing_runs(self, config: JobConfig) -> list[Run]:
+        """The configuration's timing runs that measured the program at work: a run that
+        failed or timed out measured something else (the rules judge none of them but
+        command_failed, which reads ``all_timing_runs``)."""
+        return [run for run in self.all_timing_runs(config) if succeeded(run)]
+
+    def all_timing_runs(self, config: JobConfig) -> list[Run]:
         return [run for run in config.runs if run.kind == RunKind.timing]
 
     def evidence(self, kind: EvidenceKind | str) -> list[Evidence]:

@@ -9,12 +9,14 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import (
     busy_polling,
+    command_failed,
     cpu_sensitivity,
     cpu_throttling,
+    event_loop_blocked,
     futex_storm,
     gil_contention,
+    hot_path,
     latency_flaky,
-    observer_effect,
     off_cpu_wait,
     slow_startup,
     stall,
@@ -35,8 +37,17 @@ TIMING_RULES = (
     slow_startup.check,
 )
 # Rules that read the drill's evidence.
-EVIDENCE_RULES = (futex_storm.check, gil_contention.check, busy_polling.check, stall.check, observer_effect.check)
-RULES = TIMING_RULES + EVIDENCE_RULES
+# (observer_effect is no rule: it is a note on the evidence, services/diagnose/observer_effect.py)
+EVIDENCE_RULES = (
+    futex_storm.check,
+    gil_contention.check,
+    busy_polling.check,
+    event_loop_blocked.check,
+    hot_path.check,
+    stall.check,
+)
+# command_failed is no drill target: a command that always fails is traced failing.
+RULES = (command_failed.check, *TIMING_RULES, *EVIDENCE_RULES)
 
 
 def screen_findings(context: RuleContext) -> list:

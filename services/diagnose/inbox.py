@@ -38,7 +38,7 @@ class FindingGroup:
 
     @property
     def ratio(self) -> float:
-        # cpu_sensitivity, latency_flaky and observer_effect carry a slowdown ratio; the
+        # cpu_sensitivity and latency_flaky carry a slowdown ratio; the
         # other kinds count as 1x so that frequency alone orders them.
         try:
             return max(1.0, float(self.latest.metrics.get("ratio") or 1.0))

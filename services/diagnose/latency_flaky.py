@@ -12,29 +12,33 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity, format_seconds
+from services.measure.samples import WALL_RESOLUTION_S, JobSamples
 from services.thresholds import Thresholds
 
 
-def modes(values: list[float], limits: Thresholds) -> tuple[list[float], list[float]] | None:
+def modes(
+    values: list[float], limits: Thresholds, resolution: float = WALL_RESOLUTION_S
+) -> tuple[list[float], list[float]] | None:
     """The fast and slow groups of a multi-modal sample, or None.
 
     The split is at the largest ratio between neighbouring sorted values, each side
-    holding at least a fifth of the runs (and two of them).
+    holding at least a fifth of the runs (and two of them). Values below the clock's
+    resolution count as the resolution: a fast group of 0.000 s (JUnit's 1 ms) is "at
+    most 1 ms", and its ratio to the slow group a lower bound, not a division by zero.
     """
     data = sorted(values)
     n = len(data)
     smallest = max(2, math.ceil(0.2 * n))
+    floor = max(resolution, 1e-12)
     best = None
     for i in range(smallest, n - smallest + 1):
-        if data[i - 1] <= 0:
-            continue
-        ratio = data[i] / data[i - 1]
-        if best is None or ratio > best[0]:
+        ratio = max(data[i], floor) / max(data[i - 1], floor)
+        if ratio > 1 and (best is None or ratio > best[0]):
             best = (ratio, i)
     if best is None:
         return None
     fast, slow = data[: best[1]], data[best[1] :]
-    gap = statistics.median(slow) / statistics.median(fast)
+    gap = max(statistics.median(slow), floor) / max(statistics.median(fast), floor)
     spread = statistics.median(slow) - statistics.median(fast)
     if gap >= limits.flaky_gap_ratio and spread >= limits.flaky_min_spread_s:
         return fast, slow
@@ -49,31 +53,39 @@ def dispersed(values: list[float], limits: Thresholds) -> bool:
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
-    limits = context.thresholds
+    return judge(context.samples, context.thresholds)
+
+
+def judge(samples: JobSamples, limits: Thresholds) -> list[FindingDraft]:
     drafts = []
-    series = [(None, context.samples.wall), *list(context.samples.tests.items())]
-    for test_id, per_config in series:
+    runs_needed = max(limits.flaky_min_runs, limits.min_repetitions)
+    for test_id, per_config, resolution in samples.series():
         for label, values in per_config.items():
-            if len(values) < limits.flaky_min_runs:
+            if len(values) < runs_needed:
                 continue
-            draft = _judge(values, limits, label, test_id)
+            draft = _judge(values, limits, label, test_id, resolution)
             if draft:
                 drafts.append(draft)
                 break  # one finding per test (or command): the first configuration that shows it
     return drafts
 
 
-def _judge(values: list[float], limits: Thresholds, label: str, test_id: str | None) -> FindingDraft | None:
+def _judge(
+    values: list[float], limits: Thresholds, label: str, test_id: str | None, resolution: float
+) -> FindingDraft | None:
     subject = test_id or "The command"
-    found = modes(values, limits)
+    found = modes(values, limits, resolution)
     runs = ", ".join(format_seconds(v) for v in values)
     if found:
         fast, slow = found
-        ratio = statistics.median(slow) / statistics.median(fast)
+        fast_median = statistics.median(fast)
+        below = fast_median < resolution
+        ratio = statistics.median(slow) / max(fast_median, resolution)
+        slower = f"{'at least ' if below else ''}{ratio:.1f}x slower"
         return FindingDraft(
             kind="latency_flaky",
             severity=Severity.medium,
-            title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {ratio:.1f}x slower",
+            title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {slower}",
             detail=(
                 f"{len(fast)} runs around {format_seconds(statistics.median(fast))}, {len(slow)} around "
                 f"{format_seconds(statistics.median(slow))} under the same configuration ({label}); runs: {runs}. "

@@ -1,62 +1,101 @@
-"""slow_startup: interpreter start-up, imports or test collection take much of the run.
+"""slow_startup: interpreter start-up, imports, plugin loading or test collection take
+most of a run.
 
 Two sources: for pytest commands, each timing run's wall time minus the time its tests
-took (start-up, plugin loading, collection); for any Python command that was drilled,
-the `-X importtime` evidence, which also names the slowest imports.
+took (start-up, plugin autoload, conftest imports, collection); for any Python command
+that was drilled, the `-X importtime` evidence, which names the slowest imports (for
+pytest: the plugins it autoloaded). Judged in the configuration where start-up is
+shortest: a quota slows start-up by its factor, which is no finding of its own.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
 from services.measure import pytest_command as junit
+from services.measure.evidence import ImportsContent, ImportTiming
+from services.models import Evidence
+
+SLOWEST = 5
+# pytest's own modules: what remains among the slow top-level imports of a pytest run
+# are its plugins (autoloaded through entry points) and the suite's conftest imports.
+_PYTEST_OWN = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging")
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
-    return _from_imports(context) or _from_pytest(context)
+    imports = _imports_evidence(context)
+    if junit.is_pytest(context.job.command):
+        return _from_pytest(context, imports)
+    return _from_imports(context, imports)
 
 
-def _from_imports(context: RuleContext) -> list[FindingDraft]:
-    limits = context.thresholds
-    for evidence in context.evidence("imports"):
-        if evidence.test_id is not None or evidence.config is None:
-            continue
-        median = context.timing_median(evidence.config.label, None)
-        total = evidence.content.get("total_import_s", 0.0)
-        if not median or total < limits.slow_startup_min_s or total < limits.slow_startup_share * median:
-            continue
-        slowest = evidence.content.get("slowest", [])[:3]
-        return [
-            FindingDraft(
-                kind="slow_startup",
-                severity=Severity.medium if total >= 0.75 * median else Severity.low,
-                title=f"Imports take {total:.2f} s of a {median:.2f} s run",
-                detail=(
-                    f"-X importtime ({evidence.config.label}): top-level imports took {total:.3f} s in all, against a "
-                    f"timing median of {median:.3f} s ({total / median:.0%}); slowest: "
-                    + ", ".join(f"{entry['module']} {entry['cumulative_s']:.3f} s" for entry in slowest)
-                    + ". Defer the heavy import or the work it does at import time"
-                ),
-                config_label=evidence.config.label,
-                metrics={
-                    "import_s": total,
-                    "timing_median_s": median,
-                    "share": total / median,
-                    "slowest": evidence.content.get("slowest", []),
-                },
-                evidence_ids=[evidence.id],
-            )
+def _imports_evidence(context: RuleContext) -> tuple[Evidence, ImportsContent] | None:
+    whole = [(e, c) for e, c in context.evidence_of(ImportsContent) if e.test_id is None and e.config is not None]
+    return min(whole, key=lambda pair: pair[1].total_import_s or 0.0) if whole else None
+
+
+def _slowest(found: tuple[Evidence, ImportsContent] | None, pytest: bool) -> tuple[list[ImportTiming], str]:
+    if found is None:
+        return [], ""
+    evidence, content = found
+    entries = content.slowest or []
+    if pytest:
+        entries = [
+            entry
+            for entry in entries
+            if entry.module.split(".")[0] not in _PYTEST_OWN
+            and entry.module.split(".")[0] not in sys.stdlib_module_names
         ]
-    return []
+    entries = entries[:SLOWEST]
+    if not entries:
+        return [], ""
+    label = "slowest plugins and conftest imports" if pytest else "slowest imports"
+    listed = ", ".join(f"{entry.module} {entry.cumulative_s:.3f} s" for entry in entries)
+    config = evidence.config.label if evidence.config else "?"
+    return entries, f"; -X importtime ({config}): {label}: {listed}"
 
 
-def _from_pytest(context: RuleContext) -> list[FindingDraft]:
-    if not junit.is_pytest(context.job.command):
-        return []
+def _from_imports(context: RuleContext, found: tuple[Evidence, ImportsContent] | None) -> list[FindingDraft]:
     limits = context.thresholds
-    worst = None
+    if found is None:
+        return []
+    evidence, content = found
+    medians = [m for m in (context.timing_median(c.label, None) for c in context.job.configs) if m]
+    if not medians:
+        return []
+    median = min(medians)
+    total = content.total_import_s or 0.0
+    if total < limits.slow_startup_min_s or total < limits.slow_startup_share * median:
+        return []
+    slowest, listed = _slowest(found, pytest=False)
+    share = min(total / median, 1.0)
+    return [
+        FindingDraft(
+            kind="slow_startup",
+            severity=Severity.medium if share >= 0.75 else Severity.low,
+            title=f"Imports take {total:.2f} s of a {median:.2f} s run ({share:.0%})",
+            detail=(
+                f"top-level imports took {total:.3f} s in all, against a fastest timing median of {median:.3f} s "
+                f"({share:.0%} of the run){listed}. Defer the heavy import, or the work it does at import time"
+            ),
+            config_label=evidence.config.label if evidence.config else None,
+            metrics={
+                "import_s": total,
+                "timing_median_s": median,
+                "share": share,
+                "slowest": [entry.model_dump() for entry in slowest],
+            },
+            evidence_ids=[evidence.id],
+        )
+    ]
+
+
+def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | None) -> list[FindingDraft]:
+    limits = context.thresholds
+    best = None
     for config in context.job.configs:
         overheads, shares = [], []
         for run in context.timing_runs(config):
@@ -65,26 +104,27 @@ def _from_pytest(context: RuleContext) -> list[FindingDraft]:
             overhead = run.wall_s - sum(result.duration_s for result in run.test_results)
             overheads.append(overhead)
             shares.append(overhead / run.wall_s)
-        if not overheads:
-            continue
-        overhead, share = statistics.median(overheads), statistics.median(shares)
-        large = overhead >= limits.slow_startup_min_s and share >= limits.slow_startup_share
-        if large and (worst is None or overhead > worst[1]):
-            worst = (config.label, overhead, share)
-    if worst is None:
+        if overheads and (best is None or statistics.median(overheads) < best[1]):
+            best = (config.label, statistics.median(overheads), statistics.median(shares))
+    if best is None:
         return []
-    label, overhead, share = worst
+    label, overhead, share = best
+    if overhead < limits.slow_startup_min_s or share < limits.slow_startup_share:
+        return []
+    slowest, listed = _slowest(found, pytest=True)
     return [
         FindingDraft(
             kind="slow_startup",
-            severity=Severity.medium if share >= 0.75 else Severity.low,
+            severity=Severity.medium if share >= 0.75 and overhead >= 1.0 else Severity.low,
             title=f"pytest start-up and collection take {overhead:.2f} s, {share:.0%} of the run",
             detail=(
-                f"with {label}, the median run spent {overhead:.3f} s outside its tests (wall time minus the JUnit "
-                f"durations): interpreter start-up, plugin loading (try PYTEST_DISABLE_PLUGIN_AUTOLOAD=1), "
-                f"conftest imports and collection"
+                f"with {label} (the fastest start-up), the median run spent {overhead:.3f} s outside its tests "
+                f"(wall time minus the JUnit durations): interpreter start-up, plugin autoload, conftest imports "
+                f"and collection{listed}. Load only the plugins the suite uses: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
+                f"with -p NAME for each one needed, or uninstall the rest"
             ),
             config_label=label,
-            metrics={"startup_s": overhead, "share": share},
+            metrics={"startup_s": overhead, "share": share, "slowest": [entry.model_dump() for entry in slowest]},
+            evidence_ids=[found[0].id] if found is not None and slowest else [],
         )
     ]

@@ -1,21 +1,90 @@
 """tiny_reads: huge numbers of read syscalls that each bring a few bytes.
 
 DESIGN.md story 2: a "CPU-bound" parser was really reading a response body in 1-byte
-chunks. Every timing run records the command's read syscalls and bytes from /proc io
-(no tracer needed); strace rows are cited when a drill traced the command.
+chunks. Two sources:
+
+- the reads probe (a drill's strace of every read, with its size and descriptor type)
+  judges the typical read: the median and the mode per descriptor type, which a few
+  large reads (module loading, a final big chunk) cannot hide the way they hide in a
+  mean; it is the only source that sees socket reads (`recv`, `recvfrom`);
+- before a drill, the timing runs' /proc io counters (file and pipe reads only; their
+  mean includes start-up reads) flag the command so the drill traces it.
 """
 
 from __future__ import annotations
 
 import statistics
 
-from services.diagnose.context import RuleContext
+from services.diagnose.context import RuleContext, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.measure.evidence import FdTypeReads, ReadsContent
+from services.models import Evidence
 
-READ_SYSCALLS = frozenset({"read", "readv", "pread64", "preadv", "preadv2", "recvfrom", "recv", "recvmsg"})
+ADVICE = (
+    "Read in larger chunks: a buffered reader (io.BufferedReader, socket.makefile), "
+    "recv(65536), iter_content(chunk_size=65536), or the whole body at once"
+)
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
+    traced = _from_reads(context)
+    if traced is not None:
+        return traced
+    return _from_proc_io(context)
+
+
+def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
+    """None when no reads evidence of the whole command exists; else its verdict."""
+    limits = context.thresholds
+    evidence = [(e, c) for e, c in context.evidence_of(ReadsContent) if e.test_id is None]
+    if not evidence:
+        return None
+    worst: tuple[Evidence, ReadsContent, str, FdTypeReads] | None = None
+    for entry, content in evidence:
+        for fd_type, row in (content.by_fd_type or {}).items():
+            median = row.median_bytes
+            if median is None or row.reads_with_data < limits.tiny_reads_min_syscalls:
+                continue
+            if median > limits.tiny_reads_max_bytes:
+                continue
+            if worst is None or row.reads_with_data > worst[3].reads_with_data:
+                worst = (entry, content, fd_type, row)
+    if worst is None:
+        return []
+    entry, content, fd_type, row = worst
+    reads, median, mode = row.reads_with_data, row.median_bytes or 0.0, row.mode_bytes
+    syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.syscalls.items()))
+    histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.histogram.items())
+    wall = content.wall_s or 0.0
+    # Tracing every read costs ~90 us each: a long loop of them meets the evidence timeout,
+    # and the counts then cover the run up to the tracer's stop.
+    partial = " (stopped before the timeout: counts up to then)" if content.stopped_before_timeout else ""
+    return [
+        FindingDraft(
+            kind="tiny_reads",
+            severity=Severity.medium,
+            title=f"{reads} {fd_type} reads of typically {median:.0f} bytes",
+            detail=(
+                f"strace of every read ({where(entry)}): {reads} {fd_type} reads brought data ({syscalls}), "
+                f"median {median:.0f} bytes, most often {mode} bytes, {row.bytes} bytes in all"
+                f"{f' in a {wall:.2f} s traced run' if wall else ''}{partial}; sizes: {histogram}. {ADVICE}"
+            ),
+            config_label=entry.config.label if entry.config else None,
+            metrics={
+                "fd_type": fd_type,
+                "reads": reads,
+                "median_bytes": median,
+                "mode_bytes": mode,
+                "mean_bytes": row.mean_bytes,
+                "bytes": row.bytes,
+                "histogram": row.histogram,
+            },
+            evidence_ids=[entry.id],
+        )
+    ]
+
+
+def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     worst = None
     for config in context.job.configs:
@@ -31,23 +100,18 @@ def check(context: RuleContext) -> list[FindingDraft]:
         return []
     config, syscalls, per_read, runs = worst
     wall = statistics.median(run.wall_s for run in runs)
-    traced = [e for e in context.evidence("strace") if e.test_id is None]
-    rows = [row for e in traced[:1] for row in e.content.get("syscalls", []) if row["name"] in READ_SYSCALLS]
-    detail = (
-        f"/proc io with {config.label}: a median of {syscalls:.0f} read syscalls per run averaging "
-        f"{per_read:.1f} bytes each (start-up reads included), in {wall:.3f} s"
-    )
-    if rows:
-        detail += "; strace -f -c: " + ", ".join(f"{r['name']} {r['calls']} calls {r['seconds']:.3f} s" for r in rows)
-    detail += ". Read in larger chunks (buffered I/O, iter_content(chunk_size=64 KiB), read whole bodies)"
     return [
         FindingDraft(
             kind="tiny_reads",
-            severity=Severity.medium if per_read <= 64 else Severity.low,
+            # A mean over start-up reads too: a pointer for the drill, not yet a diagnosis.
+            severity=Severity.low,
             title=f"{syscalls:.0f} read syscalls per run of {per_read:.0f} bytes on average",
-            detail=detail,
+            detail=(
+                f"/proc io with {config.label}: a median of {syscalls:.0f} read syscalls per run (files and pipes) "
+                f"averaging {per_read:.1f} bytes each (start-up reads included; socket reads are not counted "
+                f"there), in {wall:.3f} s; the reads probe gives their typical size. {ADVICE}"
+            ),
             config_label=config.label,
             metrics={"read_syscalls": syscalls, "bytes_per_read": per_read, "median_wall_s": wall},
-            evidence_ids=[e.id for e in traced[:1]],
         )
     ]

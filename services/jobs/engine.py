@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
 from services.measure.screen import screen
+from services.measure.stats import Summary, median_interval
 from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
 from services.settings import Settings
 
@@ -139,7 +141,7 @@ def screen_phase(
 ) -> None:
     """Every configuration, interleaved; runs of an earlier attempt that died are dropped first."""
     for config in job.configs:
-        for run in [r for r in config.runs if r.kind is RunKind.timing]:
+        for run in [r for r in config.runs if r.kind in (RunKind.timing, RunKind.warmup)]:
             session.delete(run)
     session.flush()
     screen(session, job, executor, settings.thresholds, workdir=workdir, progress=progress, checkpoint=checkpoint)
@@ -147,18 +149,24 @@ def screen_phase(
 
 def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     """What the drill traces: the whole command when the timing rules flag it, a run
-    stalled or probes were asked for; each test (pytest) that a timing rule flags."""
+    stalled, probes were asked for or only a tracer can tell (needs_tracer); each test
+    (pytest) that a timing rule flags."""
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
+    hung = not wall and _timed_out_walls(job)
+    if hung:
+        # Every run hit the timeout: no statistic, but where it hangs is what the drill's
+        # last snapshot before the kill shows.
+        wall = {label: median_interval(values) for label, values in _timed_out_walls(job).items()}
     if not wall:
         return []
     flagged = screen_findings(context)
     found: list[Target] = []
     slowest = max(summary.median for summary in wall.values())
-    command_flagged = any(draft.test_id is None for draft in flagged)
+    command_flagged = hung or any(draft.test_id is None for draft in flagged)
     stalled = job.stall_after_s is not None and slowest >= job.stall_after_s
-    if job.probes is not None or command_flagged or stalled:
+    if job.probes is not None or command_flagged or stalled or needs_tracer(context, wall):
         found.append(Target(None, list(job.command), wall))
     if pytest_command.is_pytest(job.command):
         for test_id in dict.fromkeys(draft.test_id for draft in flagged):
@@ -166,6 +174,34 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
                 narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
                 found.append(Target(test_id, narrowed, samples.test_summaries(test_id)))
     return found
+
+
+def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
+    """Whether the whole command is drilled although no timing rule flagged it: slow in
+    even its fastest configuration, or living in the kernel. Socket reads, a hot Python
+    path and a blocked event loop leave no mark on the timing screen's numbers."""
+    limits = context.thresholds
+    if wall and min(summary.median for summary in wall.values()) >= limits.drill_slow_command_s:
+        return True
+    # 300,000 recv(1) take 0.2 s here, half of it system time, where a healthy Python
+    # program spends a few per cent there.
+    for config in context.job.configs:
+        runs = [run for run in context.timing_runs(config) if run.wall_s > 0 and run.exit_code == 0]
+        if not runs:
+            continue
+        sys_s = statistics.median(run.sys_s for run in runs)
+        share = statistics.median(run.sys_s / run.wall_s for run in runs)
+        if sys_s >= limits.drill_syscall_heavy_min_s and share >= limits.drill_syscall_heavy_share:
+            return True
+    return False
+
+
+def _timed_out_walls(job: Job) -> dict[str, list[float]]:
+    walls = {
+        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and run.timed_out]
+        for config in job.configs
+    }
+    return {label: values for label, values in walls.items() if values}
 
 
 def drill_phase(
@@ -346,7 +382,7 @@ def run_step(session_factory: sessionmaker[Session], settings: Settings, step: S
     attempt. A failure is recorded on the job, and recording it is retried until it is.
     """
     handler = HANDLERS[step.kind]
-    worker, attempt = ledger.worker_name(), None
+    worker, attempt = ledger.worker_name(settings), None
     try:
         with session_factory() as session:
             task = ledger.claim(session, settings, step)

@@ -25,9 +25,29 @@ log = logging.getLogger("lagtrace.ledger")
 OVER = (TaskState.done, TaskState.failed, TaskState.cancelled)
 
 
-def worker_name() -> str:
-    # Host and process: two workers of one node are told apart in the ledger.
-    return f"{socket.gethostname()}/{os.getpid()}"
+def worker_name(settings: Settings) -> str:
+    # Host and process: two workers of one node are told apart in the ledger. In a pod the
+    # host name is the pod's: the node (LAGTRACE_NODE_NAME) and its CPU model say where the
+    # configuration was measured.
+    name = f"{socket.gethostname()}/{os.getpid()}"
+    if settings.node_name:
+        name += f" on {settings.node_name}"
+    model = cpu_model()
+    if model:
+        name += f" ({model})"
+    return name[:200]
+
+
+def cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return None
 
 
 def lease_from_now(settings: Settings) -> dt.datetime:
@@ -78,7 +98,7 @@ def claim(session: Session, settings: Settings, step: Step) -> JobTask | None:
         return None
     task.state = TaskState.running
     task.attempts += 1
-    task.worker = worker_name()
+    task.worker = worker_name(settings)
     task.lease_expires_at = lease_from_now(settings)
     return task
 

@@ -6,23 +6,29 @@ import shlex
 import statistics
 from typing import Any
 
+from services.diagnose import cpu_sensitivity, observer_effect
+from services.diagnose import diagnoses as stories
+from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import evidence as evidence_models
 from services.measure import hostload
 from services.measure.evidence import (
+    AsyncioLoopContent,
     FaulthandlerContent,
     GdbContent,
     ProcIoContent,
     PySpyDumpContent,
     PySpyRecordContent,
     PythonFrame,
+    ReadsContent,
     StallContent,
     StraceContent,
 )
 from services.measure.samples import collect
-from services.measure.stats import Summary
+from services.measure.stats import Summary, compare
 from services.models import Job, RunKind
+from services.thresholds import Thresholds
 
 SCHEMA = SCHEMA_ID
 
@@ -48,7 +54,8 @@ def _summary(summary: Summary | None) -> dict[str, Any] | None:
     return summary.as_dict() if summary else None
 
 
-def build_report(job: Job) -> dict[str, Any]:
+def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The v1 report. ``thresholds`` judge the notes on evidence (observer effect)."""
     samples = collect(job)
     wall = samples.wall_summaries()
     configs = []
@@ -60,6 +67,13 @@ def build_report(job: Job) -> dict[str, Any]:
                 "cpus": config.cpus,
                 "cpuset": config.cpuset,
                 "runs": [{field: getattr(run, field) for field in RUN_FIELDS} for run in runs],
+                # Stored for the record, never in a statistic (cold caches, .pyc writes).
+                "warmup_runs": [
+                    {field: getattr(run, field) for field in RUN_FIELDS}
+                    for run in config.runs
+                    if run.kind == RunKind.warmup
+                ],
+                # Median of the successful runs only (failed and timed-out runs are in runs[]).
                 "wall_s": _summary(wall.get(config.label)),
             }
         )
@@ -88,6 +102,15 @@ def build_report(job: Job) -> dict[str, Any]:
         if run.kind == RunKind.timing and (run.exit_code != 0 or run.timed_out)
     ]
     notes = list(job.notes)
+    limits = thresholds or Thresholds()
+    short = {label: len(values) for label, values in samples.wall.items() if 0 < len(values) < limits.min_repetitions}
+    if short:
+        notes.append(
+            "no cpu_sensitivity or latency_flaky verdict rests on fewer than "
+            f"{limits.min_repetitions} successful runs per configuration; "
+            + ", ".join(f"{label} had {n}" for label, n in short.items())
+            + " (raise --repeat)"
+        )
     foreign = [run.foreign_cpus for config in job.configs for run in config.runs]
     if foreign and statistics.median(foreign) > hostload.BUSY_MACHINE_CPUS:
         notes.append(
@@ -98,7 +121,7 @@ def build_report(job: Job) -> dict[str, Any]:
     # observer effect of each probe.
     evidence_runs = []
     for config in job.configs:
-        medians = {None: wall[config.label].median if config.label in wall else None}
+        medians: dict[str | None, float | None] = {None: wall[config.label].median if config.label in wall else None}
         for run in config.runs:
             if run.kind != RunKind.evidence:
                 continue
@@ -107,6 +130,12 @@ def build_report(job: Job) -> dict[str, Any]:
                     samples.test_summaries(run.test_id).get(config.label) if run.test_id in samples.tests else None
                 )
                 medians[run.test_id] = summary.median if summary else None
+            # A test's evidence run is a whole pytest process (start-up included): compare
+            # the test's own duration in it, not the process's wall time, with its median.
+            observed: float | None = run.wall_s
+            if run.test_id is not None:
+                durations = [r.duration_s for r in run.test_results if r.test_id == run.test_id]
+                observed = durations[0] if durations else None
             evidence_runs.append(
                 {
                     "id": run.id,
@@ -114,64 +143,83 @@ def build_report(job: Job) -> dict[str, Any]:
                     "test": run.test_id,
                     "probe": run.probe,
                     "wall_s": run.wall_s,
+                    "observed_s": observed,
                     "timing_median_s": medians.get(run.test_id),
                     "exit_code": run.exit_code,
                     "timed_out": run.timed_out,
                 }
             )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
-    return validated(
+    for candidate in cpu_sensitivity.undecided(samples, limits, seed=job.screen_seed or 0):
+        comparison = compare(candidate.summaries)
+        if comparison is None:
+            continue
+        have = min(summary.n for summary in candidate.summaries.values())
+        notes.append(
+            f"{candidate.test_id or 'the command'} looks {comparison.ratio:.1f}x slower with {comparison.slow} "
+            f"than with {comparison.fast} (rank test p={candidate.p_value:.2g}), but {have} runs cannot tell it "
+            f"from chance among all the tests judged: rerun with --repeat {have + 2} or more to decide"
+        )
+    evidence_notes = observer_effect.notes(RuleContext(job, limits))
+    evidence = [
         {
-            "schema": SCHEMA,
-            "job": {
-                "id": job.id,
-                "project": job.project.name,
-                "status": job.status.value,
-                "created_at": job.created_at.isoformat(),
-                "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-                "error": job.error,
-            },
-            "command": job.command,
-            "executor": job.executor,
-            "workdir": job.workdir,
-            "repeat": job.repeat,
-            "notes": notes,
-            "configs": configs,
-            "tests": tests,
-            "failed_runs": failed,
-            "evidence_runs": evidence_runs,
-            "evidence": [
-                {
-                    "id": e.id,
-                    "config": e.config.label if e.config else None,
-                    "test": e.test_id,
-                    "kind": e.kind,
-                    "run": e.run_id,
-                    "content": e.content,
-                    "text": e.text,
-                    "artifacts": e.artifacts,
-                }
-                for e in job.evidence
-            ],
-            "findings": [
-                {
-                    "id": f.id,
-                    "kind": f.kind,
-                    "severity": f.severity,
-                    "title": f.title,
-                    "detail": f.detail,
-                    "config": f.config_label,
-                    "test": f.test_id,
-                    "metrics": f.metrics,
-                    "evidence": f.evidence_ids,
-                    "fingerprint": f.fingerprint,
-                    "status": f.status.value,
-                    "regression": f.regression,
-                }
-                for f in findings
-            ],
+            "id": e.id,
+            "config": e.config.label if e.config else None,
+            "test": e.test_id,
+            "kind": e.kind,
+            "run": e.run_id,
+            "content": e.content,
+            "text": e.text,
+            "artifacts": e.artifacts,
+            # How to read it: e.g. the tracer slowed the run 8x (observer_effect).
+            "notes": [evidence_notes[e.id]] if e.id in evidence_notes else [],
         }
-    )
+        for e in job.evidence
+    ]
+    finding_dicts = [
+        {
+            "id": f.id,
+            "kind": f.kind,
+            "severity": f.severity,
+            "title": f.title,
+            "detail": f.detail,
+            "config": f.config_label,
+            "test": f.test_id,
+            "metrics": f.metrics,
+            "evidence": f.evidence_ids,
+            "fingerprint": f.fingerprint,
+            "status": f.status.value,
+            "regression": f.regression,
+        }
+        for f in findings
+    ]
+    report = {
+        "schema": SCHEMA,
+        "job": {
+            "id": job.id,
+            "project": job.project.name,
+            "status": job.status.value,
+            "created_at": job.created_at.isoformat(),
+            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+            "error": job.error,
+            # Seed of the screen's run order: the same seed replays the same order.
+            "screen_seed": job.screen_seed,
+        },
+        "command": job.command,
+        "executor": job.executor,
+        "workdir": job.workdir,
+        "repeat": job.repeat,
+        "notes": notes,
+        "configs": configs,
+        "tests": tests,
+        "failed_runs": failed,
+        "evidence_runs": evidence_runs,
+        "evidence": evidence,
+        "findings": finding_dicts,
+        # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
+        "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
+    }
+    return validated(report)
 
 
 def _seconds(value: float | None) -> str:
@@ -192,6 +240,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def render_text(report: dict[str, Any]) -> str:
     """The human report: findings first, then configurations, then tests."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    out += stories.render(report.get("diagnoses", []))
     findings = report["findings"]
     out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
     for finding in findings:
@@ -251,7 +300,11 @@ def render_text(report: dict[str, Any]) -> str:
         out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
 
     if report["failed_runs"]:
-        out += ["", f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace"]
+        out += [
+            "",
+            f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace; "
+            "they are left out of every median",
+        ]
         for failed in report["failed_runs"][:5]:
             state = "timed out" if failed["timed_out"] else f"exit {failed['exit_code']}"
             out.append(f"  {failed['config']} run {failed['repetition']}: {state}")
@@ -263,19 +316,25 @@ def render_text(report: dict[str, Any]) -> str:
         for entry in report["evidence"]:
             out += render_evidence(entry)
     if report["evidence_runs"]:
-        out += ["", "Evidence runs (wall time under the probe vs the timing median)"]
-        rows = [
-            [
-                run["probe"],
-                run["config"] + (f" [{run['test']}]" if run["test"] else ""),
-                _seconds(run["wall_s"]),
-                _seconds(run["timing_median_s"]),
-                f"{run['wall_s'] / run['timing_median_s']:.1f}x" if run["timing_median_s"] else "-",
-                "timed out" if run["timed_out"] else f"exit {run['exit_code']}",
-            ]
-            for run in report["evidence_runs"]
+        out += ["", "Evidence runs (the command's, or the test's, time under the probe vs its timing median)"]
+        rows = []
+        for run in report["evidence_runs"]:
+            observed, median = run.get("observed_s", run["wall_s"]), run["timing_median_s"]
+            rows.append(
+                [
+                    run["probe"],
+                    run["config"] + (f" [{run['test']}]" if run["test"] else ""),
+                    _seconds(run["wall_s"]),
+                    _seconds(observed),
+                    _seconds(median),
+                    f"{observed / median:.1f}x" if observed is not None and median else "-",
+                    "timed out" if run["timed_out"] else f"exit {run['exit_code']}",
+                ]
+            )
+        out += [
+            "  " + line
+            for line in _table(["probe", "config", "process wall", "observed", "timing median", "ratio", "end"], rows)
         ]
-        out += ["  " + line for line in _table(["probe", "config", "wall", "timing median", "ratio", "end"], rows)]
     for note in report["notes"]:
         out += ["", f"Note: {note}"]
     return "\n".join(out) + "\n"
@@ -310,13 +369,30 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
                 for row in rows[:SYSCALLS_SHOWN]
             ]
         case StallContent():
+            at = f"snapshot at {content.elapsed_s or 0:.2f} s"
+            if content.test_elapsed_s is not None:
+                at += f" ({content.test_elapsed_s:.2f} s into {content.test})"
             lines.append(
-                f"{head}: snapshot at {content.elapsed_s or 0:.2f} s (threshold {content.stall_after_s or 0:.2f} s), "
+                f"{head}: {at} (threshold {content.stall_after_s or 0:.2f} s), "
                 f"run ended after {content.wall_s or 0:.2f} s{' (timed out)' if content.timed_out else ''}"
+                + (f", attempt {content.attempts}" if (content.attempts or 1) > 1 else "")
             )
+            if content.frozen_s is not None:
+                processes = ", ".join(
+                    f"{p.program} ({p.pid}{', snapshotted' if p.snapshotted else ''})" for p in content.processes or []
+                )
+                lines.append(
+                    f"      frozen {(content.freeze_delay_s or 0) * 1000:.1f} ms after the deadline, "
+                    f"for {content.frozen_s:.2f} s; processes: {processes}"
+                )
+            lines += [f"      taken: {item}" for item in content.captured or []]
+            lines += [f"      not taken: {item}" for item in content.not_captured or []]
         case PySpyDumpContent(threads=[*threads]):
+            process = f" of {content.program} ({content.pid})" if content.program else ""
+            holder = f", GIL held by {content.gil_holder}" if content.gil_holder is not None else ""
             lines.append(
-                f"{head}: {len(threads)} threads at {content.elapsed_s or 0:.2f} s ({content.phase or 'stall'})"
+                f"{head}: {len(threads)} threads{process} at {content.elapsed_s or 0:.2f} s "
+                f"({content.phase or 'stall'}){holder}"
             )
             lines += [f'      {t.id} "{t.name or ""}" {t.state}: {_frames(t.frames)}' for t in threads]
         case GdbContent(threads=[*threads]):
@@ -337,7 +413,8 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
             lines.append(
                 f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
                 + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
-                + f" (at {content.elapsed_s or 0:.2f} s, {content.phase})"
+                + f" (at {content.elapsed_s or 0:.2f} s, {content.phase}"
+                + (f", {content.program} {content.pid})" if content.program else ")")
             )
         case PySpyRecordContent(threads=[*threads]):
             lines.append(f"{head}: {content.samples} samples at {content.rate_hz} Hz, idle threads included")
@@ -346,8 +423,27 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
                 for t in threads[:4]
                 if t.top_frames
             ]
+        case ReadsContent(by_fd_type=dict() as by_type):
+            lines.append(f"{head}: every read syscall, by descriptor type")
+            for fd_type, row in sorted(by_type.items(), key=lambda item: -item[1].calls):
+                median = row.median_bytes
+                lines.append(
+                    f"      {fd_type:<7} {row.calls:9d} calls  {row.bytes:11d} bytes"
+                    + (f"  median {median:.0f} B, most often {row.mode_bytes} B" if median is not None else "")
+                )
+        case AsyncioLoopContent(blocking_calls=[*calls]):
+            lines.append(
+                f"{head}: {content.slow_callbacks} of {content.callbacks} callbacks ran over "
+                f"{(content.threshold_s or 0) * 1000:.0f} ms, blocking the loop {content.blocked_s or 0:.3f} s in all"
+            )
+            lines += [
+                f"      {call.count} x {call.call}: {call.total_s:.3f} s, longest {call.max_s:.3f} s"
+                for call in calls[:3]
+            ]
         case _:
             lines.append(head)
+    for note in entry.get("notes", []):
+        lines.append(f"      note: {note['text']}")
     for artifact in entry["artifacts"]:
         if artifact.get("key"):
             lines.append(

@@ -42,6 +42,8 @@ class ReportJob(_Part):
     created_at: str
     finished_at: str | None
     error: str | None
+    # Seed of the screen's run order within each round (replays the same order).
+    screen_seed: int | None = None
 
 
 class ReportRun(_Part):
@@ -66,6 +68,8 @@ class ReportConfig(_Part):
     cpus: float | None
     cpuset: str | None
     runs: list[ReportRun]
+    # One per configuration before its timing runs: stored, in no statistic.
+    warmup_runs: list[ReportRun] = []
     wall_s: Interval | None
 
 
@@ -100,9 +104,25 @@ class EvidenceRun(_Part):
     test: str | None
     probe: str | None
     wall_s: float
+    # The test's own duration in a narrowed pytest run (None: not in its JUnit file);
+    # the command's wall time otherwise. This, not wall_s, is compared with the median.
+    observed_s: float | None = None
     timing_median_s: float | None
     exit_code: int
     timed_out: bool
+
+
+class EvidenceNote(_Part):
+    """How to read a piece of evidence: the tracer changed the run's timing (observer effect)."""
+
+    kind: Literal["observer_effect"]
+    probe: str
+    config: str
+    test: str | None
+    ratio: float  # evidence run's wall time / the timing runs' median
+    evidence_wall_s: float
+    timing_median_s: float
+    text: str
 
 
 class ReportEvidence(_Part):
@@ -114,6 +134,7 @@ class ReportEvidence(_Part):
     content: dict[str, Any]  # the kind's model in services/measure/evidence.py
     text: str | None
     artifacts: list[dict[str, Any]]
+    notes: list[EvidenceNote] = []
 
     @model_validator(mode="after")
     def _content_fits_its_kind(self) -> ReportEvidence:
@@ -136,6 +157,39 @@ class ReportFinding(_Part):
     regression: bool
 
 
+class DiagnosisSymptom(_Part):
+    kind: str
+    configs: list[str]
+    text: str
+    ratio: float | None
+
+
+class DiagnosisCause(_Part):
+    kind: str
+    text: str
+    finding: int
+    evidence_backed: bool
+    from_command: bool  # the cause was found on the whole command, in the test's slow configuration
+
+
+class DiagnosisEvidence(_Part):
+    id: int
+    kind: str
+
+
+class Diagnosis(_Part):
+    """One test's findings as one story (services/diagnose/diagnoses.py)."""
+
+    test: str | None
+    severity: Severity
+    symptom: DiagnosisSymptom
+    cause: DiagnosisCause | None
+    evidence: list[DiagnosisEvidence]
+    advice: str
+    findings: list[int]
+    kinds: list[str]
+
+
 class Report(_Part):
     # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
     schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
@@ -151,6 +205,7 @@ class Report(_Part):
     evidence_runs: list[EvidenceRun]
     evidence: list[ReportEvidence]
     findings: list[ReportFinding]
+    diagnoses: list[Diagnosis] = []
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ class EvidenceKind(enum.StrEnum):
     proc_io = "proc_io"
     faulthandler = "faulthandler"
     imports = "imports"
+    reads = "reads"  # every read syscall's size, by descriptor type (strace)
+    asyncio_loop = "asyncio_loop"  # asyncio callbacks that blocked the event loop
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -106,12 +108,35 @@ class ProfiledThread(_Model):
     top_frames: list[TopFrame]
 
 
+class ProfiledFunction(_Model):
+    """A function's share of one thread's samples: own (innermost frame) and cumulative
+    (anywhere on the stack); ``line`` is where most of its own samples were."""
+
+    function: str
+    file: str
+    line: int | None = None
+    own_samples: int
+    cumulative_samples: int
+    own_pct: float
+    cumulative_pct: float
+    waiting: bool = False  # a known blocking wait (a lock, a selector): samples, not CPU
+
+
+class ThreadFunctions(_Model):
+    thread: str
+    samples: int
+    waiting_pct: float = 0.0  # samples whose innermost frame is a blocking wait
+    functions: list[ProfiledFunction]
+
+
 class PySpyRecordContent(EvidenceContent):
     rate_hz: int | None = None
     idle_included: bool | None = None  # idle (waiting) samples are in the graph
     gil_only: bool | None = None  # samples restricted to the GIL holder (--gil)
     samples: int | None = None
     threads: list[ProfiledThread] | None = None
+    # The busiest threads' functions (hot_path reads these).
+    functions: list[ThreadFunctions] | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
 
@@ -126,7 +151,9 @@ class PythonFrame(_Model):
 
 
 class DumpedThread(_Model):
-    """A thread as py-spy dump saw it: py-spy's state words (idle, active, active+gil)."""
+    """A thread as py-spy dump saw it. In the stall snapshot the process is frozen, so
+    the state is the kernel's: running (user code), waiting (futex) or "syscall N", with
+    +gil for the GIL holder; elsewhere py-spy's own words (idle, active, active+gil)."""
 
     id: int | None = None
     name: str | None = None
@@ -138,6 +165,8 @@ class DumpedThread(_Model):
 
 class PySpyDumpContent(EvidenceContent):
     pid: int | None = None
+    program: str | None = None  # the process's executable name (python3.11, ...)
+    gil_holder: str | int | None = None  # the thread holding the GIL: its name, or id
     threads: list[DumpedThread] | None = None
     duration_s: float | None = None
     phase: str | None = None  # "stall" or "last" (just before the hard timeout)
@@ -160,6 +189,9 @@ class CoreThread(_Model):
 
 class GdbContent(EvidenceContent):
     pid: int | None = None
+    program: str | None = None
+    gdb_s: float | None = None  # how long gdb took to read the core
+    analysis_s: float | None = None
     executable: str | None = None
     elapsed_s: float | None = None
     gdb: str | None = None  # why gdb could not read the core
@@ -170,17 +202,47 @@ class GdbContent(EvidenceContent):
     timings: dict[str, float] | None = None
 
 
+class StalledProcess(_Model):
+    """A process of the command's tree when it was frozen (wrappers included)."""
+
+    pid: int
+    program: str
+    python: bool
+    snapshotted: bool
+
+
+class StallAttempt(_Model):
+    """An earlier evidence run that ended before its stall deadline."""
+
+    stall_after_s: float
+    observed_s: float
+
+
 class StallContent(EvidenceContent):
     stall_after_s: float | None = None
+    # "test": the deadline counted from a pytest test's start; "process": from the start.
+    clock: str | None = None
     wall_s: float | None = None
-    elapsed_s: float | None = None
+    elapsed_s: float | None = None  # since the process's start, when it was frozen
+    test: str | None = None  # the pytest node id whose clock fired
+    test_started_s: float | None = None
+    test_elapsed_s: float | None = None
     timed_out: bool | None = None
     phases: list[str] | None = None
     timings: dict[str, float] | None = None
+    freeze_delay_s: float | None = None  # from the deadline to the SIGSTOP of the group
+    frozen_s: float | None = None  # how long it stayed frozen while the tools ran
+    processes: list[StalledProcess] | None = None
+    captured: list[str] | None = None  # what the snapshot holds, in a user's words
+    not_captured: list[str] | None = None  # and what it lacks, with why
+    attempts: int | None = None
+    earlier_attempts: list[StallAttempt] | None = None
+    crash_signal: str | None = None  # the run crashed (SIGSEGV, ...): stacks taken at the crash
 
 
 class ProcIoContent(EvidenceContent):
     pid: int | None = None
+    program: str | None = None
     phase: str | None = None
     elapsed_s: float | None = None
     counters: dict[str, int] | None = None
@@ -216,6 +278,55 @@ class ImportsContent(EvidenceContent):
     wall_s: float | None = None
 
 
+# --- every read syscall (strace -e trace=read,recv...) -------------------------------
+
+
+class FdTypeReads(_Model):
+    """The reads from one type of descriptor (socket, pipe, file, other)."""
+
+    calls: int
+    syscalls: dict[str, int]
+    reads_with_data: int
+    bytes: int
+    errors: int
+    eof: int
+    median_bytes: float | None = None
+    mode_bytes: int | None = None
+    mean_bytes: float | None = None
+    histogram: dict[str, int]  # size bucket ("<=64", ">65536") -> reads
+
+
+class ReadsContent(EvidenceContent):
+    by_fd_type: dict[str, FdTypeReads] | None = None
+    wall_s: float | None = None
+    timed_out: bool | None = None
+    stopped_before_timeout: bool | None = None
+
+
+# --- asyncio callbacks that blocked the loop ----------------------------------------
+
+
+class BlockingCall(_Model):
+    """Slow callbacks grouped by the innermost frame the loop thread was stuck in."""
+
+    call: str
+    count: int
+    total_s: float
+    max_s: float
+    callback: str | None = None  # the task or callback that made the call
+    stack: list[str] = []  # the loop thread's stack while blocked, innermost first
+
+
+class AsyncioLoopContent(EvidenceContent):
+    threshold_s: float | None = None
+    wall_s: float | None = None
+    processes: int | None = None
+    callbacks: int | None = None
+    slow_callbacks: int | None = None
+    blocked_s: float | None = None
+    blocking_calls: list[BlockingCall] | None = None
+
+
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.strace: StraceContent,
     EvidenceKind.pyspy: PySpyRecordContent,
@@ -225,6 +336,8 @@ CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.proc_io: ProcIoContent,
     EvidenceKind.faulthandler: FaulthandlerContent,
     EvidenceKind.imports: ImportsContent,
+    EvidenceKind.reads: ReadsContent,
+    EvidenceKind.asyncio_loop: AsyncioLoopContent,
 }
 
 

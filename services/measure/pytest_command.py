@@ -11,6 +11,11 @@ from pathlib import Path
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 JUNIT_FILE = "junit.xml"
+# pytest writes each case's time as f"{duration:.3f}" (_pytest/junitxml.py): durations
+# are known to the millisecond, no better (tests/unit/test_junit_resolution.py checks).
+JUNIT_RESOLUTION_S = 0.001
+# pytest's exit status when the suite ran and some tests failed (ExitCode.TESTS_FAILED).
+PYTEST_TESTS_FAILED = 1
 
 # pytest options whose value is a path: the value must stay when the command's own test
 # paths are swapped for one node id.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -34,6 +35,8 @@ class Wrapping:
     command: Callable[[list[str]], list[str]] = lambda command: command
     env: dict[str, str] = field(default_factory=dict)
     watcher: RunWatcher | None = None
+    # The stall clock the executor runs (executors/container_timer.py StallClock).
+    stall_clock: dict[str, Any] | None = None
 
 
 def run_once(
@@ -72,6 +75,7 @@ def run_once(
             env=wrapping.env,
             watcher=wrapping.watcher,
             job_id=job_config.job_id,
+            stall_clock=wrapping.stall_clock,
         )
     )
     cases = pytest_command.parse(junit_file) if is_pytest else []

@@ -1,20 +1,35 @@
-"""The screen's numbers for one job, gathered from the database (the record)."""
+"""The screen's numbers for one job, gathered from the database (the record).
+
+Only runs that measured the program doing its work count: warm-up runs, runs that
+timed out and runs that failed are kept in the record but left out here. A pytest run
+that exited 1 (some test failed) still timed its passing tests correctly; those count,
+the failed tests' cases do not (a failure path has its own latency).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from services.measure.pytest_command import JUNIT_RESOLUTION_S, PYTEST_TESTS_FAILED
 from services.measure.stats import Summary, median_interval
-from services.models import Job, RunKind
+from services.models import Job, Run, RunKind
+
+# perf_counter-based wall times: far finer than any latency worth a verdict.
+WALL_RESOLUTION_S = 1e-6
 
 
 @dataclass
 class JobSamples:
-    # configuration label -> wall times of its timing runs, in run order
+    # configuration label -> wall times of its successful timing runs, in run order
     wall: dict[str, list[float]] = field(default_factory=dict)
-    # test id -> configuration label -> durations (skipped cases left out)
+    # test id -> configuration label -> durations (skipped and failed cases left out)
     tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # configuration label -> timing runs that failed or timed out (left out above)
+    failed: dict[str, int] = field(default_factory=dict)
+    # The clocks' resolution: a duration below it is too fast to judge.
+    wall_resolution_s: float = WALL_RESOLUTION_S
+    test_resolution_s: float = JUNIT_RESOLUTION_S
 
     def wall_summaries(self) -> dict[str, Summary]:
         return {label: median_interval(values) for label, values in self.wall.items() if values}
@@ -22,16 +37,30 @@ class JobSamples:
     def test_summaries(self, test_id: str) -> dict[str, Summary]:
         return {label: median_interval(values) for label, values in self.tests[test_id].items() if values}
 
+    def series(self) -> list[tuple[str | None, dict[str, list[float]], float]]:
+        """(test id or None for the whole command, per-configuration samples, resolution)."""
+        return [
+            (None, self.wall, self.wall_resolution_s),
+            *((test_id, per_config, self.test_resolution_s) for test_id, per_config in self.tests.items()),
+        ]
+
+
+def succeeded(run: Run) -> bool:
+    return run.exit_code == 0 and not run.timed_out
+
 
 def collect(job: Job) -> JobSamples:
     samples = JobSamples()
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for config in job.configs:
         timing_runs = [run for run in config.runs if run.kind == RunKind.timing]
-        samples.wall[config.label] = [run.wall_s for run in timing_runs]
+        samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
+        samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
         for run in timing_runs:
+            if not (succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)):
+                continue
             for result in run.test_results:
-                if result.outcome != "skipped":
+                if result.outcome == "passed":
                     tests[result.test_id][config.label].append(result.duration_s)
     samples.tests = {test_id: dict(per_config) for test_id, per_config in sorted(tests.items())}
     return samples

@@ -1,16 +1,24 @@
 """The timing screen: repetitions of the command in every configuration, no tracer.
 
-Repetitions are interleaved (one run of each configuration per round) so that drift
-on a noisy machine spreads over all configurations instead of biasing one. A
-configuration stops early once more runs cannot change its verdict against any other.
+Repetitions are interleaved (one run of each configuration per round, in an order
+shuffled every round by the job's recorded seed) so that drift on a noisy machine, and
+the after-effects of one run on the next, spread over all configurations instead of
+biasing one. Each configuration first gets one warm-up run, stored as such and left out
+of every statistic. A configuration stops early once more runs cannot change its
+verdict against any other, never before ``min_repetitions`` runs (the false-positive
+rate of that rule is measured by tests/bench/bench_false_positives.py).
 """
 
 from __future__ import annotations
 
+import random
+import secrets
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -41,55 +49,96 @@ def screen(
     killed lagtrace loses at most the run in flight (and a cancelled job stops).
     """
     active = list(job.configs)
+    if job.screen_seed is None:
+        job.screen_seed = secrets.randbits(32)
+    order = random.Random(job.screen_seed)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
+
+    def measure(job_config: JobConfig, kind: RunKind, repetition: int) -> None:
+        run_dir = scratch / f"{job_config.position}-{repetition}"
+        run_dir.mkdir()
+        measured = run_once(
+            session,
+            executor,
+            job_config,
+            command=job.command,
+            workdir=workdir,
+            run_dir=run_dir,
+            timeout_s=job.timeout_s,
+            kind=kind,
+            repetition=repetition,
+        )
+        checkpoint()
+        progress(_progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases)))
+
     try:
+        for job_config in round_order(order, active):
+            measure(job_config, RunKind.warmup, 0)
         for repetition in range(1, job.repeat + 1):
-            for job_config in active:
-                run_dir = scratch / f"{job_config.position}-{repetition}"
-                run_dir.mkdir()
-                measured = run_once(
-                    session,
-                    executor,
-                    job_config,
-                    command=job.command,
-                    workdir=workdir,
-                    run_dir=run_dir,
-                    timeout_s=job.timeout_s,
-                    kind=RunKind.timing,
-                    repetition=repetition,
-                )
-                checkpoint()
-                progress(_progress_line(job_config, repetition, job.repeat, measured.result, len(measured.cases)))
-            if repetition >= thresholds.min_repetitions and repetition < job.repeat:
-                samples = collect(job)
-                still = [c for c in active if not _settled(c.label, samples, thresholds)]
-                for done in active:
-                    if done not in still:
-                        progress(f"{done.label}: verdict settled after {repetition} runs")
-                active = still
-                if not active:
-                    break
+            for job_config in round_order(order, active):
+                measure(job_config, RunKind.timing, repetition)
+            still = still_active([c.label for c in active], collect(job), thresholds, repetition, job.repeat)
+            for done in active:
+                if done.label not in still and repetition < job.repeat:
+                    progress(f"{done.label}: verdict settled after {repetition} runs")
+            active = [c for c in active if c.label in still]
+            if not active:
+                break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+T = TypeVar("T")
+
+
+def round_order(rng: random.Random, configs: list[T]) -> list[T]:
+    """This round's order of the configurations (a fresh shuffle every round)."""
+    shuffled = list(configs)
+    rng.shuffle(shuffled)
+    return shuffled
+
+
+def still_active(
+    labels: list[str], samples: JobSamples, thresholds: Thresholds, repetition: int, repeat: int
+) -> list[str]:
+    """The configurations that need more runs after ``repetition`` rounds.
+
+    None stops before min_repetitions (no verdict rests on fewer), nor while any of its
+    series is spread out (latency_flaky needs every run it can get).
+    """
+    if repetition >= repeat:
+        return []
+    if repetition < max(thresholds.min_repetitions, thresholds.flaky_min_runs):
+        return list(labels)
+    return [label for label in labels if not _settled(label, samples, thresholds)]
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
     """Settled against every other configuration, for the command and for every test.
 
     A configuration whose own runs are far apart is never settled: every further run
-    helps tell a two-mode latency from noise (the latency_flaky rule).
+    helps tell a two-mode latency from noise (the latency_flaky rule). A series below
+    its clock's resolution is too fast to judge: more runs cannot help it.
     """
-    series = [samples.wall, *samples.tests.values()]
-    for per_config in series:
+    if not samples.wall.get(label) and samples.failed.get(label, 0) >= thresholds.min_repetitions:
+        return True  # it failed every time: more runs only repeat the failure
+    for _, per_config, resolution in samples.series():
         mine = per_config.get(label)
         if not mine:
+            continue
+        if len(mine) < thresholds.min_repetitions:
+            return False
+        if statistics.median(mine) < resolution:
             continue
         if _spread_out(mine, thresholds):
             return False
         for other, values in per_config.items():
             if other == label or not values:
                 continue
-            if not pair_settled(median_interval(mine), median_interval(values), thresholds.cpu_sensitivity_ratio):
+            a, b = median_interval(mine), median_interval(values)
+            if max(a.ci_high, b.ci_high) - min(a.ci_low, b.ci_low) < thresholds.cpu_sensitivity_min_s:
+                continue  # even the extremes are closer than the absolute floor
+            if not pair_settled(a, b, thresholds.cpu_sensitivity_ratio):
                 return False
     return True
 
@@ -99,8 +148,13 @@ def _spread_out(values: list[float], thresholds: Thresholds) -> bool:
     return high >= thresholds.flaky_gap_ratio * low and high - low >= thresholds.flaky_min_spread_s
 
 
-def _progress_line(job_config: JobConfig, repetition: int, repeat: int, result: RunResult, tests: int) -> str:
-    parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
+def _progress_line(
+    job_config: JobConfig, kind: RunKind, repetition: int, repeat: int, result: RunResult, tests: int
+) -> str:
+    if kind == RunKind.warmup:
+        parts = [f"{job_config.label}: warm-up run {result.wall_s:.3f} s (not counted)"]
+    else:
+        parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
     if result.exit_code != 0:
         parts.append(f"exit {result.exit_code}")
     if result.timed_out:

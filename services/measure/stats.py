@@ -6,8 +6,12 @@ for the median is the exact order-statistic interval from the binomial distribut
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
+import random
 import statistics
+from collections import defaultdict
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95
@@ -91,3 +95,127 @@ def pair_settled(a: Summary, b: Summary, min_ratio: float) -> bool:
     clearly_apart = slow.ci_low >= min_ratio * fast.ci_high
     clearly_close = slow.ci_high < min_ratio * fast.ci_low
     return clearly_apart or clearly_close
+
+
+# --- Is a test's latency different between configurations at all? -----------------
+#
+# The Kruskal-Wallis test, exact: the statistic is sum(R_i^2 / n_i) over the
+# configurations' rank sums R_i (H up to constants), which grows with any shift of any
+# configuration, so choosing the slowest and fastest pair afterwards costs nothing.
+# Ranks make it indifferent to skew and to a slow mode. Ties (JUnit rounds to 1 ms)
+# are broken at random by a seeded generator: the ranks are then a uniform
+# permutation under the null, whose distribution depends only on the group sizes and
+# is computed once per sizes, exactly where that is cheap, else from a seeded sample.
+
+EXACT_MAX_RUNS = 21  # three configurations of 7 runs: exact in under a second
+EXACT_MAX_CONFIGS = 3
+PERMUTATIONS = 50_000  # beyond that, a seeded Monte Carlo null: p resolution 2e-5
+
+
+def _statistic(sums: list[int] | list[float], sizes: tuple[int, ...] | list[int]) -> float:
+    return round(sum(s * s / n for s, n in zip(sums, sizes, strict=True)), 6)
+
+
+def rank_sums(groups: list[list[float]], rng: random.Random) -> list[int]:
+    """Each group's rank sum (1 = fastest), ties broken at random."""
+    tagged = sorted((value, rng.random(), g) for g, values in enumerate(groups) for value in values)
+    sums = [0] * len(groups)
+    for rank, (_, _, g) in enumerate(tagged, start=1):
+        sums[g] += rank
+    return sums
+
+
+def rank_test(groups: list[list[float]], rng: random.Random) -> float:
+    """p-value that the configurations' latencies are one distribution (any difference)."""
+    groups = [g for g in groups if g]
+    if len(groups) < 2:
+        return 1.0
+    observed = _statistic(rank_sums(groups, rng), [len(g) for g in groups])
+    return _null(tuple(sorted(len(g) for g in groups))).p_value(observed)
+
+
+@dataclass(frozen=True)
+class _NullDistribution:
+    values: tuple[float, ...]  # of the statistic, sorted ascending
+    weights: tuple[float, ...]  # weights[i] = P(T >= values[i]) under the null
+    exact: bool
+
+    def p_value(self, observed: float) -> float:
+        index = bisect.bisect_left(self.values, observed - 1e-6)
+        if index >= len(self.values):
+            return self.weights[-1] if not self.exact else 0.0
+        return self.weights[index]
+
+
+@functools.lru_cache(maxsize=64)
+def _null(sizes: tuple[int, ...]) -> _NullDistribution:
+    if len(sizes) <= EXACT_MAX_CONFIGS and sum(sizes) <= EXACT_MAX_RUNS:
+        counts = _exact_null(sizes)
+        exact = True
+    else:
+        counts = _sampled_null(sizes)
+        exact = False
+    total = sum(counts.values())
+    values = sorted(counts)
+    tail, weights = 0, []
+    for value in reversed(values):
+        tail += counts[value]
+        weights.append(tail / total)
+    weights.reverse()
+    if not exact:
+        # Phipson & Smyth: a sampled permutation p-value is never 0
+        weights = [(w * total + 1) / (total + 1) for w in weights] + [1 / (total + 1)]
+    return _NullDistribution(tuple(values), tuple(weights), exact)
+
+
+def _exact_null(sizes: tuple[int, ...]) -> dict[float, int]:
+    """Number of rank assignments per value of the statistic, by dynamic programming.
+
+    The state is the count and rank sum of every group but the last (implied)."""
+    k, total_runs = len(sizes), sum(sizes)
+    start = (tuple([0] * (k - 1)), tuple([0] * (k - 1)))
+    states: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {start: 1}
+    for rank in range(1, total_runs + 1):
+        following: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = defaultdict(int)
+        for (counts, sums), ways in states.items():
+            if rank - 1 - sum(counts) < sizes[-1]:
+                following[(counts, sums)] += ways
+            for g in range(k - 1):
+                if counts[g] < sizes[g]:
+                    grown = (*counts[:g], counts[g] + 1, *counts[g + 1 :])
+                    summed = (*sums[:g], sums[g] + rank, *sums[g + 1 :])
+                    following[(grown, summed)] += ways
+        states = following
+    rank_total = total_runs * (total_runs + 1) // 2
+    result: dict[float, int] = defaultdict(int)
+    for (_, sums), ways in states.items():
+        result[_statistic([*sums, rank_total - sum(sums)], sizes)] += ways
+    return result
+
+
+def _sampled_null(sizes: tuple[int, ...]) -> dict[float, int]:
+    rng = random.Random(0x1A6)  # fixed: the same job always gets the same p-values
+    labels = [g for g, n in enumerate(sizes) for _ in range(n)]
+    result: dict[float, int] = defaultdict(int)
+    for _ in range(PERMUTATIONS):
+        rng.shuffle(labels)
+        sums = [0] * len(sizes)
+        for rank, g in enumerate(labels, start=1):
+            sums[g] += rank
+        result[_statistic(sums, sizes)] += 1
+    return result
+
+
+def benjamini_hochberg(p_values: dict[str, float], q: float) -> set[str]:
+    """The hypotheses rejected at false discovery rate q (Benjamini & Hochberg 1995).
+
+    The tests of one suite share a machine, so their p-values are positively dependent
+    at worst (a busy neighbour slows them all), under which BH still holds (Benjamini &
+    Yekutieli 2001, PRDS)."""
+    ranked = sorted(p_values.items(), key=lambda item: item[1])
+    m = len(ranked)
+    cutoff = 0
+    for i, (_, p) in enumerate(ranked, start=1):
+        if p <= q * i / m:
+            cutoff = i
+    return {key for key, _ in ranked[:cutoff]}

@@ -6,6 +6,7 @@ run and no container left, the killed run's included."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -32,7 +33,7 @@ def test_the_oom_killer_takes_only_the_pool_child(stack, repository_with):
     stack.wait_for_run(job_id)
     # The ledger names the process running the screen: the pool child (not the beat's).
     [holder] = [who for name, _, _, who in stack.ledger(job_id) if name == "screen"]
-    pool_child = int(holder.rsplit("/", 1)[1])
+    pool_child = int(re.search(r"/(\d+)", holder).group(1))  # host/pid[ on node][, CPU model]
     assert pool_child in children(stack.worker().pid)
     os.kill(pool_child, signal.SIGKILL)
     fault = time.monotonic()

@@ -85,7 +85,23 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
 def test_program_that_only_waits_is_not_flagged(sqlite_url, tmp_path):
     out = tmp_path / "out.json"
     result = run_cli(
-        ["run", *CORES, "--config", "cpus=0.5", "--repeat", "5", "--json", str(out), "--", *STEADY], sqlite_url
+        # local: STEADY runs on this host's interpreter, which no container has (under the
+        # docker executor every run failed, and the report used to call that healthy)
+        [
+            "run",
+            "--executor",
+            "local",
+            *CORES,
+            "--config",
+            "cpus=0.5",
+            "--repeat",
+            "5",
+            "--json",
+            str(out),
+            "--",
+            *STEADY,
+        ],
+        sqlite_url,
     )
     assert result.returncode == 0, result.stderr
     report = result.report(out)
@@ -162,6 +178,88 @@ def test_failing_command_is_recorded_not_an_error(sqlite_url, tmp_path):
     report = result.report(out)
     assert [r["exit_code"] for r in report["configs"][0]["runs"]] == [4, 4]
     assert "did not exit 0" in result.stdout and "boom" in result.stdout
+    # Failure is never shown as health (issue 12): a finding, with the exit code and output.
+    [failed] = [f for f in report["findings"] if f["kind"] == "command_failed"]
+    assert failed["severity"] == "high" and failed["metrics"]["exit_code"] == 4
+    assert "boom" in failed["metrics"]["output_tail"]
+    assert "Findings: none" not in result.stdout
+    assert report["configs"][0]["wall_s"] is None  # failed runs are out of the medians
+
+
+def test_a_pytest_that_is_not_installed_is_command_failed_not_health(sqlite_url, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_cli(
+        # an interpreter without pytest: every run exits 1, no test runs
+        [
+            "run",
+            "--executor",
+            "local",
+            "--config",
+            "cpuset=0",
+            "--repeat",
+            "3",
+            "--json",
+            str(out),
+            "--",
+            "/usr/bin/python3",
+            "-I",
+            "-m",
+            "pytest",
+            "-q",
+        ],
+        sqlite_url,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    [failed] = [f for f in report["findings"] if f["kind"] == "command_failed"]
+    assert failed["metrics"]["exit_code"] == 1 and "No module named pytest" in failed["detail"]
+    assert "Findings: none" not in result.stdout
+    [story] = report["diagnoses"]
+    assert story["cause"]["kind"] == "command_failed"
+
+
+@pytest.mark.latency
+def test_a_healthy_suite_of_forty_fast_tests_gets_a_report(sqlite_url, tmp_path):
+    # Most of these tests take under 1 ms (JUnit says 0.000 or 0.001): lagtrace crashed on
+    # them with a ZeroDivisionError in latency_flaky (issue 12), and ratios to 0.000 s
+    # came out as "infx slower".
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_fast.py").write_text(
+        "import time\n\n"
+        + "\n".join(f"def test_fast_{i:02d}():\n    time.sleep({i * 0.00003:.5f})\n" for i in range(40))
+    )
+    out = tmp_path / "out.json"
+    result = run_cli(
+        [
+            "run",
+            "--executor",
+            "local",
+            "--evidence",
+            "none",
+            "--workdir",
+            str(suite),
+            "--json",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_fast.py",
+        ],
+        sqlite_url,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert len(report["tests"]) == 40
+    assert all(len(c["runs"]) == 5 for c in report["configs"])  # the default repeat, none stopped early
+    assert all(len(c["warmup_runs"]) == 1 for c in report["configs"])  # one warm-up each, not counted
+    assert not [f for f in report["findings"] if f["severity"] in ("medium", "high")], result.stdout
+    assert "inf" not in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -383,7 +383,7 @@ def test_two_jobs_share_a_node_only_when_packing_on_disjoint_cores(
     for job in jobs:
         assert job["status"] == "done", job["error"]
     runs = stamped_runs(stamps)
-    assert len(runs) == 6
+    assert len(runs) == 2 * (1 + 3)  # per job: one warm-up run, then the three timing runs
     spans = {tag: [(start, end) for t, _, start, end in runs if t == tag] for tag in ("a", "b")}
     across = overlapping(spans["a"] + spans["b"]) - overlapping(spans["a"]) - overlapping(spans["b"])
     assert overlapping(spans["a"]) == 0 and overlapping(spans["b"]) == 0  # a job's own runs never overlap
@@ -392,3 +392,59 @@ def test_two_jobs_share_a_node_only_when_packing_on_disjoint_cores(
         assert across > 0 and packing_noted
     else:
         assert across == 0 and not packing_noted
+
+
+@pytest.mark.latency
+def test_worker_with_the_docker_executor_finds_gil_contention_at_the_stall(stack, repository, tmp_path):
+    """The stall snapshot through the service, in a container: the in-container timer
+    freezes the hand-off at the default threshold, and gdb finds threads waiting for the GIL."""
+    require_docker()
+    out = tmp_path / "report.json"
+    directory = Path(repository[0].removeprefix("file://"))
+    done = stack.cli(
+        "submit",
+        "--url",
+        stack.url,
+        "--token",
+        stack.token,
+        "--dir",
+        str(directory),
+        "--executor",
+        "docker",
+        "--config",
+        "cpuset=0",
+        "--config",
+        "cpuset=0-1",
+        "--repeat",
+        "3",
+        "--evidence",
+        "core",
+        "--json",
+        str(out),
+        "--poll",
+        "0.3",
+        "--",
+        "python3",
+        "handoff.py",
+        "2000",
+        "2",
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr + stack.logs()
+    report = json.loads(out.read_text())
+    assert report["executor"] == "docker"
+    stalls = [e for e in report["evidence"] if e["kind"] == "stall" and e["content"]["status"] == "ok"]
+    assert stalls and stalls[0]["config"] == "cpuset=0-1", [e["content"] for e in report["evidence"]]
+    assert stalls[0]["content"]["not_captured"] == [], stalls[0]["content"]
+    kinds = [f["kind"] for f in report["findings"]]
+    assert "gil_contention" in kinds, f"{kinds}; {latency_note(report)}"
+    assert "stall" in kinds
+
+
+def require_docker() -> None:
+    from services.measure.executors import docker as docker_executor
+    from services.settings import Settings
+    from tests.conftest import require
+
+    problem = docker_executor.unavailable_reason(Settings().docker_image)
+    require(problem is None, f"no usable Docker engine: {problem}")

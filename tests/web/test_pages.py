@@ -54,6 +54,12 @@ def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
     (job_id,) = _signed_in_with_jobs(dashboard)
     html = dashboard.page(f"/jobs/{job_id}")
     assert html.index("Findings (3)") < html.index("test × CPU configuration")
+    # The three findings of the slow test told as one story, before the findings (issue 12).
+    story = html[html.index('id="diagnoses"') : html.index("Findings (3)")]
+    assert "Diagnoses (1)" in story and TEST_SLOW in story
+    assert "is 90.0x slower with cpuset=0-1" in story  # the symptom
+    assert "<code>gil_contention</code>: threads wait for the GIL" in story  # the evidence-backed cause
+    assert story.count("/evidence/") >= 3 and "process pool" in story  # its evidence, what to do
     matrix = html[html.index('class="matrix"') :]
     row = matrix[matrix.index(TEST_SLOW) :].split("</tr>")[0]
     # cpuset=0 is the fastest (1.0x, green); cpuset=0-1 is ~94x (the hottest band).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from services.measure.configs import CpuConfig
 
@@ -57,6 +57,9 @@ class RunRequest:
     watcher: RunWatcher | None = None
     # Labels the run's container (docker executor) so a job's leftovers can be found.
     job_id: int | None = None
+    # The stall clock's spec (executors/container_timer.py StallClock): the process that
+    # owns the run's clock freezes the command at the stall deadline and snapshots it.
+    stall_clock: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

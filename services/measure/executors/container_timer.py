@@ -14,13 +14,23 @@ that the timer lingers, keeping the container alive, so evidence tools can still
 it (gdb reading the core taken during a stall) until the executor removes it; LINGER_S
 bounds that for a lagtrace that died before removing it.
 
-    argv: OUTPUT_PATH TIMEOUT_S(or "none") LINGER_S -- COMMAND...
+    argv: OUTPUT_PATH TIMEOUT_S(or "none") LINGER_S STALL_JSON(or "none") -- COMMAND...
+
+It also owns the stall clock (``StallClock``, shared with the local executor, which
+imports it): at the stall deadline it freezes the command's whole process group itself,
+takes the snapshot tools while everything is frozen, and thaws it, with no round trip
+through the host or ``docker exec`` (a tool started beside a hand-off pathology lends it
+a core and can end the very stall it came to see; DESIGN.md section 8).
 """
 
 import json
 import os
+import re
+import select
 import signal
+import subprocess
 import sys
+import threading
 import time
 
 CPU_STAT_FILES = ("/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat", "/sys/fs/cgroup/cpu,cpuacct/cpu.stat")
@@ -72,15 +82,362 @@ def own_io():
         return {key: int(value) for key, value in (line.split(": ") for line in handle.read().splitlines())}
 
 
+# -- the stall clock -------------------------------------------------------------------
+
+STALL = "stall"
+BEFORE_TIMEOUT = "before_timeout"
+CRASH = "crash"  # a process reported a fatal signal (SIGSEGV, ...) and stopped itself
+CLOCK_FILE = "stall-clock.json"  # the clock's record, written when the run has ended
+# A pytest plugin (put on PYTHONPATH, named in PYTEST_PLUGINS) writes "start PID NODEID"
+# and "end PID NODEID" lines into this FIFO, so the deadline counts from the test's start;
+# a crash hook (sitecustomize) writes "crash PID SIGNAL" and stops its process.
+FIFO_NAME = "stall-clock.fifo"
+MAX_PROCESSES = 8  # Python processes dumped per snapshot (xdist workers, wrappers)
+MAX_CORES = 4  # and cores taken; each costs about 0.2 s of freeze per 150 MB
+TOOL_TIMEOUT_S = 60.0
+_PYTHON_EXE = re.compile(r"(^|/)(python|pypy)[0-9.]*[a-z]?$")
+
+
+def _stat(pid):
+    """(ppid, pgid, state) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), int(fields[2]), fields[0]
+
+
+def descendants(root):
+    """The command's process tree, root first: walked by parent pid, because a wrapper's
+    child may have left the process group (setsid, setpgid) and still be the test."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            found = _stat(int(name))
+            if found is not None:
+                children.setdefault(found[0], []).append(int(name))
+    tree, queue = [], [root]
+    while queue:
+        pid = queue.pop(0)
+        tree.append(pid)
+        queue.extend(sorted(children.get(pid, ())))
+    return tree
+
+
+def _read(path, limit=65536):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def describe(pid):
+    """What a process is: its executable and command line, and whether it runs Python."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        exe = None
+    cmdline = [arg for arg in (_read(f"/proc/{pid}/cmdline") or "").split("\0") if arg]
+    python = bool(exe and _PYTHON_EXE.search(exe.replace(" (deleted)", "")))
+    if not python and exe:
+        maps = _read(f"/proc/{pid}/maps", 1 << 20) or ""
+        python = "libpython" in maps
+    return {"pid": pid, "exe": exe, "cmdline": cmdline[:8], "python": python}
+
+
+def threads_at(pid):
+    """Each thread's kernel view while frozen: the syscall it sits in (202 = futex on
+    x86_64; -1 = running user code when stopped) and its name."""
+    found = []
+    try:
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return found
+    for tid in tids:
+        syscall = (_read(f"/proc/{pid}/task/{tid}/syscall") or "").split()
+        found.append(
+            {
+                "tid": tid,
+                "name": (_read(f"/proc/{pid}/task/{tid}/comm") or "").strip(),
+                "syscall": int(syscall[0]) if syscall and syscall[0].lstrip("-").isdigit() else None,
+            }
+        )
+    return found
+
+
+def wait_stopped(pids, limit_s=0.25):
+    """SIGSTOP is delivered asynchronously: wait until every thread of these processes is
+    really stopped (or gone), so what the tools read is one frozen instant. Returns how
+    long it took, or None when some thread would not stop in time."""
+    started = time.perf_counter()
+    while True:
+        moving = False
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                found = _stat(f"{pid}/task/{tid}")
+                if found is not None and found[2] not in "TtZX":
+                    moving = True
+                    break
+            if moving:
+                break
+        elapsed = time.perf_counter() - started
+        if not moving:
+            return elapsed
+        if elapsed > limit_s:
+            return None
+        time.sleep(0.0002)
+
+
+def run_tool(argv, timeout_s=TOOL_TIMEOUT_S):
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = -9, exc.stdout or b"", (exc.stderr or b"") + f"\ntimed out after {timeout_s} s".encode()
+    except OSError as exc:
+        code, out, err = 127, b"", f"cannot run {os.path.basename(argv[0])}: {exc.strerror}".encode()
+    return {
+        "argv": [os.path.basename(argv[0]), *argv[1:]],
+        "returncode": code,
+        "stdout": out.decode("utf-8", "replace")[-4_000_000:],
+        "stderr": err.decode("utf-8", "replace")[-4000:],
+        "duration_s": round(time.perf_counter() - started, 4),
+    }
+
+
+class StallClock:
+    """Freezes the command at the stall deadline and snapshots it while frozen.
+
+    spec (JSON-able): stall_after_s; last_at_s (a last, lighter snapshot this long after
+    the start, before the hard timeout) or None; per_test (the deadline counts from a
+    test's start, reported through the FIFO); out_dir (where the snapshot goes, as this
+    process sees it); tools {"py-spy": path or None, "gcore": path or None}.
+    """
+
+    def __init__(self, spec):
+        """Made before the command starts (the FIFO must exist when a test reports)."""
+        self.spec = spec
+        self.pid = 0  # the command, also its process group (it called setsid())
+        self.started = 0.0  # perf_counter() at fork
+        self.out_dir = spec["out_dir"]
+        self.record = {"per_test": bool(spec.get("per_test")), "snapshots": [], "tests": []}
+        self._ended = threading.Event()
+        self._lock = threading.Lock()  # held while frozen: the command is not reaped meanwhile
+        self.per_test = bool(spec.get("per_test"))
+        path = os.path.join(self.out_dir, FIFO_NAME)
+        os.mkfifo(path, 0o600)
+        # Read and write: the FIFO never reads as closed while no test holds it open.
+        self._fifo = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        self._thread = threading.Thread(target=self._run, name="lagtrace-stall-clock", daemon=True)
+
+    def start(self, pid, started):
+        self.pid, self.started = pid, started
+        self._thread.start()
+
+    def _now(self):
+        return time.perf_counter() - self.started
+
+    def _run(self):
+        try:
+            self._clock()
+        except Exception as exc:  # the measurement must still end; the record says why
+            self.record["error"] = f"{type(exc).__name__}: {exc}"
+
+    def _wait(self, until):
+        """Sleep until ``until`` (seconds since the start), reading test starts and ends
+        meanwhile; returns the lines read, or None when the run ended."""
+        while True:
+            remaining = None if until is None else until - self._now()
+            if remaining is not None and remaining <= 0:
+                return []
+            # No polling: stop() writes into the FIFO to wake this up (the clock must not
+            # put load beside the command it measures).
+            ready, _, _ = select.select([self._fifo], [], [], remaining)
+            if self._ended.is_set():
+                return None
+            if ready:
+                try:
+                    data = os.read(self._fifo, 65536).decode("utf-8", "replace")
+                except BlockingIOError:
+                    continue
+                return [line.split(" ", 2) for line in data.splitlines() if line.count(" ") >= 2]
+
+    def _clock(self):
+        after = self.spec["stall_after_s"]
+        last_at = self.spec.get("last_at_s")
+        deadline = None if self.per_test else after  # per test: armed by its start
+        current = None  # the test whose clock runs: (pid, node id, started_s)
+        stalled = False
+        while True:
+            due = [t for t in (deadline, last_at) if t is not None]
+            lines = self._wait(min(due) if due else None)
+            if lines is None:
+                return
+            now = self._now()
+            for event, pid, node in lines:
+                if event == CRASH and pid.isdigit():
+                    # The process waits, stopped, in its signal handler: take it now.
+                    self._snapshot(CRASH, now, current, crashed=(int(pid), node))
+                    return
+                if not self.per_test:
+                    continue
+                if event == "start" and current is None and pid.isdigit():
+                    current = (int(pid), node, now)
+                    self.record["tests"].append({"pid": int(pid), "test": node, "started_s": round(now, 4)})
+                    if not stalled:
+                        deadline = now + after
+                elif event == "end" and current is not None and current[1] == node:
+                    self.record["tests"][-1]["ended_s"] = round(now, 4)
+                    current = None
+                    if not stalled:
+                        deadline = None  # the test ended in time: no stall
+            if lines:
+                continue
+            if deadline is not None and now >= deadline:
+                self._snapshot(STALL, deadline, current)
+                stalled, deadline = True, None
+                if last_at is None:
+                    return
+            elif last_at is not None and now >= last_at:
+                # The run is about to be killed at its timeout: a stall by any measure.
+                self._snapshot(BEFORE_TIMEOUT if stalled else STALL, last_at, current)
+                return
+
+    def _phases(self, phase):
+        return any(s["phase"] == phase for s in self.record["snapshots"])
+
+    def _snapshot(self, phase, deadline, current, crashed=None):
+        with self._lock:
+            if self._ended.is_set():
+                return
+            if crashed is not None:
+                # Let it stop itself in its handler first: were the group's SIGSTOP to
+                # come before its own, the thaw would leave it to stop itself for good.
+                wait_stopped([crashed[0]])
+            try:
+                os.killpg(self.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
+            frozen_at = self._now()
+            snapshot = {
+                "phase": phase,
+                "deadline_s": round(deadline, 4),
+                "freeze_delay_s": round(frozen_at - deadline, 6),
+                "test": current[1] if current else None,
+                "test_elapsed_s": round(frozen_at - current[2], 4) if current else None,
+                "processes": [],
+            }
+            if crashed is not None:
+                snapshot["crashed"] = {"pid": crashed[0], "signal": crashed[1].strip()[:16]}
+            state = _stat(self.pid)
+            if state is None or state[2] in "ZX":
+                snapshot["ended"] = True  # it ended just as the clock fired
+            tree = descendants(self.pid)
+            strays = []
+            for pid in tree[1:]:
+                found = _stat(pid)
+                if found is not None and found[1] != self.pid:
+                    strays.append(pid)
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except ProcessLookupError:
+                        pass
+            stopped = wait_stopped(tree)
+            snapshot["stop_wait_s"] = None if stopped is None else round(stopped, 6)
+            try:
+                self._take(snapshot, tree, phase, current)
+            finally:
+                for pid in strays:
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    os.killpg(self.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                snapshot["frozen_s"] = round(self._now() - frozen_at, 4)
+                snapshot["elapsed_s"] = round(frozen_at, 4)
+                self.record["snapshots"].append(snapshot)
+
+    def _take(self, snapshot, tree, phase, current):
+        processes = [describe(pid) for pid in tree]
+        snapshot["processes"] = processes
+        python = [p for p in processes if p["python"]]
+        # The process running the test first, then the innermost (a wrapper's payload).
+        tester = snapshot["crashed"]["pid"] if snapshot.get("crashed") else current[0] if current else None
+        python.sort(key=lambda p: (p["pid"] != tester, -tree.index(p["pid"])))
+        if len(python) > MAX_PROCESSES:
+            snapshot["left_out"] = [p["pid"] for p in python[MAX_PROCESSES:]]
+        tools = self.spec.get("tools", {})
+        for rank, process in enumerate(python[:MAX_PROCESSES]):
+            pid = process["pid"]
+            process["snapshot"] = True
+            process["io"] = _read(f"/proc/{pid}/io")
+            process["threads"] = threads_at(pid)
+            if tools.get("py-spy"):
+                # --nonblocking: the process is frozen already, and py-spy's own pause
+                # (ptrace attach) fails on a stopped process.
+                process["pyspy"] = run_tool([tools["py-spy"], "dump", "--json", "--nonblocking", "--pid", str(pid)])
+            if phase in (STALL, CRASH) and tools.get("gcore"):
+                if rank < MAX_CORES:
+                    prefix = os.path.join(self.out_dir, "core")
+                    process["gcore"] = run_tool([tools["gcore"], "-o", prefix, str(pid)])
+                    process["core"] = f"{prefix}.{pid}"
+                else:
+                    process["gcore"] = None  # over MAX_CORES: left out on purpose
+
+    def stop(self):
+        """The command has ended (not reaped yet): wait out a snapshot in progress, then
+        write the record. The caller reaps the command afterwards."""
+        self._ended.set()
+        try:
+            os.write(self._fifo, b"ended 0 -\n")
+        except OSError:
+            pass  # full of lines nobody read: the clock wakes up to read them anyway
+        with self._lock:
+            pass
+        self._thread.join(timeout=5.0)
+        os.close(self._fifo)
+        self.record["ended_s"] = round(self._now(), 4)
+        # The command can write where the record goes: never follow what it put there.
+        path = os.path.join(self.out_dir, CLOCK_FILE)
+        try:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            return  # the reader then says the clock left no record
+        with os.fdopen(fd, "w") as handle:
+            json.dump(self.record, handle)
+
+
+def wait_unreaped(pid):
+    """Block until the command has ended, leaving it a zombie (WNOWAIT): a snapshot in
+    progress keeps seeing its process, and the caller reaps it (wait4) afterwards."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+
+
 def main():
-    output_path, timeout_text, linger_text, separator, *command = sys.argv[1:]
+    output_path, timeout_text, linger_text, stall_text, separator, *command = sys.argv[1:]
     if separator != "--" or not command:
-        sys.exit("usage: container_timer OUTPUT TIMEOUT LINGER -- COMMAND...")
+        sys.exit("usage: container_timer OUTPUT TIMEOUT LINGER STALL -- COMMAND...")
     timeout_s = None if timeout_text == "none" else float(timeout_text)
+    stall = None if stall_text == "none" else json.loads(stall_text)
 
     before_cpu, before_oom = cpu_stat(), oom_kills()
     output = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
+    clock = None if stall is None else StallClock(stall)
     busy_before = busy_cpu_seconds()
     io_before = own_io()
     started = time.perf_counter()
@@ -96,6 +453,8 @@ def main():
             os.write(2, f"lagtrace: cannot execute {command[0]!r}: {exc.strerror}\n".encode())
             os._exit(127)
     os.close(output)
+    if clock is not None:
+        clock.start(pid, started)
     print(f"pid {pid}", flush=True)
 
     timed_out = []
@@ -110,9 +469,12 @@ def main():
     if timeout_s is not None:
         signal.signal(signal.SIGALRM, kill_at_timeout)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    # PEP 475: wait4 resumes by itself after the alarm handler, then reaps the killed child.
-    _, status, usage = os.wait4(pid, 0)
+    # PEP 475: waitid and wait4 resume by themselves after the alarm handler.
+    wait_unreaped(pid)
     wall_s = time.perf_counter() - started
+    if clock is not None:
+        clock.stop()
+    _, status, usage = os.wait4(pid, 0)
     busy_after = busy_cpu_seconds()
     io_after = own_io()
     signal.setitimer(signal.ITIMER_REAL, 0)

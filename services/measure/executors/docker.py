@@ -316,6 +316,7 @@ class DockerExecutor:
                 str(output),
                 timeout,
                 str(LINGER_S),
+                "none" if request.stall_clock is None else json.dumps(request.stall_clock),
                 "--",
                 *request.command,
             ],

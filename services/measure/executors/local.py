@@ -21,6 +21,7 @@ from pathlib import Path
 from services.errors import BadInput
 from services.measure import cgroups, hostload
 from services.measure.executors.base import RunRequest, RunResult, ToolResult
+from services.measure.executors.container_timer import StallClock, wait_unreaped
 from services.settings import Settings
 
 OUTPUT_TAIL_LINES = 20
@@ -98,6 +99,9 @@ class LocalExecutor:
 
         output_path = request.run_dir / "output.log"
         env = {**os.environ, **request.env}
+        # The stall clock runs here, in the parent: it freezes the command's process group
+        # at the deadline itself (one killpg), as the container timer does in a container.
+        clock = StallClock(request.stall_clock) if request.stall_clock is not None else None
         with open(output_path, "wb") as output:
             busy_before = hostload.busy_cpu_seconds()
             io_before = hostload.own_io()
@@ -121,6 +125,8 @@ class LocalExecutor:
                 timed_out.set()
                 _kill_group(proc.pid)
 
+            if clock is not None:
+                clock.start(proc.pid, started)
             if request.watcher is not None:
                 request.watcher.started(LocalProcessHandle(proc.pid))
             timer = None
@@ -129,11 +135,15 @@ class LocalExecutor:
                 timer.daemon = True
                 timer.start()
             try:
+                # Ended but not reaped (WNOWAIT) until a snapshot in progress is done.
+                wait_unreaped(proc.pid)
+                wall_s = time.perf_counter() - started
+                if clock is not None:
+                    clock.stop()
                 _, status, usage = os.wait4(proc.pid, 0)
             finally:
                 if timer is not None:
                     timer.cancel()
-            wall_s = time.perf_counter() - started
             busy_after = hostload.busy_cpu_seconds()
             io_after = hostload.own_io()
             if request.watcher is not None:

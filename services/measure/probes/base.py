@@ -88,6 +88,9 @@ class ProbeContext:
     stall_after_s: float
     timeout_s: float | None
     last_snapshot_lead_s: float = 1.0
+    # The stall deadline counts from the drilled pytest test's start (reported by a
+    # plugin), not from the process's.
+    per_test: bool = False
 
 
 class Probe(ABC):
@@ -113,6 +116,10 @@ class Probe(ABC):
         return {}
 
     def watcher(self) -> RunWatcher | None:
+        return None
+
+    def stall_clock(self) -> dict[str, Any] | None:
+        """The stall clock the executor runs for this run (RunRequest.stall_clock)."""
         return None
 
     @abstractmethod

@@ -1,7 +1,9 @@
-"""The stall snapshot: py-spy dump, /proc I/O counters and a core taken with `gcore` while
-the run is slow; after the run, gdb reads the core (`info threads`, `thread apply all
-py-bt`, `thread apply all bt`) into threads with their Python frames and a flag for
-those "Waiting for the GIL".
+"""The stall snapshot: at the stall deadline the process that owns the run's clock
+freezes the command's whole process group, takes py-spy dump, /proc I/O counters and a
+core (`gcore`) of every Python process in it while frozen, and thaws it
+(executors/container_timer.py StallClock). After the run, gdb reads each core (`info
+threads`, `thread apply all py-bt`, `thread apply all bt`) into threads with their
+Python frames and a flag for those "Waiting for the GIL".
 
 gdb's py-bt comes from the interpreter's gdb extension (python3.X-gdb.py; Debian ships
 it in python3.X-dbg). Where gdb has none, pystack reads the Python stacks from the same
@@ -10,25 +12,37 @@ core instead, and the evidence says which reader was used and why.
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import re
 import time
+from pathlib import Path
 from typing import Any
 
-from services.measure.evidence import EvidenceKind, GdbContent, PySpyDumpContent, StallContent
+from services.measure.evidence import (
+    EvidenceKind,
+    GdbContent,
+    ProcIoContent,
+    PySpyDumpContent,
+    StallContent,
+)
+from services.measure.executors import container_timer as clock
 from services.measure.executors.base import ProcessHandle, RunResult
 from services.measure.probes import procio, pyspy
 from services.measure.probes.base import (
+    FAILED,
     NO_STALL,
+    PROCESS_GONE_MARKERS,
+    PTRACE_DENIED_MARKERS,
     ArtifactFile,
     EvidenceDraft,
     Probe,
     ProbeContext,
-    missing_tool,
     tool_failure,
     unavailable,
 )
-from services.measure.probes.stall import STALL, StallWatcher
+from services.measure.probes.stall import HOOK_DIR, install_plugin
 
 GDB_KIND = EvidenceKind.gdb
 STALL_KIND = EvidenceKind.stall
@@ -127,6 +141,10 @@ def parse_gdb(text: str, errors: str = "") -> tuple[list[dict], bool]:
         if thread is None:
             continue
         natives = [m["function"] for m in map(_NATIVE_FRAME.match, lines) if m]
+        if "<signal" in natives:
+            # A crash caught by lagtrace's hook: the frames that matter are the faulting
+            # ones below the signal frame, not the handler's above it.
+            natives = ["<signal handler called>", *natives[len(natives) - natives[::-1].index("<signal") :]]
         thread["native_frames"] = natives[:NATIVE_FRAMES_KEPT]
         # Also true without py-bt: CPython blocks in take_gil while it waits for the GIL.
         if "take_gil" in natives:
@@ -142,8 +160,8 @@ _PYSTACK_FRAME = re.compile(
 
 def parse_pystack(text: str) -> dict[int, dict]:
     """pystack's threads by LWP: Python frames innermost first, GIL flags."""
-    threads: dict[int, dict] = {}
-    current = None
+    threads: dict[int, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
     for line in text.splitlines():
         header = _PYSTACK_THREAD.match(line)
         if header:
@@ -169,132 +187,187 @@ def parse_pystack(text: str) -> dict[int, dict]:
     return threads
 
 
-class CoreSnapshot:
-    """The stall snapshot's capture and analysis; its drafts are read after the run."""
+RECORD_LIMIT = 64 * 2**20  # the clock's record (py-spy's JSON of up to 8 processes)
+# The syscall a thread sits in while frozen: futex is how CPython waits for the GIL (and
+# for locks, queues, conditions); -1 means it was running user code.
+FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine(), 202)
+
+
+def thread_states(threads: list[dict]) -> dict[int, str]:
+    """By thread id: running (user code), waiting (futex) or in syscall N, as frozen."""
+    states = {}
+    for thread in threads:
+        syscall = thread.get("syscall")
+        if syscall is None:
+            continue
+        states[thread["tid"]] = "running" if syscall == -1 else "waiting" if syscall == FUTEX else f"syscall {syscall}"
+    return states
+
+
+def read_record(path: Path) -> dict | None:
+    """The clock's record, written by the command's side of the run: read without
+    following a link planted there, and size-capped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(RECORD_LIMIT + 1)
+    if len(data) > RECORD_LIMIT:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _program(process: dict) -> str:
+    exe = (process.get("exe") or "").replace(" (deleted)", "")
+    if exe:
+        return os.path.basename(exe)
+    argv = process.get("cmdline") or []
+    return os.path.basename(argv[0]) if argv else f"process {process.get('pid')}"
+
+
+def _waiting(draft: EvidenceDraft) -> int:
+    content = draft.content
+    return content.waiting_for_gil or 0 if isinstance(content, GdbContent) else 0
+
+
+def _why(tool_run: dict | None, tool: str) -> str:
+    """A tool's failure in a user's words: no paths, no raw error strings."""
+    if tool_run is None:
+        return f"{tool} is not installed where the command runs"
+    output = tool_run.get("stderr", "") + tool_run.get("stdout", "")
+    if tool_run.get("returncode") == -9 and "timed out" in output:
+        return f"{tool} did not finish in time"
+    if any(marker in output for marker in PROCESS_GONE_MARKERS) or "No such file" in output:
+        return "the process had already ended"
+    if any(marker in output for marker in PTRACE_DENIED_MARKERS):
+        return f"{tool} was not permitted to read the process (ptrace denied)"
+    if tool_run.get("returncode") == 127:
+        return f"{tool} could not be started"
+    return f"{tool} failed (exit status {tool_run.get('returncode')})"
+
+
+class CoreProbe(Probe):
+    """The `core` evidence run: the stall snapshot, taken by the run's stall clock."""
+
+    name = "core"
+    kind = STALL_KIND
 
     def __init__(self, context: ProbeContext, load_python_extension: bool = True):
-        self.context = context
-        self.executor = context.executor
+        super().__init__(context)
         self.load_python_extension = load_python_extension
-        self.drafts: list[EvidenceDraft] = []
-        self.core_path: str | None = None  # as the tools see it
-        self.executable: str | None = None
-        self.pid: int | None = None
-        self.trigger_elapsed_s: float | None = None
+        self.record: dict | None = None
+        self.gdb: dict[int, EvidenceDraft] = {}  # by pid: each core read after the run
         self.timings: dict[str, float] = {}
-        self._triggered_at = 0.0
+        self._handle: ProcessHandle | None = None
 
-    def take(self, handle: ProcessHandle, phase: str, elapsed_s: float) -> None:
-        started = time.perf_counter()
-        self.pid = handle.pid
-        if phase == STALL:
-            # Freeze first, then take the core: any tool that runs beside a hand-off
-            # pathology lends it a busy core and can make it finish at once (seen here:
-            # the process was gone before gcore had even attached). SIGSTOP costs one
-            # syscall and keeps every thread exactly where the stall has it, e.g.
-            # waiting for the GIL; the dump and counters come after SIGCONT.
-            self._triggered_at = started
-            self.trigger_elapsed_s = elapsed_s
-            frozen = self._signal(handle, "STOP")
-            try:
-                self._gcore(handle)
-            finally:
-                if frozen:
-                    self._signal(handle, "CONT")
-            self.timings["frozen_s"] = round(time.perf_counter() - started, 4)
-        dump = pyspy.dump(self.executor, handle, handle.pid)
-        if isinstance(dump.content, PySpyDumpContent):
-            dump.content.phase, dump.content.elapsed_s = phase, round(elapsed_s, 3)
-        self.drafts.append(dump)
-        self.drafts.append(procio.read(self.executor, handle, handle.pid, phase, elapsed_s))
-        self.timings[f"{phase}_capture_s"] = round(time.perf_counter() - started, 4)
-
-    def _signal(self, handle: ProcessHandle, signal_name: str) -> bool:
-        kill = self.executor.tool_path("kill")
-        if kill is None:
-            return False
-        return handle.run_tool([kill, f"-{signal_name}", str(handle.pid)], timeout_s=5.0).returncode == 0
-
-    def _gcore(self, handle: ProcessHandle) -> None:
-        gcore = self.executor.tool_path("gcore")
-        if gcore is None:
-            self.drafts.append(missing_tool(GDB_KIND, "gcore", self.executor))
-            return
-        readlink = self.executor.tool_path("readlink")
-        if readlink is not None:
-            exe = handle.run_tool([readlink, f"/proc/{handle.pid}/exe"], timeout_s=5.0)
-            if exe.returncode == 0 and exe.stdout.strip():
-                self.executable = exe.stdout.strip()
-        prefix = self.context.executor.visible_path(self.context.run_dir / CORE_PREFIX)
-        result = handle.run_tool([gcore, "-o", prefix, str(handle.pid)], timeout_s=GCORE_TIMEOUT_S)
-        self.timings["gcore_s"] = round(result.duration_s, 4)
-        if result.returncode != 0 or "Saved corefile" not in result.stdout + result.stderr:
-            self.drafts.append(tool_failure(GDB_KIND, "gcore", result))
-            return
-        self.core_path = f"{prefix}.{handle.pid}"
-
-    def analyse(self, handle: ProcessHandle) -> None:
-        if self.core_path is None:
-            return
-        started = time.perf_counter()
-        core_name = f"{CORE_PREFIX}.{self.pid}"
-        content: dict[str, Any] = {
-            "pid": self.pid,
-            "executable": self.executable,
-            "elapsed_s": round(self.trigger_elapsed_s or 0.0, 3),
+    def stall_clock(self) -> dict[str, Any]:
+        executor = self.context.executor
+        timeout, lead = self.context.timeout_s, self.context.last_snapshot_lead_s
+        return {
+            "stall_after_s": self.context.stall_after_s,
+            "last_at_s": timeout - lead if timeout is not None and timeout > 2 * lead else None,
+            "per_test": self.context.per_test,
+            "out_dir": executor.visible_path(self.context.run_dir),
+            "tools": {"py-spy": executor.tool_path("py-spy"), "gcore": executor.tool_path("gcore")},
         }
+
+    def env(self) -> dict[str, str]:
+        # A crash (SIGSEGV, SIGABRT) prints every thread's Python stack to the output.
+        # The crash hook (and under pytest the per-test clock's plugin) reach the clock
+        # through its FIFO.
+        env = {"PYTHONFAULTHANDLER": "1"}
+        env.update(install_plugin(self.context.run_dir, self.visible(HOOK_DIR), self.visible(clock.FIFO_NAME)))
+        return env
+
+    def watcher(self) -> CoreProbe:
+        return self
+
+    # RunWatcher: the clock runs in the executor; after the run (tools still usable,
+    # e.g. inside the lingering container) gdb reads the cores.
+    def started(self, handle: ProcessHandle) -> None:
+        self._handle = handle
+
+    def finished(self) -> None:
+        self.record = read_record(self.context.run_dir / clock.CLOCK_FILE)
+        if self.record is None or self._handle is None:
+            return
+        for snapshot in self.record.get("snapshots", []):
+            for process in snapshot.get("processes", []):
+                run = process.get("gcore")
+                if not isinstance(process.get("pid"), int) or not isinstance(run, dict):
+                    continue
+                if run.get("returncode") == 0 and "Saved corefile" in str(run.get("stdout")) + str(run.get("stderr")):
+                    self.gdb[process["pid"]] = self._read_core(self._handle, process, snapshot)
+
+    def _read_core(self, handle: ProcessHandle, process: dict, snapshot: dict) -> EvidenceDraft:
+        started = time.perf_counter()
+        # The record sits where the command can write: the core's path is ours, not its.
+        pid, executable = process["pid"], process.get("exe")
+        core_path = f"{self.visible(CORE_PREFIX)}.{pid}"
+        core_name = f"{CORE_PREFIX}.{pid}"
+        content: dict[str, Any] = {
+            "pid": pid,
+            "program": _program(process),
+            "executable": executable,
+            "elapsed_s": snapshot.get("elapsed_s"),
+        }
+        gdb = self.context.executor.tool_path("gdb")
         text = ""
-        gdb = self.executor.tool_path("gdb")
         threads: list[dict] = []
         py_bt = False
         if gdb is None:
             content["gdb"] = "gdb is not installed where the command runs"
-        elif self.executable is None:
+        elif not executable:
             content["gdb"] = "the command's executable could not be read from /proc/PID/exe"
         else:
             result = handle.run_tool(
-                gdb_command(gdb, self.executable, self.core_path, self.load_python_extension), timeout_s=GDB_TIMEOUT_S
+                gdb_command(gdb, executable, core_path, self.load_python_extension), timeout_s=GDB_TIMEOUT_S
             )
             text = result.stdout + ("\n" + result.stderr if result.stderr.strip() else "")
             threads, py_bt = parse_gdb(result.stdout, result.stderr)
-            self.timings["gdb_s"] = round(result.duration_s, 4)
+            content["gdb_s"] = round(result.duration_s, 4)
             if not threads:
-                self.drafts.append(tool_failure(GDB_KIND, "gdb", result))
-                return
+                return tool_failure(GDB_KIND, "gdb", result, pid=pid)
         content["reader"] = "gdb" if py_bt else "gdb+pystack"
         if not py_bt:
             content["py_bt"] = (
                 "gdb has no py-bt command: the interpreter's gdb extension (python3.X-gdb.py, "
                 "Debian package python3.X-dbg) is not installed or not loaded"
             )
-            threads, fallback_text = self._pystack(handle, threads)
+            threads, fallback_text = self._pystack(handle, threads, core_path, executable)
             text += fallback_text
+        for thread in threads:  # the crash hook's own frames sit on top of a crashed thread
+            while thread["frames"] and HOOK_DIR in str(thread["frames"][0]["file"]):
+                thread["frames"].pop(0)
         content["threads"] = threads
         content["waiting_for_gil"] = sum(1 for t in threads if t["waiting_for_gil"])
         host_core = self.context.run_dir / core_name
-        handle.copy_out(self.core_path, host_core)
-        self.timings["analysis_s"] = round(time.perf_counter() - started, 4)
-        content["timings"] = dict(self.timings)
-        self.drafts.append(
-            EvidenceDraft(
-                kind=GDB_KIND,
-                content=GdbContent.model_validate(content),
-                text=text,
-                files=[ArtifactFile(core_name, host_core, "application/x-core")],
-            )
+        handle.copy_out(core_path, host_core)
+        content["analysis_s"] = round(time.perf_counter() - started, 4)
+        return EvidenceDraft(
+            kind=GDB_KIND,
+            content=GdbContent.model_validate(content),
+            text=text,
+            files=[ArtifactFile(core_name, host_core, "application/x-core")],
         )
 
-    def _pystack(self, handle: ProcessHandle, gdb_threads: list[dict]) -> tuple[list[dict], str]:
-        pystack = self.executor.tool_path("pystack")
+    def _pystack(
+        self, handle: ProcessHandle, gdb_threads: list[dict], core_path: str, executable: str | None
+    ) -> tuple[list[dict], str]:
+        pystack = self.context.executor.tool_path("pystack")
         if pystack is None:
             for thread in gdb_threads:
                 thread["frames_note"] = "no Python frames: neither py-bt nor pystack is available"
             return gdb_threads, ""
-        argv = [pystack, "core", "--no-color", "--native-last", self.core_path]
-        if self.executable:
-            argv.append(self.executable)
+        argv = [pystack, "core", "--no-color", "--native-last", core_path]
+        if executable:
+            argv.append(executable)
         result = handle.run_tool(argv, timeout_s=GDB_TIMEOUT_S)
-        self.timings["pystack_s"] = round(result.duration_s, 4)
         by_lwp = parse_pystack(result.stdout)
         if not gdb_threads:
             gdb_threads = [
@@ -317,36 +390,181 @@ class CoreSnapshot:
                 thread["waiting_for_gil"] = thread["waiting_for_gil"] or found["waiting_for_gil"]
         return gdb_threads, "\n--- pystack core ---\n" + result.stdout + result.stderr
 
-
-class CoreProbe(Probe):
-    """The `core` evidence run: the stall snapshot, taken by a StallWatcher."""
-
-    name = "core"
-    kind = STALL_KIND
-
-    def __init__(self, context: ProbeContext, load_python_extension: bool = True):
-        super().__init__(context)
-        self.snapshot = CoreSnapshot(context, load_python_extension)
-        self._watcher = StallWatcher(
-            self.snapshot, context.stall_after_s, context.timeout_s, context.last_snapshot_lead_s
-        )
-
-    def watcher(self) -> StallWatcher:
-        return self._watcher
-
     def collect(self, result: RunResult) -> list[EvidenceDraft]:
-        stall = {
+        base: dict[str, Any] = {
             "stall_after_s": self.context.stall_after_s,
+            "clock": "test" if self.context.per_test else "process",
             "wall_s": result.wall_s,
             "timed_out": result.timed_out,
-            "phases": list(self._watcher.phases),
-            "timings": dict(self.snapshot.timings),
         }
-        if not self._watcher.stalled:
+        record = self.record or read_record(self.context.run_dir / clock.CLOCK_FILE)
+        if record is None:
+            reason = "the stall clock left no record: the run could not be watched"
+            return [unavailable(STALL_KIND, reason, FAILED, **base)]
+        tests = record.get("tests", [])
+        if tests:
+            base["test_started_s"] = tests[0]["started_s"]
+        snapshots = record.get("snapshots", [])
+        base["phases"] = [s["phase"] for s in snapshots]
+        stall = next((s for s in snapshots if s["phase"] == clock.STALL), None)
+        crash = next((s for s in snapshots if s["phase"] == clock.CRASH), None)
+        drafts: list[EvidenceDraft] = []
+        for snapshot in snapshots:
+            drafts.extend(self._snapshot_drafts(snapshot))
+        drafts.extend(self.gdb.values())
+        if stall is None and crash is not None:
+            signal_name = crash.get("crashed", {}).get("signal", "a fatal signal")
             reason = (
-                f"the run ended after {result.wall_s:.3f} s, before the stall threshold of "
-                f"{self.context.stall_after_s:.3f} s: nothing to snapshot"
+                f"the run crashed ({signal_name}) after {crash['elapsed_s']:.3f} s, before the stall threshold "
+                f"of {self.context.stall_after_s:.3f} s; its stacks were taken at the crash"
             )
-            return [unavailable(STALL_KIND, reason, NO_STALL, **stall)]
-        stall["elapsed_s"] = self.snapshot.trigger_elapsed_s
-        return [EvidenceDraft(kind=STALL_KIND, content=StallContent.model_validate(stall)), *self.snapshot.drafts]
+            extra = {**base, "crash_signal": signal_name, "elapsed_s": crash["elapsed_s"], **self._captured(crash)}
+            return [unavailable(STALL_KIND, reason, NO_STALL, **extra), *drafts]
+        if stall is None:
+            return [unavailable(STALL_KIND, self._no_stall_reason(result, tests), NO_STALL, **base)]
+        content = {
+            **base,
+            "status": "ok",
+            "elapsed_s": stall["elapsed_s"],
+            "test": stall.get("test"),
+            "test_elapsed_s": stall.get("test_elapsed_s"),
+            "freeze_delay_s": stall["freeze_delay_s"],
+            "frozen_s": stall["frozen_s"],
+            "processes": [
+                {
+                    "pid": p["pid"],
+                    "program": _program(p),
+                    "python": p["python"],
+                    "snapshotted": bool(p.get("snapshot")),
+                }
+                for p in stall["processes"]
+            ],
+            **self._captured(stall),
+        }
+        return [EvidenceDraft(kind=STALL_KIND, content=StallContent.model_validate(content)), *drafts]
+
+    def _no_stall_reason(self, result: RunResult, tests: list[dict]) -> str:
+        threshold = self.context.stall_after_s
+        if not self.context.per_test:
+            return (
+                f"the run ended after {result.wall_s:.3f} s, before the stall threshold of "
+                f"{threshold:.3f} s: nothing to snapshot"
+            )
+        if not tests:
+            return (
+                "the test never started (or pytest did not load lagtrace's stall-clock plugin): "
+                f"the run ended after {result.wall_s:.3f} s with nothing to snapshot"
+            )
+        took = [t["ended_s"] - t["started_s"] for t in tests if "ended_s" in t]
+        longest = max(took, default=0.0)
+        return (
+            f"the test took {longest:.3f} s, less than the stall threshold of {threshold:.3f} s "
+            f"counted from its start: nothing to snapshot"
+        )
+
+    def _snapshot_drafts(self, snapshot: dict) -> list[EvidenceDraft]:
+        drafts = []
+        phase, elapsed = snapshot["phase"], snapshot["elapsed_s"]
+        for process in snapshot.get("processes", []):
+            if not process.get("snapshot"):
+                continue
+            pid = process["pid"]
+            where = {"pid": pid, "program": _program(process), "phase": phase, "elapsed_s": elapsed}
+            states = thread_states(process.get("threads") or [])
+            dump = process.get("pyspy")
+            if dump is None:
+                drafts.append(unavailable(pyspy.DUMP_KIND, _why(None, "py-spy"), **where))
+            elif dump["returncode"] != 0:
+                drafts.append(unavailable(pyspy.DUMP_KIND, _why(dump, "py-spy"), FAILED, **where))
+            else:
+                try:
+                    threads = pyspy.parse_dump(dump["stdout"])
+                except ValueError:
+                    drafts.append(unavailable(pyspy.DUMP_KIND, "py-spy dump printed no stacks", FAILED, **where))
+                else:
+                    for thread in threads:
+                        # The crash hook's own frame sits on top of the crashing thread.
+                        while thread["frames"] and HOOK_DIR in str(thread["frames"][0]["file"]):
+                            thread["frames"].pop(0)
+                        # Frozen, every thread is stopped: the kernel says what each was doing.
+                        kernel = states.get(thread["id"])
+                        if kernel is not None:
+                            thread["active"] = kernel == "running"
+                            thread["state"] = kernel + ("+gil" if thread["owns_gil"] else "")
+                    holder = next((t for t in threads if t["owns_gil"]), None)
+                    drafts.append(
+                        EvidenceDraft(
+                            kind=pyspy.DUMP_KIND,
+                            content=PySpyDumpContent.model_validate(
+                                {
+                                    **where,
+                                    "threads": threads,
+                                    "gil_holder": (holder["name"] or holder["id"]) if holder else None,
+                                    "duration_s": dump["duration_s"],
+                                }
+                            ),
+                            text=pyspy.render_dump(threads),
+                        )
+                    )
+            io_text = process.get("io")
+            if not io_text:
+                reason = "the process's /proc io could not be read (it had ended, or reading it is not permitted)"
+                drafts.append(unavailable(procio.KIND, reason, FAILED, **where))
+            else:
+                counters = procio.parse(io_text)
+                drafts.append(
+                    EvidenceDraft(
+                        kind=procio.KIND,
+                        content=ProcIoContent.model_validate(
+                            {**where, "counters": counters, **procio.derived(counters)}
+                        ),
+                        text=io_text,
+                    )
+                )
+        return drafts
+
+    def _captured(self, snapshot: dict) -> dict[str, Any]:
+        """What the snapshot holds and what it lacks, each in a user's words."""
+        processes = snapshot.get("processes", [])
+        taken = [p for p in processes if p.get("snapshot")]
+        captured: list[str] = []
+        missing: list[str] = []
+        if snapshot.get("ended"):
+            missing.append("the command had already ended when the clock fired")
+        if not taken:
+            programs = ", ".join(sorted({_program(p) for p in processes})) or "none"
+            missing.append(f"no Python process in the command's process tree (programs: {programs})")
+        dumps = [p for p in taken if p.get("pyspy") and p["pyspy"]["returncode"] == 0]
+        ios = [p for p in taken if p.get("io")]
+        cores = [p for p in taken if p["pid"] in self.gdb and self.gdb[p["pid"]].content.ok]
+        count = len(taken)
+        if dumps:
+            captured.append(f"py-spy dump of {len(dumps)} of {count} Python process(es) (every thread, GIL holder)")
+        if ios:
+            captured.append(f"/proc io of {len(ios)} of {count} Python process(es)")
+        if cores:
+            waiting = sum(_waiting(self.gdb[p["pid"]]) for p in cores)
+            captured.append(
+                f"a core of {len(cores)} of {count} Python process(es), read by gdb "
+                f"({waiting} thread(s) waiting for the GIL)"
+            )
+        for process in taken:
+            name = f"{_program(process)} (pid {process['pid']})"
+            if process not in dumps:
+                missing.append(f"py-spy dump of {name}: {_why(process.get('pyspy'), 'py-spy')}")
+            if process not in ios:
+                missing.append(f"/proc io of {name}: it could not be read")
+            if process in cores:
+                continue
+            if "gcore" not in process:
+                reason = _why(None, "gcore")
+            elif process["gcore"] is None:
+                reason = f"left out (cores are taken of the first {clock.MAX_CORES} only)"
+            elif process["gcore"]["returncode"] != 0:
+                reason = _why(process["gcore"], "gcore")
+            else:
+                reason = "gdb could not read the core"
+            missing.append(f"core of {name}: {reason}")
+        for pid in snapshot.get("left_out", []):
+            missing.append(f"process {pid}: left out (at most {clock.MAX_PROCESSES} Python processes are snapshotted)")
+        return {"captured": captured, "not_captured": missing}

@@ -35,7 +35,7 @@ faulthandler.dump_traceback_later(_after, repeat=False, file=_file, exit=False)
 
 # Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
 _here = os.path.dirname(os.path.abspath(__file__))
-del sys.modules["sitecustomize"]
+_me = sys.modules.pop("sitecustomize")
 _saved = list(sys.path)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 try:
@@ -44,6 +44,8 @@ except ImportError:
     pass
 finally:
     sys.path[:] = _saved
+    # importlib takes this module back out of sys.modules once it has run.
+    sys.modules.setdefault("sitecustomize", _me)
 '''
 
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+) \(most recent call first\):")

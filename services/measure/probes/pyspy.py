@@ -30,6 +30,7 @@ PROFILE_FILE = "pyspy-profile.speedscope.json"
 FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
 RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md section 8)
 TOP_FRAMES = 5
+TOP_FUNCTIONS = 8
 
 
 class PySpyRecordProbe(TracerProbe):
@@ -82,6 +83,7 @@ class PySpyRecordProbe(TracerProbe):
                         "gil_only": False,
                         "samples": root.samples,
                         "threads": summarize_threads(profile),
+                        "functions": summarize_functions(profile),
                         "timed_out": result.timed_out,
                         "stopped_before_timeout": self.stopped_before_timeout,
                     }
@@ -115,6 +117,95 @@ def summarize_threads(profile: dict) -> list[dict]:
     return threads
 
 
+# Python functions in which a thread that py-spy samples is blocked, not running: the
+# leaf frame of a thread waiting in C (a lock, a selector, accept) is its Python caller.
+WAITING_LEAVES = frozenset(
+    {
+        ("threading.py", "Condition.wait"),
+        ("threading.py", "Event.wait"),
+        ("threading.py", "Thread._wait_for_tstate_lock"),
+        ("threading.py", "Semaphore.acquire"),
+        ("selectors.py", "EpollSelector.select"),
+        ("selectors.py", "_PollLikeSelector.select"),
+        ("selectors.py", "SelectSelector.select"),
+        ("selectors.py", "KqueueSelector.select"),
+        ("socket.py", "socket.accept"),
+        ("subprocess.py", "Popen._try_wait"),
+        ("queue.py", "Queue.get"),
+        ("connection.py", "_recv_bytes"),
+    }
+)
+
+
+def is_waiting(function: str, file: str) -> bool:
+    return (file.rsplit("/", 1)[-1], function) in WAITING_LEAVES
+
+
+def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTIONS) -> list[dict]:
+    """For the busiest threads: the functions holding their samples, with own share
+    (the function itself was running or waiting there) and cumulative share (it was on
+    the stack), and the line that held most of its own samples.
+
+    Functions, not frames: py-spy records one frame per line, and a hot function spread
+    over ten lines would otherwise rank below a single cold line.
+    """
+    frames = profile["shared"]["frames"]
+    keys = [(f.get("name", "?"), f.get("file", "?")) for f in frames]
+    tables = []
+    for thread in sorted(profile["profiles"], key=lambda t: -len(t["samples"]))[:threads]:
+        total = len(thread["samples"])
+        if not total:
+            continue
+        own: Counter = Counter()
+        cumulative: Counter = Counter()
+        lines: dict[tuple[str, str], Counter] = {}
+        for full_stack in thread["samples"]:
+            # --threads and --subprocesses add "process N" and "thread (N)" frames with no
+            # file at the root of every stack: they are labels, not code.
+            stack = [index for index in full_stack if frames[index].get("file")]
+            if not stack:
+                continue
+            leaf = keys[stack[-1]]
+            own[leaf] += 1
+            lines.setdefault(leaf, Counter())[frames[stack[-1]].get("line")] += 1
+            for key in {keys[index] for index in stack}:
+                cumulative[key] += 1
+            for index in stack:
+                lines.setdefault(keys[index], Counter())
+        ranked = sorted(cumulative, key=lambda key: (-own[key], -cumulative[key]))[:top]
+        by_cumulative = sorted(cumulative, key=lambda key: -cumulative[key])
+        chosen = list(dict.fromkeys(ranked + [key for key in by_cumulative if key not in ranked][:top]))
+        tables.append(
+            {
+                "thread": thread["name"],
+                "samples": total,
+                # Samples whose innermost frame is a known blocking wait (see WAITING_LEAVES).
+                "waiting_pct": round(100.0 * sum(n for key, n in own.items() if is_waiting(*key)) / total, 1),
+                "functions": [
+                    {
+                        "function": name,
+                        "file": file,
+                        "line": _hottest_line(lines.get((name, file)), frames, keys, (name, file)),
+                        "own_samples": own[(name, file)],
+                        "cumulative_samples": cumulative[(name, file)],
+                        "own_pct": round(100.0 * own[(name, file)] / total, 1),
+                        "cumulative_pct": round(100.0 * cumulative[(name, file)] / total, 1),
+                        "waiting": is_waiting(name, file),
+                    }
+                    for name, file in chosen
+                ],
+            }
+        )
+    return tables
+
+
+def _hottest_line(counted: Counter | None, frames: list[dict], keys: list, key: tuple[str, str]) -> int | None:
+    if counted:
+        return counted.most_common(1)[0][0]
+    # No own samples: the first line recorded for it (where it called the hot callee).
+    return next((frame.get("line") for frame, k in zip(frames, keys, strict=True) if k == key), None)
+
+
 def thread_state(thread: dict) -> str:
     """py-spy's own wording: idle, active, active+gil (idle+gil: waiting while holding it)."""
     state = "active" if thread.get("active") else "idle"
@@ -130,10 +221,25 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
     if result.returncode != 0:
         return tool_failure(DUMP_KIND, "py-spy dump", result)
     try:
-        raw_threads = json.loads(result.stdout)
-    except json.JSONDecodeError:
+        threads = parse_dump(result.stdout)
+    except ValueError:
         return unavailable(DUMP_KIND, f"py-spy dump printed no JSON: {result.stdout[:200]!r}", FAILED)
-    threads = [
+    return EvidenceDraft(
+        kind=DUMP_KIND,
+        content=PySpyDumpContent.model_validate(
+            {"pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)}
+        ),
+        text=render_dump(threads),
+    )
+
+
+def parse_dump(text: str) -> list[dict]:
+    """`py-spy dump --json` output: every thread with its state and stack, innermost
+    frame first. ValueError when it is not py-spy's JSON."""
+    raw_threads = json.loads(text)
+    if not isinstance(raw_threads, list):
+        raise ValueError("py-spy dump JSON is a list of threads")
+    return [
         {
             "id": thread.get("os_thread_id") or thread.get("thread_id"),
             "name": thread.get("thread_name"),
@@ -146,13 +252,6 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
         }
         for thread in raw_threads
     ]
-    return EvidenceDraft(
-        kind=DUMP_KIND,
-        content=PySpyDumpContent.model_validate(
-            {"pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)}
-        ),
-        text=render_dump(threads),
-    )
 
 
 def render_dump(threads: list[dict]) -> str:

@@ -1,78 +1,137 @@
-"""The stall trigger: a RunWatcher that snapshots a run while it is still slow.
+"""The stall clock's side in the command: a pytest plugin that tells the clock when the
+drilled test starts and ends, so the stall deadline counts from the test's start and
+not from the process's (pytest's own start-up can take seconds).
 
-When the run passes the stall threshold it takes the snapshot (cheap, fast tools
-first); shortly before the hard timeout kills a still-running command it takes a last,
-lighter one. Analysis that burns CPU (gdb reading the core) waits until the command has
-ended: CPU load beside the hand-off pathology changes it (DESIGN.md section 8).
+The clock itself (freeze, snapshot, thaw) runs in the process that owns the run's clock:
+services/measure/executors/container_timer.py ``StallClock``.
+
+Also here: StopBeforeTimeout, which ends a wrapping tracer just before the hard timeout.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
-from typing import Protocol
+from pathlib import Path
 
 from services.measure.executors.base import ProcessHandle
 
-STALL = "stall"
-BEFORE_TIMEOUT = "before_timeout"
+PLUGIN_MODULE = "lagtrace_stall_clock"
+HOOK_DIR = "stall-clock-hook"
+
+# Loaded through PYTEST_PLUGINS from a directory put on PYTHONPATH: no edit to the
+# user's code or command. pytest-xdist workers inherit the environment and report too.
+PLUGIN = '''\
+"""Installed by lagtrace for one evidence run: reports each test's start and end to the
+stall clock through a FIFO, so its deadline counts from the test's start."""
+import os
+
+_PATH = os.environ.get("LAGTRACE_STALL_FIFO")
 
 
-class Snapshot(Protocol):
-    def take(self, handle: ProcessHandle, phase: str, elapsed_s: float) -> None:
-        """Capture state now, while the process is slow; keep analysis for later."""
+def _tell(event, nodeid):
+    if not _PATH:
+        return
+    line = ("%s %d %s\\n" % (event, os.getpid(), nodeid.replace("\\n", " "))).encode()[:4000]
+    try:
+        fd = os.open(_PATH, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # no clock listens (it is gone): the test must not notice
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
-    def analyse(self, handle: ProcessHandle) -> None:
-        """Called once the command has ended (tools still usable), after every take()."""
+
+def pytest_runtest_logstart(nodeid, location):
+    _tell("start", nodeid)
 
 
-class StallWatcher:
-    def __init__(self, snapshot: Snapshot, stall_after_s: float, timeout_s: float | None, last_snapshot_lead_s: float):
-        self.snapshot = snapshot
-        self.stall_after_s = stall_after_s
-        self.timeout_s = timeout_s
-        self.last_snapshot_lead_s = last_snapshot_lead_s
-        self.phases: list[str] = []
-        self._handle: ProcessHandle | None = None
-        self._started = 0.0
-        self._timers: list[threading.Timer] = []
-        # Held while a snapshot runs: finished() waits for it, and no snapshot starts
-        # once the command has ended.
-        self._lock = threading.Lock()
-        self._ended = False
+def pytest_runtest_logfinish(nodeid, location):
+    _tell("end", nodeid)
+'''
 
-    def started(self, handle: ProcessHandle) -> None:
-        self._handle = handle
-        self._started = time.monotonic()
-        self._timers = [threading.Timer(self.stall_after_s, self._fire, (STALL,))]
-        if self.timeout_s is not None:
-            last = self.timeout_s - self.last_snapshot_lead_s
-            # Only when it comes clearly after the stall snapshot: two back to back show
-            # the same moment twice.
-            if last > self.stall_after_s + self.last_snapshot_lead_s:
-                self._timers.append(threading.Timer(last, self._fire, (BEFORE_TIMEOUT,)))
-        for timer in self._timers:
-            timer.daemon = True
-            timer.start()
 
-    def _fire(self, phase: str) -> None:
-        with self._lock:
-            if self._ended or self._handle is None:
-                return
-            self.phases.append(phase)
-            self.snapshot.take(self._handle, phase, time.monotonic() - self._started)
+# Imported by every Python process of the run (PYTHONPATH): on a crash the process tells
+# the clock and stops itself, so its Python and native stacks (py-spy dump, a core) are
+# taken before it dies; then the crash goes on as it would have (faulthandler's
+# traceback, the signal's default action).
+CRASH_HOOK = '''\
+"""Installed by lagtrace for one evidence run: a crash (SIGSEGV, SIGABRT, SIGBUS, SIGFPE,
+SIGILL) tells the stall clock and waits, stopped, while the clock takes the stacks."""
+import os
+import sys
 
-    def finished(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        with self._lock:
-            self._ended = True
-        if self.phases and self._handle is not None:
-            self.snapshot.analyse(self._handle)
 
-    @property
-    def stalled(self) -> bool:
-        return STALL in self.phases
+def _install():
+    path = os.environ.get("LAGTRACE_STALL_FIFO")
+    if not path:
+        return
+    try:
+        import ctypes
+        import signal
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        return
+    handler_type = ctypes.CFUNCTYPE(None, ctypes.c_int)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    previous = {}
+
+    def on_crash(signum):
+        # Put back what was there (faulthandler, or the default) for when this returns.
+        libc.signal(signum, previous.get(signum))
+        line = ("crash %d %s\\n" % (os.getpid(), signal.Signals(signum).name)).encode()
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.write(fd, line)
+            os.close(fd)
+        except OSError:
+            return
+        os.kill(os.getpid(), signal.SIGSTOP)  # the clock thaws it once the stacks are taken
+
+    callback = handler_type(on_crash)
+    sys.modules[__name__].__dict__["_lagtrace_crash_callback"] = callback  # kept alive
+    pointer = ctypes.cast(callback, ctypes.c_void_p).value
+    for name in ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL"):
+        signum = getattr(signal, name)
+        previous[signum] = libc.signal(signum, pointer)
+
+
+_install()
+
+# Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
+_here = os.path.dirname(os.path.abspath(__file__))
+_me = sys.modules.pop("sitecustomize")
+_saved = list(sys.path)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+try:
+    import sitecustomize  # noqa: F401
+except ImportError:
+    pass
+finally:
+    sys.path[:] = _saved
+    # importlib takes this module back out of sys.modules once it has run.
+    sys.modules.setdefault("sitecustomize", _me)
+'''
+
+
+def install_plugin(run_dir: Path, visible_dir: str, fifo: str) -> dict[str, str]:
+    """Write the crash hook and the pytest plugin under run_dir; the environment that
+    loads them (visible_dir is the hook directory as the command sees it)."""
+    hook = run_dir / HOOK_DIR
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
+    (hook / f"{PLUGIN_MODULE}.py").write_text(PLUGIN)
+    python_path = visible_dir
+    if os.environ.get("PYTHONPATH"):
+        python_path += os.pathsep + os.environ["PYTHONPATH"]
+    plugins = PLUGIN_MODULE
+    if os.environ.get("PYTEST_PLUGINS"):
+        plugins += "," + os.environ["PYTEST_PLUGINS"]
+    return {"PYTHONPATH": python_path, "PYTEST_PLUGINS": plugins, "LAGTRACE_STALL_FIFO": fifo}
 
 
 class StopBeforeTimeout:
@@ -99,6 +158,8 @@ class StopBeforeTimeout:
         self._timer.start()
 
     def _stop(self) -> None:
+        if self._handle is None or self.kill_tool is None:
+            return
         self.stopped = True
         self._handle.run_tool([self.kill_tool, f"-{self.signal_name}", str(self._handle.pid)], timeout_s=5.0)
 

@@ -52,7 +52,16 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     # the GIL, so the one-instant snapshot witnesses it every time, not most times.
     args = [PYTHON, path, "300", "4"] if program == "example" else [PYTHON, path]
     report, result = screen(
-        tmp_path, sqlite_url, args, "--config", "cpuset=0", "--config", "cpuset=0-1", "--repeat", "3"
+        # 5 runs: no cpu_sensitivity verdict rests on fewer (issue 12)
+        tmp_path,
+        sqlite_url,
+        args,
+        "--config",
+        "cpuset=0",
+        "--config",
+        "cpuset=0-1",
+        "--repeat",
+        "5",
     )
     assert of_kind(report, "cpu_sensitivity"), result.stdout
 
@@ -73,8 +82,18 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     assert stall["metrics"]["elapsed_s"] >= stall["metrics"]["stall_after_s"]
     assert {"pyspy_dump", "gdb"} <= {e["kind"] for e in report["evidence"] if e["id"] in stall["evidence"]}
 
-    [observer] = of_kind(report, "observer_effect")
-    assert observer["metrics"]["ratio"] >= 2 or observer["metrics"]["ratio"] <= 0.5
+    # The tracer's effect is a note on the evidence it distorted, not a finding (issue 12).
+    assert not of_kind(report, "observer_effect")
+    notes = [note for e in report["evidence"] for note in e["notes"]]
+    assert notes, result.stdout
+    assert all(n["kind"] == "observer_effect" and (n["ratio"] >= 2 or n["ratio"] <= 0.5) for n in notes)
+    assert "note: " in result.stdout
+
+    # One story for the test (or command): symptom, the evidence-backed cause, what to do.
+    [story] = [d for d in report["diagnoses"] if d["test"] is None]
+    assert story["symptom"]["kind"] == "cpu_sensitivity"
+    assert story["cause"]["kind"] in ("gil_contention", "futex_storm") and story["cause"]["evidence_backed"]
+    assert story["advice"] and story["evidence"]
 
 
 # --- busy_polling -------------------------------------------------------------------

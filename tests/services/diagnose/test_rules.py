@@ -65,6 +65,28 @@ def test_cpu_throttling_under_a_quota_smaller_than_the_pool(program, sqlite_url,
     assert "cpu_throttling" in result.stdout
 
 
+SINGLE_THREAD = """
+    import hashlib
+    # One thread hashing for about half a second: under cpus=0.5 it takes twice as long,
+    # which is what the quota means, not a fault of the program.
+    data = b"x" * 4096
+    for _ in range(30_000):
+        data = hashlib.sha256(data).digest() * 128
+"""
+
+
+@pytest.mark.latency
+def test_a_single_thread_slowed_by_the_quota_factor_is_no_cpu_throttling(sqlite_url, tmp_path):
+    path = write(tmp_path, "one_thread.py", SINGLE_THREAD)
+    report, result = screen(
+        tmp_path, sqlite_url, [PYTHON, path], "--config", "cpus=0.5", "--config", "cpuset=0", "--repeat", "5"
+    )
+    quota = next(c for c in report["configs"] if c["label"] == "cpus=0.5")
+    assert sum(r["nr_throttled"] for r in quota["runs"]) >= len(quota["runs"])  # it was throttled ...
+    assert not of_kind(report, "cpu_throttling"), result.stdout  # ... as the quota says, no more
+    assert not [f for f in report["findings"] if f["severity"] in ("medium", "high")], result.stdout
+
+
 # --- off_cpu_wait ---------------------------------------------------------------
 
 PIPE_WAITER = """

@@ -83,13 +83,13 @@ def test_a_heartbeat_renews_only_the_holders_lease(session):
     task = claim(session, settings, step)
     session.commit()
     expire(session, task)
-    assert renew(session, settings, task.id, worker_name(), task.attempts)
+    assert renew(session, settings, task.id, worker_name(settings), task.attempts)
     session.commit()
     session.refresh(task)
     assert task.lease_expires_at.replace(tzinfo=dt.UTC) > utcnow()
     assert reconcile(session, settings) == []  # a beating step is not resent
     # A stale holder (an earlier attempt, another worker) renews nothing.
-    assert not renew(session, settings, task.id, worker_name(), task.attempts - 1)
+    assert not renew(session, settings, task.id, worker_name(settings), task.attempts - 1)
     assert not renew(session, settings, task.id, "elsewhere/1", task.attempts)
 
 
@@ -100,7 +100,7 @@ def test_a_step_given_back_in_an_outage_keeps_its_attempt_and_is_sent_again(sess
     session.commit()
     assert not release(session, settings, step, "elsewhere/1", task.attempts)  # not its holder
     assert outbox.pending(session) == []
-    assert release(session, settings, step, worker_name(), task.attempts)
+    assert release(session, settings, step, worker_name(settings), task.attempts)
     assert outbox.pending(session) == [step]
     session.commit()
     assert task.state is TaskState.pending and task.attempts == 0

@@ -20,7 +20,7 @@ HANDOFF = REPO / "examples" / "handoff.py"
 def test_parse_evidence():
     assert parse_evidence(None) is None
     assert parse_evidence("none") == []
-    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports"]
+    assert parse_evidence("all") == ["strace", "pyspy", "core", "faulthandler", "imports", "reads", "asyncio_loop"]
     assert parse_evidence("core, strace,core") == ["core", "strace"]
     with pytest.raises(BadInput, match="unknown probe gdb"):
         parse_evidence("strace,gdb")
@@ -105,3 +105,59 @@ def test_cli_rejects_bad_evidence_options(tmp_path):
         env={"LAGTRACE_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}"},
     )
     assert result.exit_code == 2 and "must be below --timeout" in result.output
+
+
+# A pytest suite whose start-up (conftest import) takes 2 s, as heavy imports under a
+# small CPU quota do: the stall clock must count from each test's start, not pytest's.
+SLOW_STARTUP_CONFTEST = "import time\ntime.sleep(2.0)\n"
+QUICK_TEST = "import time\n\n\ndef test_quick():\n    time.sleep(0.03)\n"
+STALLING_TEST = (
+    "import time\n\n\ndef hold_up():\n    time.sleep(4.0)\n\n\n"
+    "def test_quick():\n    time.sleep(0.03)\n\n\ndef test_stalls():\n    hold_up()\n"
+)
+
+
+def _pytest_job(tmp_path: Path, suite: str):
+    (tmp_path / "conftest.py").write_text(SLOW_STARTUP_CONFTEST)
+    (tmp_path / "test_suite.py").write_text(suite)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
+    return run_job(
+        settings,
+        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"],
+        executor_name="local",
+        specs=["cpuset=0-1"],
+        repeat=1,
+        timeout_s=15,
+        workdir=tmp_path,
+        project="per-test-clock",
+        evidence="core",
+        stall_after_s=1.0,
+        progress=lambda message: None,
+    )
+
+
+def test_stall_clock_counts_from_the_test_start_not_from_pytest_start_up(tmp_path):
+    (tmp_path / "quick").mkdir()
+    report = _pytest_job(tmp_path / "quick", QUICK_TEST)
+    # The process ran for over 2 s, past the 1 s threshold, yet its one test took 0.03 s.
+    [run] = [r for r in report["evidence_runs"] if r["probe"] == "core"]
+    assert run["wall_s"] > 2.0
+    assert not [f for f in report["findings"] if f["kind"] == "stall"]
+    [stall] = [e for e in report["evidence"] if e["kind"] == "stall"]
+    assert stall["content"]["status"] == "no_stall"
+    assert stall["content"]["clock"] == "test" and stall["content"]["test_started_s"] > 1.9
+    assert "the test took 0.0" in stall["content"]["reason"]
+
+    (tmp_path / "stalling").mkdir()
+    report = _pytest_job(tmp_path / "stalling", STALLING_TEST)
+    [finding] = [f for f in report["findings"] if f["kind"] == "stall"]
+    [stall] = [e for e in report["evidence"] if e["kind"] == "stall" and e["content"]["status"] == "ok"]
+    content = stall["content"]
+    # Snapshotted inside the stalling test, 1 s after it started (about 3 s into the run).
+    assert content["test"] == "test_suite.py::test_stalls"
+    assert 0.95 < content["test_elapsed_s"] < 1.5 and content["elapsed_s"] > 2.9
+    [dump] = [e for e in report["evidence"] if e["kind"] == "pyspy_dump" and e["content"]["status"] == "ok"]
+    main = next(t for t in dump["content"]["threads"] if t["name"] == "MainThread")
+    assert [f["function"] for f in main["frames"][:2]] == ["hold_up", "test_stalls"]
+    assert "1.0" in finding["detail"] and "into the test" in finding["detail"]
+    assert "py-spy dump of 1 of 1 Python process(es)" in finding["detail"]

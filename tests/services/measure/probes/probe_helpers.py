@@ -78,6 +78,7 @@ def run_probe(
             timeout_s=timeout_s,
             env=probe.env(),
             watcher=probe.watcher(),
+            stall_clock=probe.stall_clock(),
         )
     )
     drafts = {}

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from services.measure.evidence import dump as stored
@@ -43,7 +45,14 @@ def test_stall_snapshot_of_the_handoff_shows_threads_waiting_for_the_gil(executo
     names = sorted(t["name"] for t in dump["threads"])
     assert len(names) == 3 and "MainThread" in names, names
     assert any("crunch" in name for name in names) and any("echo" in name for name in names), names
-    assert all(t["state"] in {"idle", "active", "active+gil", "idle+gil"} for t in dump["threads"])
+    # Frozen, each thread's state is the kernel's: running user code, or waiting in futex.
+    assert all(t["state"].split("+")[0] in {"running", "waiting"} for t in dump["threads"]), dump["threads"]
+    assert dump["gil_holder"] == "crunch" or sum(t["owns_gil"] for t in dump["threads"]) <= 1
+    stall = stored(drafts["stall"].content)
+    # Everything was taken while the process group was frozen, right at the deadline.
+    assert stall["freeze_delay_s"] < 0.05 and 0 < stall["frozen_s"] < 3.0
+    assert [p["program"].startswith("python") for p in stall["processes"]] == [True]
+    assert len(stall["captured"]) == 3 and stall["not_captured"] == [], stall
     io = stored(drafts["proc_io"].content)
     assert io["counters"]["syscr"] > 0 and io["bytes_per_read_syscall"] > 0
 
@@ -73,10 +82,12 @@ def test_missing_gcore_still_gives_the_pyspy_dump(tmp_path):
     _, _result, drafts = run_probe(
         executor, "core", HANDOFF_FOREVER, tmp_path / "run", stall_after_s=0.5, timeout_s=2.0
     )
-    assert stored(drafts["gdb"].content) == {
-        "status": "unavailable",
-        "reason": "gcore is not installed where the command runs (local executor)",
-    }
+    assert "gdb" not in drafts
+    stall = stored(drafts["stall"].content)
+    assert stall["not_captured"] == [
+        f"core of {stall['processes'][0]['program']} (pid {stall['processes'][0]['pid']}): "
+        "gcore is not installed where the command runs"
+    ]
     assert drafts["pyspy_dump"].status == "ok"
 
 
@@ -88,3 +99,61 @@ def test_broken_gdb_is_a_failure_entry(executor, tmp_path):
     )
     assert stored(drafts["gdb"].content)["status"] == "failed"
     assert "no-such-gdb" in stored(drafts["gdb"].content)["reason"]
+
+
+def test_a_crash_leaves_its_python_and_native_stacks(executor, tmp_path):
+    for tool in ("gcore", "gdb", "py-spy"):
+        require_tool(executor, tool)
+    program = python_program(
+        tmp_path, "import ctypes\n\n\ndef read_nowhere():\n    ctypes.string_at(0)\n\n\nread_nowhere()\n"
+    )
+    _, result, drafts = run_probe(executor, "core", program, tmp_path / "run", stall_after_s=5.0, timeout_s=20.0)
+    assert result.exit_code == -11  # the crash went on as it would have
+    stall = stored(drafts["stall"].content)
+    assert stall["status"] == "no_stall" and stall["crash_signal"] == "SIGSEGV", stall
+    assert "crashed (SIGSEGV)" in stall["reason"] and stall["not_captured"] == []
+    dump = stored(drafts["pyspy_dump"].content)
+    assert dump["phase"] == "crash"
+    assert [f["function"] for f in dump["threads"][0]["frames"][:2]] == ["string_at", "read_nowhere"]
+    gdb = stored(drafts["gdb"].content)
+    [thread] = gdb["threads"]
+    assert [f["function"] for f in thread["frames"][:2]] == ["string_at", "read_nowhere"]
+    # The native stack starts at the fault, below the signal frame.
+    assert thread["native_frames"][0] == "<signal handler called>" and "string_at" in thread["native_frames"][:4]
+    # faulthandler's Python traceback still reached the output.
+    assert "Fatal Python error: Segmentation fault" in (tmp_path / "run" / "output.log").read_text()
+
+
+# A wrapper (sh -c) around a Python process that starts a worker in a session of its
+# own, as some runners do: out of the process group, still the command's.
+WRAPPED = """
+import subprocess, sys, time
+if len(sys.argv) > 1:
+    gaps, last = [], time.monotonic()
+    while time.monotonic() - float(sys.argv[1]) < 2.5:
+        time.sleep(0.002)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+    open(sys.argv[2], "w").write(str(max(gaps)))
+else:
+    worker = subprocess.Popen([sys.executable, __file__, str(time.monotonic()), sys.argv[0] + ".gap"],
+                              start_new_session=True)
+    worker.wait()
+"""
+
+
+def test_wrappers_are_walked_down_and_every_python_process_is_frozen_and_dumped(executor, tmp_path):
+    require_tool(executor, "py-spy")
+    [python, script] = python_program(tmp_path, WRAPPED)
+    command = ["sh", "-c", f"{python} {script}; true"]
+    _, _result, drafts = run_probe(executor, "core", command, tmp_path / "run", stall_after_s=0.8, timeout_s=20.0)
+    stall = stored(drafts["stall"].content)
+    assert stall["status"] == "ok", stall
+    programs = [(p["program"], p["snapshotted"]) for p in stall["processes"]]
+    assert programs[0] == ("dash", False) and len(programs) == 3, programs
+    assert [snapshotted for name, snapshotted in programs[1:]] == [True, True]
+    assert stall["captured"][0].startswith("py-spy dump of 2 of 2 Python process(es)"), stall
+    # The worker left the process group, yet it was frozen as long as the others.
+    gap = float(Path(script + ".gap").read_text())
+    assert gap > 0.8 * stall["frozen_s"], (gap, stall["frozen_s"])

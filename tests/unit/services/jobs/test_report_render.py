@@ -41,3 +41,63 @@ def test_gdb_entry_flags_threads_waiting_for_the_gil():
 def test_an_entry_that_could_not_look_says_why():
     lines = render_evidence(_entry("stall", {"status": "no_stall", "reason": "the run ended first"}))
     assert lines == ["  stall (cpuset=0-1): no_stall: the run ended first"]
+
+
+def test_stall_entry_shows_every_part_of_the_snapshot():
+    content = {
+        "stall_after_s": 1.0,
+        "clock": "test",
+        "wall_s": 4.2,
+        "elapsed_s": 3.05,
+        "test": "t.py::test_slow",
+        "test_elapsed_s": 1.0,
+        "timed_out": False,
+        "freeze_delay_s": 0.0004,
+        "frozen_s": 0.31,
+        "attempts": 2,
+        "processes": [
+            {"pid": 10, "program": "dash", "python": False, "snapshotted": False},
+            {"pid": 11, "program": "python3.11", "python": True, "snapshotted": True},
+        ],
+        "captured": ["py-spy dump of 1 of 1 Python process(es) (every thread, GIL holder)"],
+        "not_captured": ["core of python3.11 (pid 11): gcore is not installed where the command runs"],
+    }
+    lines = render_evidence(_entry("stall", content))
+    assert lines[0] == (
+        "  stall (cpuset=0-1): snapshot at 3.05 s (1.00 s into t.py::test_slow) (threshold 1.00 s), "
+        "run ended after 4.20 s, attempt 2"
+    )
+    assert (
+        lines[1]
+        == "      frozen 0.4 ms after the deadline, for 0.31 s; processes: dash (10), python3.11 (11, snapshotted)"
+    )
+    assert lines[2] == "      taken: py-spy dump of 1 of 1 Python process(es) (every thread, GIL holder)"
+    assert lines[3] == "      not taken: core of python3.11 (pid 11): gcore is not installed where the command runs"
+
+
+def test_stall_dump_entry_names_its_process_and_the_gil_holder():
+    thread = {"id": 7, "name": "crunch", "state": "running+gil", "active": True, "owns_gil": True, "frames": []}
+    content = {"pid": 11, "program": "python3.11", "gil_holder": "crunch", "phase": "stall", "elapsed_s": 1.0}
+    lines = render_evidence(_entry("pyspy_dump", {**content, "threads": [thread]}))
+    assert lines[0] == "  pyspy_dump (cpuset=0-1): 1 threads of python3.11 (11) at 1.00 s (stall), GIL held by crunch"
+    assert lines[1] == '      7 "crunch" running+gil: (no Python frames)'
+
+
+def test_evidence_runs_table_compares_the_tests_own_duration_with_its_median():
+    from services.jobs.report import render_text
+    from tests.unit.services.jobs.test_report_schema import _minimal_report
+
+    run = {
+        "id": 5,
+        "config": "cpuset=0-1",
+        "test": "t.py::test_x",
+        "probe": "core",
+        "wall_s": 3.2,  # the whole pytest process, 3 s of it start-up
+        "observed_s": 0.2,
+        "timing_median_s": 0.1,
+        "exit_code": 0,
+        "timed_out": False,
+    }
+    text = render_text(_minimal_report(evidence_runs=[run]))
+    [row] = [line for line in text.splitlines() if line.strip().startswith("core ")]
+    assert "2.0x" in row and "32.0x" not in row, row

@@ -1,0 +1,219 @@
+{{/* Names: RELEASE-lagtrace unless overridden, cut to 63 characters (DNS labels). */}}
+{{- define "lagtrace.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "lagtrace.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Selector labels: only labels that never change for the life of a release. A
+Deployment's selector is immutable, so a version or chart label here would make every
+upgrade fail. Call with (dict "ctx" $ "component" "api").
+*/}}
+{{- define "lagtrace.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lagtrace.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Every resource's labels: the selector labels plus the ones that change. */}}
+{{- define "lagtrace.labels" -}}
+{{ include "lagtrace.selectorLabels" . }}
+app.kubernetes.io/part-of: lagtrace
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "lagtrace.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lagtrace.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "lagtrace.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lagtrace.secretName" -}}
+{{- default (include "lagtrace.fullname" .) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{/*
+A generated value that survives upgrades: reuse the key of the live Secret when there is
+one (lookup answers nothing under `helm template`, which then generates afresh).
+Call with (dict "ctx" $ "secret" NAME "key" KEY "length" N).
+*/}}
+{{- define "lagtrace.keptRandom" -}}
+{{- $live := lookup "v1" "Secret" .ctx.Release.Namespace .secret -}}
+{{- if and $live (hasKey $live.data .key) -}}
+{{- index $live.data .key | b64dec -}}
+{{- else -}}
+{{- randAlphaNum (int .length) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Generated once per render and memoised in .Values, so every user of it agrees. */}}
+{{- define "lagtrace.postgresqlPassword" -}}
+{{- if not .Values.postgresql.password -}}
+{{- $_ := set .Values.postgresql "password" (include "lagtrace.keptRandom" (dict "ctx" . "secret" (printf "%s-postgresql" (include "lagtrace.fullname" .)) "key" "password" "length" 32)) -}}
+{{- end -}}
+{{- .Values.postgresql.password -}}
+{{- end -}}
+
+{{/* Generated once per render and memoised in .Values, so every user of it agrees. */}}
+{{- define "lagtrace.redisPassword" -}}
+{{- if not .Values.redis.password -}}
+{{- $_ := set .Values.redis "password" (include "lagtrace.keptRandom" (dict "ctx" . "secret" (printf "%s-redis" (include "lagtrace.fullname" .)) "key" "password" "length" 32)) -}}
+{{- end -}}
+{{- .Values.redis.password -}}
+{{- end -}}
+
+{{/* Variables every lagtrace container gets: settings from the ConfigMap, secrets by key. */}}
+{{- define "lagtrace.env" -}}
+- name: LAGTRACE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: database-url
+- name: LAGTRACE_BROKER_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: broker-url
+- name: LAGTRACE_SECRET_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: secret-key
+- name: LAGTRACE_GITHUB_WEBHOOK_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: github-webhook-secret
+      optional: true
+- name: LAGTRACE_GITHUB_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: github-token
+      optional: true
+{{- end -}}
+
+{{- define "lagtrace.envFrom" -}}
+- configMapRef:
+    name: {{ include "lagtrace.fullname" . }}
+{{- with .Values.extraEnvFrom }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The schema gate for pods that need the database at head (trial installs only). */}}
+{{- define "lagtrace.waitForSchema" -}}
+{{- if and .Values.migrations.enabled .Values.postgresql.enabled }}
+- name: wait-for-schema
+  image: {{ include "lagtrace.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  # Polls until the post-install migration Job has brought the schema to head.
+  args: ["sh", "-c", "until lagtrace migrate --check; do sleep 5; done"]
+  envFrom:
+    {{- include "lagtrace.envFrom" . | nindent 4 }}
+  env:
+    {{- include "lagtrace.env" . | nindent 4 }}
+  securityContext:
+    {{- toYaml .Values.securityContext | nindent 4 }}
+  resources:
+    {{- toYaml .Values.migrations.resources | nindent 4 }}
+  volumeMounts:
+    - name: tmp
+      mountPath: /tmp
+{{- end }}
+{{- end -}}
+
+{{/* Hook annotations of the migration Job and what it reads before the release exists. */}}
+{{- define "lagtrace.migrationHook" -}}
+{{- if .Values.postgresql.enabled -}}
+post-install,post-upgrade
+{{- else -}}
+pre-install,pre-upgrade
+{{- end -}}
+{{- end -}}
+
+{{/* Render-time checks: values that cannot work are refused with a reason. */}}
+{{- define "lagtrace.validate" -}}
+{{- $t := .Values.timeLimits -}}
+{{- if not (lt (int $t.taskSoftSeconds) (int $t.taskHardSeconds)) -}}
+{{- fail (printf "timeLimits.taskSoftSeconds (%v) must be below timeLimits.taskHardSeconds (%v)" $t.taskSoftSeconds $t.taskHardSeconds) -}}
+{{- end -}}
+{{- if not (lt (int $t.taskHardSeconds) (int $t.brokerVisibilitySeconds)) -}}
+{{- fail (printf "timeLimits.taskHardSeconds (%v) must be below timeLimits.brokerVisibilitySeconds (%v): a task outliving the visibility timeout is delivered to a second worker" $t.taskHardSeconds $t.brokerVisibilitySeconds) -}}
+{{- end -}}
+{{- if not (gt (int .Values.worker.terminationGracePeriodSeconds) (int $t.taskHardSeconds)) -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must exceed timeLimits.taskHardSeconds (%v): a stopping worker finishes its run before it is killed" .Values.worker.terminationGracePeriodSeconds $t.taskHardSeconds) -}}
+{{- end -}}
+{{- if and (eq .Values.engine.mode "external") (not .Values.engine.external.host) (not .Values.engine.external.hostSocketPath) -}}
+{{- fail "engine.mode=external needs engine.external.host or engine.external.hostSocketPath" -}}
+{{- end -}}
+{{- if and (gt (int .Values.worker.concurrency) 1) (not .Values.worker.packDisjointCores) -}}
+{{- fail "worker.concurrency above 1 needs worker.packDisjointCores: two runs on one worker measure each other" -}}
+{{- end -}}
+{{- if and .Values.worker.autoscaling.enabled (not .Values.redis.enabled) (not .Values.worker.autoscaling.redis.address) -}}
+{{- fail "worker.autoscaling needs worker.autoscaling.redis.address (host:port of the broker)" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lagtrace.databaseUrl" -}}
+{{- if .Values.postgresql.enabled -}}
+{{- printf "postgresql+psycopg://%s:%s@%s-postgresql:5432/%s" .Values.postgresql.username (include "lagtrace.postgresqlPassword" . | urlquery) (include "lagtrace.fullname" .) .Values.postgresql.database -}}
+{{- else -}}
+{{- .Values.secrets.databaseUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lagtrace.brokerUrl" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://:%s@%s-redis:6379/0" (include "lagtrace.redisPassword" . | urlquery) (include "lagtrace.fullname" .) -}}
+{{- else -}}
+{{- .Values.secrets.brokerUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lagtrace.artifactsVolume" -}}
+{{- if .Values.artifacts.persistence.enabled -}}
+persistentVolumeClaim:
+  claimName: {{ .Values.artifacts.persistence.existingClaim | default (printf "%s-artifacts" (include "lagtrace.fullname" .)) }}
+{{- else -}}
+emptyDir: {}
+{{- end -}}
+{{- end -}}
+
+{{/* What is missing before the release can run; NOTES.txt prints it. */}}
+{{- define "lagtrace.missing" -}}
+{{- if and (not .Values.secrets.existingSecret) (not .Values.postgresql.enabled) (not .Values.secrets.databaseUrl) }}
+- a database: set secrets.databaseUrl, secrets.existingSecret, or postgresql.enabled=true (trials)
+{{- end }}
+{{- if and (not .Values.secrets.existingSecret) (not .Values.redis.enabled) (not .Values.secrets.brokerUrl) }}
+- a broker: set secrets.brokerUrl, secrets.existingSecret, or redis.enabled=true (trials)
+{{- end }}
+{{- end -}}

@@ -1,0 +1,174 @@
+"""One diagnosis per test: a test's findings told as one story.
+
+A user reading five findings on one test (cpu_sensitivity, latency_flaky, futex_storm,
+gil_contention, stall) has to assemble the story alone. A diagnosis does it: the
+symptom (which configurations, how much slower, or how it varies), the cause (the
+evidence-backed kind that explains it), the evidence, and what to do. It is built from
+the report's findings (plain dicts), so the report, the API and the dashboard tell the
+same story.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+
+# What a user sees first: how the latency misbehaves.
+SYMPTOMS = ("cpu_sensitivity", "latency_flaky", "stall", "command_failed")
+# Why, most specific first: the first present (with evidence where possible) is the cause.
+CAUSES = (
+    "command_failed",
+    "gil_contention",
+    "futex_storm",
+    "event_loop_blocked",
+    "busy_polling",
+    "tiny_reads",
+    "cpu_throttling",
+    "slow_startup",
+    "hot_path",
+    "off_cpu_wait",
+    "stall",
+)
+# Causes whose evidence is the timing runs' own measurements (cgroup cpu.stat, exit
+# codes and output) rather than a probe's evidence entry.
+MEASURED_CAUSES = ("cpu_throttling", "command_failed")
+
+ADVICE = {
+    "command_failed": "Make the command pass first: the output tail shows why it failed; no latency was measured.",
+    "gil_contention": (
+        "Threads queue for the GIL while one computes: move the CPU-bound work to a process pool (or C code "
+        "that releases the GIL), or hand off fewer, larger pieces of work between threads."
+    ),
+    "futex_storm": (
+        "Threads spend their time waking each other through a lock or queue: batch the work per hand-off, "
+        "use fewer threads, or keep the exchange in one thread."
+    ),
+    "event_loop_blocked": (
+        "Synchronous work blocks the event loop: move the blocking call off it (asyncio.to_thread, "
+        "loop.run_in_executor, an async library; for logging a QueueHandler)."
+    ),
+    "busy_polling": (
+        "It waits by waking up to check: replace the poll loop with a blocking wait (an Event or Condition, "
+        "select/poll without a short timeout, Popen.wait() or a psutil that waits on the process itself)."
+    ),
+    "tiny_reads": (
+        "It reads a few bytes per system call: read in larger chunks (buffered I/O, socket.makefile, "
+        "iter_content(chunk_size=65536))."
+    ),
+    "cpu_throttling": (
+        "More threads or processes than the CPU quota pays for: size pools to the quota, not to os.cpu_count()."
+    ),
+    "slow_startup": (
+        "Start-up is most of the run: import lazily, and disable plugins it does not need "
+        "(PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 with -p for the ones it does, or -p no:NAME)."
+    ),
+    "hot_path": "Most of the time sits in the functions named: make them cheaper, call them less, or cache them.",
+    "off_cpu_wait": (
+        "It mostly waits off the CPU: find what for (I/O in tiny pieces, a lock, a sleep, a slow peer); "
+        "rerun with --evidence strace,pyspy to see where."
+    ),
+    "stall": "Read the stacks taken at the stall: the frames show where it stood still.",
+}
+UNEXPLAINED = {
+    "cpu_sensitivity": (
+        "No evidence names the cause yet: rerun with --evidence strace,pyspy,core to trace the slow and the "
+        "fast configuration."
+    ),
+    "latency_flaky": (
+        "Something varies between runs under the same conditions: a lock or file left by a previous run, a "
+        "cache, a retry, a timer. Rerun with --evidence core --stall-after just above the fast runs' time to "
+        "catch a slow run in the act."
+    ),
+}
+
+
+def _symptom(finding: dict[str, Any]) -> str:
+    metrics = finding.get("metrics") or {}
+    if finding["kind"] == "cpu_sensitivity" and "slow" in metrics:
+        slow, fast = metrics["slow"], metrics["fast"]
+        return (
+            f"{metrics['ratio']:.1f}x slower with {slow['config']} than with {fast['config']} "
+            f"({format_seconds(slow['median'])} vs {format_seconds(fast['median'])} median)"
+        )
+    return str(finding["title"])
+
+
+def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Group report findings by test (None: the whole command) into diagnoses, worst first."""
+    kinds_of = {e["id"]: e["kind"] for e in evidence}
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for finding in findings:
+        groups.setdefault(finding["test"], []).append(finding)
+    command_causes = [f for f in groups.get(None, []) if f["kind"] in CAUSES and f["kind"] not in ("stall",)]
+    diagnoses = []
+    for test, members in groups.items():
+        # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
+        symptoms = sorted((f for f in members if f["kind"] in SYMPTOMS), key=lambda f: SYMPTOMS.index(f["kind"]))
+        causes = sorted(
+            (f for f in members if f["kind"] in CAUSES),
+            key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),
+        )
+        cause = causes[0] if causes else None
+        inherited = False
+        if cause is None and test is not None and symptoms:
+            # A test slower in a configuration where the whole command is throttled (or
+            # otherwise diagnosed) most likely shares that cause.
+            slow_configs = {f.get("config") for f in symptoms}
+            matching = [f for f in command_causes if f.get("config") in slow_configs or f.get("config") is None]
+            if matching:
+                cause, inherited = matching[0], True
+        symptom = symptoms[0] if symptoms else cause or members[0]
+        evidence_ids = list(dict.fromkeys(i for f in members for i in f.get("evidence") or []))
+        advice = ADVICE.get(cause["kind"], "") if cause is not None else UNEXPLAINED.get(symptom["kind"], "")
+        worst = min(members, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))
+        diagnoses.append(
+            {
+                "test": test,
+                "severity": worst["severity"],
+                "symptom": {
+                    "kind": symptom["kind"],
+                    "configs": sorted({f["config"] for f in symptoms if f.get("config")}),
+                    "text": _symptom(symptom),
+                    "ratio": (symptom.get("metrics") or {}).get("ratio"),
+                },
+                "cause": (
+                    {
+                        "kind": cause["kind"],
+                        "text": cause["title"],
+                        "finding": cause["id"],
+                        "evidence_backed": bool(cause.get("evidence")) or cause["kind"] in MEASURED_CAUSES,
+                        "from_command": inherited,
+                    }
+                    if cause is not None
+                    else None
+                ),
+                "evidence": [{"id": i, "kind": kinds_of.get(i, "evidence")} for i in evidence_ids],
+                "advice": advice,
+                "findings": [f["id"] for f in members],
+                "kinds": [f["kind"] for f in members],
+            }
+        )
+    diagnoses.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), -float(d["symptom"]["ratio"] or 0)))
+    return diagnoses
+
+
+def render(diagnoses: list[dict[str, Any]]) -> list[str]:
+    """The text report's section: one block per test."""
+    if not diagnoses:
+        return []
+    out = [f"Diagnoses ({len(diagnoses)}: one per test with findings)"]
+    for d in diagnoses:
+        out.append(f"  {d['severity'].upper():6} {d['test'] or 'the whole command'}")
+        out.append(f"         symptom:  {d['symptom']['text']}")
+        if d["cause"]:
+            origin = " (found on the whole command)" if d["cause"]["from_command"] else ""
+            out.append(f"         cause:    {d['cause']['kind']}{origin}: {d['cause']['text']}")
+        else:
+            out.append("         cause:    not established by evidence")
+        if d["evidence"]:
+            out.append("         evidence: " + ", ".join(f"{e['kind']} #{e['id']}" for e in d["evidence"]))
+        if d["advice"]:
+            out.append(f"         do:       {d['advice']}")
+    out.append("")
+    return out

@@ -1,0 +1,328 @@
+"""`make accuracy`: run lagtrace over the diagnosis corpus as a user would, and score it.
+
+Every case under examples/corpus/ is a program that carries a real pathology (a pinned
+library version with the bug, or the wrong call) beside its healthy twin (the fixed
+version or the corrected call). Each side is run as ``lagtrace run --json OUT -- CMD``
+with the default matrix; the script prints expected against found per case, precision
+and recall per finding kind, and the time from command to diagnosis. It exits 1 when a
+pathology's kind is missed or a healthy twin gets a medium or high finding.
+
+Pinned libraries are installed once into a virtual environment per requirements file
+and interpreter, cached under .state/accuracy/venvs/ by their hash.
+
+    .venv/bin/python tests/accuracy/corpus.py [--quick] [--case NAME ...] [--executor local]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "examples" / "corpus"
+STATE = REPO / ".state" / "accuracy"
+LAGTRACE = REPO / ".venv" / "bin" / "lagtrace"
+# The machine's shared lock for anything that measures latency (one measurement at a time).
+CPU_LOCK = Path(os.environ.get("LAGTRACE_CPU_LOCK", "/tmp/lagtrace-cpu.lock"))
+SERIOUS = {"medium", "high"}
+# How long one hold of the lock may start new cases (a case takes 1-4 minutes: a hold
+# stays under the machine's 10-minute rule).
+HOLD_S = float(os.environ.get("LAGTRACE_ACCURACY_HOLD_S", "300"))
+
+
+@dataclass
+class Side:
+    """One program to run: a pathology (expect non-empty) or a healthy twin (expect empty)."""
+
+    case: str
+    variant: str  # "pathology" or "healthy"
+    directory: Path
+    command: list[str]
+    expect: list[str]
+    tolerate: list[str]
+    requirements: Path | None
+    interpreter: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.case}/{self.variant}"
+
+
+@dataclass
+class Outcome:
+    side: Side
+    found: list[tuple[str, str]]  # (kind, severity)
+    seconds: float
+    error: str | None = None
+
+    @property
+    def kinds(self) -> set[str]:
+        return {kind for kind, _ in self.found}
+
+    @property
+    def missed(self) -> list[str]:
+        return [kind for kind in self.side.expect if kind not in self.kinds]
+
+    @property
+    def unexpected(self) -> list[tuple[str, str]]:
+        allowed = set(self.side.expect) | set(self.side.tolerate)
+        return [(kind, severity) for kind, severity in self.found if kind not in allowed]
+
+    @property
+    def failed(self) -> bool:
+        if self.error or self.missed:
+            return True
+        # A healthy twin may carry a low note, never a medium or high finding. (Extra
+        # findings on a pathology count against precision, not as a failure.)
+        return self.side.variant == "healthy" and any(severity in SERIOUS for _, severity in self.unexpected)
+
+
+def load_cases() -> dict[str, tuple[bool, list[Side]]]:
+    """Case name -> (in the quick subset, its sides)."""
+    cases: dict[str, tuple[bool, list[Side]]] = {}
+    for path in sorted(CORPUS.glob("*/case.yaml")):
+        spec = yaml.safe_load(path.read_text())
+        directory = path.parent
+        interpreter = spec.get("interpreter", "python3")
+        if "cases" in spec:  # a folder of several small cases sharing a working directory
+            workdir = (directory / spec.get("workdir", ".")).resolve()
+            for name, case in spec["cases"].items():
+                healthy = bool(case.get("healthy"))
+                side = Side(
+                    name,
+                    "healthy" if healthy else "pathology",
+                    workdir,
+                    case["command"],
+                    [] if healthy else case["expect"],
+                    case.get("tolerate", []),
+                    None,
+                    interpreter,
+                    case.get("env", {}),
+                )
+                cases[name] = (bool(case.get("quick")), [side])
+            continue
+        sides = []
+        for variant in ("pathology", "healthy"):
+            part = spec[variant]
+            requirements = directory / part["requirements"] if part.get("requirements") else None
+            sides.append(
+                Side(
+                    directory.name,
+                    variant,
+                    directory,
+                    part["command"],
+                    part.get("expect", []) if variant == "pathology" else [],
+                    part.get("tolerate", []),
+                    requirements,
+                    interpreter,
+                    {key: str(value) for key, value in part.get("env", {}).items()},
+                )
+            )
+        cases[directory.name] = (bool(spec.get("quick")), sides)
+    return cases
+
+
+def python_for(side: Side) -> str:
+    """The interpreter of the case's cached virtual environment (built on first use)."""
+    interpreter = shutil.which(side.interpreter)
+    if interpreter is None:
+        raise RuntimeError(f"{side.interpreter} is not installed")
+    # Even without requirements a venv: its python is the real binary, where a pyenv
+    # shim on PATH would add a shell script and a few execs to every start-up measured.
+    requirements = side.requirements.read_text() if side.requirements else ""
+    key = hashlib.sha256((os.path.realpath(interpreter) + "\n" + requirements).encode()).hexdigest()[:16]
+    venv = STATE / "venvs" / key
+    python = venv / "bin" / "python"
+    if not (venv / ".ready").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        print(f"accuracy: a virtual environment for {side.name} in {venv}", file=sys.stderr)
+        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
+        if requirements.strip() and side.requirements is not None:
+            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            subprocess.run([*pip, "-r", str(side.requirements)], check=True)
+        (venv / ".ready").touch()
+    return str(python)
+
+
+@contextlib.contextmanager
+def cpu_lock():
+    with CPU_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
+    python = python_for(side)
+    command = [python if part == "python" else part for part in side.command]
+    report_path = out_dir / f"{side.case}-{side.variant}.json"
+    log_path = out_dir / f"{side.case}-{side.variant}.log"
+    env = {**os.environ, **side.env, "XDG_DATA_HOME": str(STATE / "data")}
+    argv = [str(LAGTRACE), "run", "--executor", executor, "--json", str(report_path), "--project", side.case]
+    argv += ["--workdir", str(side.directory), "--", *command]
+    started = time.perf_counter()
+    with log_path.open("w") as log:
+        result = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=side.directory)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0 or not report_path.exists():
+        tail = " / ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        return Outcome(side, [], seconds, f"lagtrace exited {result.returncode}: {tail}")
+    report = json.loads(report_path.read_text())
+    found = [(finding["kind"], finding["severity"]) for finding in report["findings"]]
+    return Outcome(side, found, seconds)
+
+
+def score(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
+    """Per kind: true positives (expected and found), false negatives (expected, missed),
+    false positives (found where neither expected nor tolerated, at any severity)."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"tp": 0, "fn": 0, "fp": 0})
+    for outcome in outcomes:
+        for kind in outcome.side.expect:
+            counts[kind]["tp" if kind in outcome.kinds else "fn"] += 1
+        for kind in {kind for kind, _ in outcome.unexpected}:
+            counts[kind]["fp"] += 1
+    table: dict[str, dict[str, float | int | None]] = {}
+    for kind, c in sorted(counts.items()):
+        found = c["tp"] + c["fp"]
+        expected = c["tp"] + c["fn"]
+        table[kind] = {
+            **c,
+            "precision": c["tp"] / found if found else None,
+            "recall": c["tp"] / expected if expected else None,
+        }
+    return table
+
+
+def _pct(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the cases marked quick (CI)")
+    parser.add_argument("--case", action="append", default=[], help="run only this case (repeatable)")
+    parser.add_argument("--executor", default="local", choices=["local", "docker"])
+    parser.add_argument(
+        "--rejudge",
+        metavar="RUN_DIR",
+        type=Path,
+        help="judge a previous run's stored jobs again with the rules as they are now (no new runs)",
+    )
+    args = parser.parse_args(argv)
+    cases = load_cases()
+    if args.rejudge:
+        return rejudge(cases, args.rejudge)
+    chosen = [name for name, (quick, _) in cases.items() if (not args.quick or quick)]
+    if args.case:
+        unknown = set(args.case) - set(cases)
+        if unknown:
+            parser.error(f"unknown case {', '.join(sorted(unknown))} (known: {', '.join(cases)})")
+        chosen = [name for name in chosen if name in args.case] or args.case
+    out_dir = STATE / "runs" / time.strftime("%Y%m%dT%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in chosen:
+        for side in cases[name][1]:
+            python_for(side)  # installs outside the lock: pip is not a measurement
+    outcomes = []
+    pending = list(chosen)
+    while pending:
+        # Whole cases (pathology and twin) per hold of the machine's lock, and no new case
+        # once the hold passed HOLD_S: the lock is shared, and waiting for it once per
+        # case would cost more than the runs.
+        with cpu_lock():
+            held = time.monotonic()
+            while pending and time.monotonic() - held < HOLD_S:
+                for side in cases[pending.pop(0)][1]:
+                    outcome = run_side(side, args.executor, out_dir)
+                    outcomes.append(outcome)
+                    _print_outcome(outcome)
+    return _summarize(outcomes, out_dir / "summary.json", args.executor)
+
+
+def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
+    out_dir = path.resolve().parent
+    table = score(outcomes)
+    print("\nkind                 tp  fn  fp  precision  recall")
+    for kind, row in table.items():
+        print(
+            f"{kind:<20} {row['tp']:>3} {row['fn']:>3} {row['fp']:>3}  {_pct(row['precision']):>9}  {_pct(row['recall']):>6}"
+        )
+    failures = [o for o in outcomes if o.failed]
+    total = sum(o.seconds for o in outcomes)
+    print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {out_dir.relative_to(REPO)}")
+    summary = {
+        "executor": executor,
+        "outcomes": [
+            {
+                "case": o.side.case,
+                "variant": o.side.variant,
+                "expect": o.side.expect,
+                "found": o.found,
+                "seconds": round(o.seconds, 1),
+                "error": o.error,
+                "failed": o.failed,
+            }
+            for o in outcomes
+        ],
+        "kinds": table,
+    }
+    path.write_text(json.dumps(summary, indent=2))
+    return 1 if failures else 0
+
+
+def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
+    """The same measurements, today's rules: for a rule change, without a quiet machine."""
+    os.environ["XDG_DATA_HOME"] = str(STATE / "data")
+    sys.path.insert(0, str(REPO))
+    from services import migrate
+    from services.db import make_engine, make_session_factory
+    from services.diagnose.diagnose import diagnose
+    from services.models import Job
+    from services.settings import Settings
+
+    settings = Settings()
+    migrate.upgrade(settings)  # the run may predate today's schema, as it predates its rules
+    summary = json.loads((run_dir / "summary.json").read_text())
+    outcomes = []
+    with make_session_factory(make_engine(settings))() as session:
+        for entry in summary["outcomes"]:
+            side = next(s for s in cases[entry["case"]][1] if s.variant == entry["variant"])
+            report = json.loads((run_dir / f"{side.case}-{side.variant}.json").read_text())
+            job = session.get(Job, report["job"]["id"])
+            found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
+            outcomes.append(Outcome(side, found, entry["seconds"]))
+            _print_outcome(outcomes[-1])
+        session.rollback()  # the stored findings stay those of the run
+    return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")
+
+
+def _print_outcome(outcome: Outcome) -> None:
+    found = ", ".join(f"{kind}:{severity}" for kind, severity in outcome.found) or "none"
+    verdict = "FAIL" if outcome.failed else "ok"
+    expected = ", ".join(outcome.side.expect) or "no medium/high finding"
+    print(f"{verdict:<4} {outcome.side.name:<34} expected {expected}; found {found} ({outcome.seconds:.0f} s)")
+    if outcome.error:
+        print(f"     {outcome.error}")
+    elif outcome.missed:
+        print(f"     missed: {', '.join(outcome.missed)}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The service under load on loopback: `lagtrace serve` (API and dashboard, one process)
+over PostgreSQL seeded with 10,000 jobs and 100,000 runs (tests/bench/seed_dashboard.py),
+20 concurrent clients with keep-alive connections. Three phases, each its own
+distribution: API reads (job list, job detail, findings), dashboard pages (inbox,
+filtered inbox, job list, a deep page, a job), and signed GitHub push deliveries (each
+stores a job and queues it on Redis; no worker runs, so nothing else takes the CPU).
+Target: p95 under 300 ms.
+
+    .venv/bin/python -m tests.bench.run --only service [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+import requests
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from services.db import make_engine
+from services.github.client import sign
+from services.settings import Settings
+from tests.bench.common import LAGTRACE, REPO, BenchError, redis_server_url, scratch_database, scratch_dir
+from tests.bench.figures import quantile_figure, rate_figure
+from tests.bench.seed_dashboard import seed
+
+CLIENTS = 20
+TARGET_MS = 300
+PASSWORD = "bench-password"
+SECRET = "bench-webhook-secret"
+# A Redis database of its own (the e2e stacks go round 1-15 from 1), flushed afterwards.
+REDIS_DATABASE = 15
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _cli(env: dict, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [*LAGTRACE, *args], cwd=REPO, env=env, input=stdin, capture_output=True, text=True, timeout=300
+    )
+    if done.returncode != 0:
+        raise BenchError(f"lagtrace {' '.join(args)} exited {done.returncode}: {done.stderr[-1000:]}")
+    return done.stdout.strip()
+
+
+def _load(
+    clients: list[requests.Session], seconds: float, request: Callable[[requests.Session, int], None]
+) -> list[float]:
+    """Every client sends requests back to back for ``seconds``; returns every latency."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    deadline = time.perf_counter() + seconds
+
+    def client(session: requests.Session, number: int) -> None:
+        mine = []
+        count = number
+        while time.perf_counter() < deadline and not errors:
+            started = time.perf_counter()
+            try:
+                request(session, count)
+            except Exception as exc:  # surfaced below: a broken benchmark, not a slow one
+                errors.append(f"{type(exc).__name__}: {exc}")
+                break
+            mine.append(time.perf_counter() - started)
+            count += len(clients)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client, args=(s, n)) for n, s in enumerate(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise BenchError(f"{len(errors)} request(s) failed, the first: {errors[0]}")
+    return latencies
+
+
+def _get(paths: list[str], base: str) -> Callable[[requests.Session, int], None]:
+    def request(session: requests.Session, count: int) -> None:
+        response = session.get(base + paths[count % len(paths)], timeout=60)
+        if response.status_code != 200:
+            raise BenchError(f"GET {paths[count % len(paths)]}: {response.status_code}")
+        response.content  # noqa: B018  (the whole body, as a browser would read it)
+
+    return request
+
+
+def _deliver(base: str) -> Callable[[requests.Session, int], None]:
+    def request(session: requests.Session, count: int) -> None:
+        body = json.dumps(
+            {
+                "ref": "refs/heads/main",
+                "after": uuid.uuid4().hex + uuid.uuid4().hex[:8],
+                "deleted": False,
+                "repository": {"full_name": "octo/api", "clone_url": "https://git.example/octo/api.git"},
+            }
+        ).encode()
+        headers = {
+            "X-Hub-Signature-256": sign(SECRET, body),
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-GitHub-Event": "push",
+            "Content-Type": "application/json",
+        }
+        response = session.post(base + "/api/v1/webhooks/github", data=body, headers=headers, timeout=60)
+        if response.status_code != 202:
+            raise BenchError(f"webhook delivery: {response.status_code} {response.text[:200]}")
+
+    return request
+
+
+def _signed_in(base: str) -> requests.Session:
+    session = requests.Session()
+    page = session.get(base + "/sign-in", timeout=30).text
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    if token is None:
+        raise BenchError("the sign-in page has no CSRF token")
+    answer = session.post(
+        base + "/sign-in",
+        data={"username": "bench", "password": PASSWORD, "csrf_token": token[1]},
+        allow_redirects=False,
+        timeout=30,
+    )
+    if answer.status_code != 302:
+        raise BenchError(f"sign-in answered {answer.status_code}")
+    return session
+
+
+def run(quick: bool = False) -> dict:
+    jobs = 1_000 if quick else 10_000
+    seconds = 3.0 if quick else 20.0
+    broker = f"{redis_server_url().rsplit('/', 1)[0]}/{REDIS_DATABASE}"
+    with scratch_database("service") as database_url, scratch_dir("service") as home:
+        env = {
+            **os.environ,
+            "LAGTRACE_DATABASE_URL": database_url,
+            "LAGTRACE_BROKER_URL": broker,
+            "LAGTRACE_WORK_DIR": str(home / "work"),
+            "LAGTRACE_ARTIFACT_DIR": str(home / "artifacts"),
+            "LAGTRACE_GITHUB_WEBHOOK_SECRET": SECRET,
+            "LAGTRACE_SECRET_KEY": "bench-secret-key",
+            "LAGTRACE_COOKIE_SECURE": "false",  # plain http on loopback
+        }
+        _cli(env, "migrate")
+        engine = make_engine(Settings(database_url=database_url))
+        started = time.perf_counter()
+        with Session(engine) as session:
+            counts = seed(session, jobs=jobs)
+            session.commit()
+        with engine.connect() as connection:
+            connection.exec_driver_sql("ANALYZE")
+            connection.commit()
+            project = connection.exec_driver_sql("SELECT id FROM projects WHERE name = 'octo/api'").scalar()
+            # Deep pages: half-way down the project's jobs (API) and everyone's (dashboard).
+            newest, project_jobs = connection.execute(
+                text("SELECT max(id), count(*) FROM jobs WHERE project_id = :p"), {"p": project}
+            ).one()
+            deep_in_project = connection.execute(
+                text("SELECT id FROM jobs WHERE project_id = :p ORDER BY id DESC OFFSET :n LIMIT 1"),
+                {"p": project, "n": project_jobs // 2},
+            ).scalar()
+            deep = connection.exec_driver_sql("SELECT max(id) - count(*) / 2 FROM jobs").scalar()
+        engine.dispose()
+        seeded_s = time.perf_counter() - started
+        token = _cli(env, "token", "create", "--project", "octo/api")
+        _cli(env, "user", "create", "bench", "--admin", "--password-stdin", stdin=PASSWORD + "\n")
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        log = home / "serve.log"
+        server = subprocess.Popen(
+            [*LAGTRACE, "serve", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            _wait_ready(base, server, log)
+            api_paths = [
+                "/api/v1/jobs?limit=50",
+                f"/api/v1/jobs/{newest}",
+                "/api/v1/findings?limit=50",
+                f"/api/v1/jobs?limit=50&before_id={deep_in_project}",
+            ]
+            page_paths = [
+                "/",
+                f"/?project={project}&status=new",
+                "/?kind=cpu_sensitivity",
+                "/jobs",
+                f"/jobs?project={project}&status=done",
+                f"/jobs?before={deep}",
+                f"/jobs/{newest}",
+            ]
+            api_clients = []
+            for _ in range(CLIENTS):
+                client = requests.Session()
+                client.headers["Authorization"] = f"Bearer {token}"
+                api_clients.append(client)
+            page_clients = [_signed_in(base) for _ in range(CLIENTS)]
+            # Warm the templates, the query plans and the database's buffers.
+            _load(api_clients[:1], 1.0, _get(api_paths, base))
+            _load(page_clients[:1], 1.0, _get(page_paths, base))
+            api = _load(api_clients, seconds, _get(api_paths, base))
+            pages = _load(page_clients, seconds, _get(page_paths, base))
+            hook_clients = [requests.Session() for _ in range(CLIENTS)]
+            hook_started = time.perf_counter()
+            hooks = _load(hook_clients, seconds, _deliver(base))
+            hook_s = time.perf_counter() - hook_started
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+            redis.Redis.from_url(broker).flushdb()
+    note = f"{CLIENTS} clients, {seconds:g} s"
+    return {
+        "figures": [
+            quantile_figure("API p50", api, 50, unit="ms", note=note),
+            quantile_figure("API p95", api, 95, unit="ms", below=TARGET_MS, note=note),
+            quantile_figure("dashboard p50", pages, 50, unit="ms", note=note),
+            quantile_figure("dashboard p95", pages, 95, unit="ms", below=TARGET_MS, note=note),
+            quantile_figure("webhook p95", hooks, 95, unit="ms", below=TARGET_MS, note=note),
+            rate_figure("webhook throughput", len(hooks), hook_s, note="deliveries stored and queued per second"),
+        ],
+        "seeded": counts,
+        "seed_s": seeded_s,
+        "requests": {"api": len(api), "dashboard": len(pages), "webhooks": len(hooks)},
+    }
+
+
+def _wait_ready(base: str, server: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise BenchError(f"lagtrace serve exited {server.returncode}: {log.read_text()[-2000:]}")
+        try:
+            if requests.get(base + "/readyz", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise BenchError(f"lagtrace serve did not become ready: {log.read_text()[-2000:]}")

@@ -1,0 +1,495 @@
+"""The Helm chart, rendered by the real Helm for the default values and every file under
+charts/lagtrace/ci/, checked against the Kubernetes schemas offline and against what a
+platform team relies on: probes and resources everywhere, one privileged container,
+immutable selectors, migrations before the app, a strict values schema, no secrets in
+plain sight, and time limits that nest."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from services.settings import Settings
+from tests.chart.conftest import (
+    CHART,
+    VALUE_SETS,
+    Rendered,
+    all_containers,
+    long_running_containers,
+    pod_spec,
+    render,
+    run_helm,
+    value_set_id,
+)
+
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a recent one.
+KUBERNETES_VERSIONS = ("1.29.0", "1.33.0")
+# Kinds of CRDs (KEDA) that the Kubernetes schemas do not know: checked below against
+# the fields of KEDA's own CRD that the chart uses.
+CRD_KINDS = {"ScaledObject", "TriggerAuthentication"}
+SELECTOR_KEYS = {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component"}
+
+
+@pytest.fixture(scope="module", params=VALUE_SETS, ids=value_set_id)
+def rendered(request, helm) -> Rendered:
+    return render(helm, request.param)
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=value_set_id)
+def test_lint_strict(helm, values):
+    done = run_helm(helm, "lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+def test_every_manifest_validates_against_the_kubernetes_schemas(rendered):
+    kinds = set()
+    for manifest in rendered.objects:
+        if manifest["kind"] in CRD_KINDS:
+            continue
+        kinds.add(manifest["kind"])
+        for version in KUBERNETES_VERSIONS:
+            # strict: an unknown field (a typo, a field of a newer API) is an error.
+            kubernetes_validate.validate(manifest, version, strict=True)
+    assert {"Deployment", "Job", "ConfigMap", "ServiceAccount"} <= kinds
+
+
+def test_the_offline_validator_rejects_what_the_api_server_would(helm):
+    deployment = render(helm).one("Deployment", "-api")
+    broken = json.loads(json.dumps(deployment))
+    pod_spec(broken)["containers"][0]["livenesProbe"] = pod_spec(broken)["containers"][0].pop("livenessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[0], strict=True)
+
+
+KEDA_SCHEMA = {
+    "ScaledObject": {
+        "type": "object",
+        "required": ["spec"],
+        "properties": {
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["scaleTargetRef", "triggers"],
+                "properties": {
+                    "scaleTargetRef": {"type": "object", "required": ["name"]},
+                    "minReplicaCount": {"type": "integer"},
+                    "maxReplicaCount": {"type": "integer"},
+                    "cooldownPeriod": {"type": "integer"},
+                    "pollingInterval": {"type": "integer"},
+                    "triggers": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["type", "metadata"],
+                            "properties": {
+                                "type": {"type": "string"},
+                                # KEDA's trigger metadata is map[string]string.
+                                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                                "authenticationRef": {"type": "object", "required": ["name"]},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "TriggerAuthentication": {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "secretTargetRef": {
+                        "type": "array",
+                        "items": {"type": "object", "required": ["parameter", "name", "key"]},
+                    }
+                },
+            }
+        },
+    },
+}
+
+
+def test_workers_scale_on_the_celery_queue_with_keda(helm):
+    trial = render(helm, CHART / "ci" / "trial-values.yaml")
+    for kind in CRD_KINDS:
+        for manifest in trial.of_kind(kind):
+            jsonschema.validate(manifest, KEDA_SCHEMA[kind])
+    scaled = trial.one("ScaledObject", "-worker")
+    worker = trial.one("Deployment", "-worker")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
+    # The autoscaler owns the replica count; a fixed one would fight it on every upgrade.
+    assert "replicas" not in worker["spec"]
+    trigger = scaled["spec"]["triggers"][0]
+    # Celery's Redis transport keeps a queue's messages in a list named after the queue.
+    from worker.app import QUEUE
+
+    assert trigger["type"] == "redis" and trigger["metadata"]["listName"] == QUEUE
+    auth = trial.one("TriggerAuthentication", "-worker")["spec"]["secretTargetRef"][0]
+    assert auth["name"] == trial.one("StatefulSet", "-redis")["metadata"]["name"]
+
+
+def test_every_container_has_resources_and_every_long_running_one_probes(rendered):
+    for workload in rendered.workloads():
+        name = workload["metadata"]["name"]
+        for container in all_containers(workload):
+            resources = container.get("resources") or {}
+            where = f"{name}/{container['name']}"
+            assert resources.get("requests", {}).get("memory"), f"{where}: no memory request"
+            assert resources.get("requests", {}).get("cpu"), f"{where}: no cpu request"
+            assert resources.get("limits", {}).get("memory"), f"{where}: no memory limit"
+        if workload["kind"] == "Job":
+            continue  # a Job's pod runs to completion: nothing to probe
+        for container in long_running_containers(workload):
+            where = f"{name}/{container['name']}"
+            assert "livenessProbe" in container, f"{where}: no liveness probe"
+            assert "readinessProbe" in container, f"{where}: no readiness probe"
+
+
+def test_only_the_dind_engine_is_privileged_and_everything_else_is_locked_down(rendered):
+    privileged = []
+    for workload in rendered.workloads():
+        pod = pod_spec(workload)
+        for container in all_containers(workload):
+            context = container.get("securityContext") or {}
+            if context.get("privileged"):
+                privileged.append(container["name"])
+                assert container["image"].startswith("docker:") and container["image"].endswith("-dind")
+                continue
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert context.get("runAsNonRoot") is True, where
+            assert context.get("readOnlyRootFilesystem") is True, where
+            assert context.get("allowPrivilegeEscalation") is False, where
+            assert context.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not context.get("capabilities", {}).get("add"), where
+        assert pod.get("automountServiceAccountToken") is False
+        assert not pod.get("hostNetwork") and not pod.get("hostPID")
+    assert set(privileged) <= {"dind"}
+
+
+def test_the_worker_has_a_dind_engine_by_default_and_none_with_an_external_one(helm):
+    default = pod_spec(render(helm).one("Deployment", "-worker"))
+    assert [c["name"] for c in default["initContainers"] if c.get("restartPolicy") == "Always"] == ["dind"]
+    external = render(helm, CHART / "ci" / "external-engine-values.yaml")
+    assert not any(
+        (c.get("securityContext") or {}).get("privileged") for w in external.workloads() for c in all_containers(w)
+    )
+
+
+def _mounts(container: dict) -> dict[str, str]:
+    return {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def test_the_worker_and_its_engine_see_checkouts_and_tools_at_the_same_paths(helm):
+    """The docker executor bind-mounts the checkout, the run directory and py-spy at their
+    paths in the worker; the engine resolves those paths in its own filesystem."""
+    spec = pod_spec(render(helm).one("Deployment", "-worker"))
+    worker = spec["containers"][0]
+    dind = next(c for c in spec["initContainers"] if c["name"] == "dind")
+    tools = next(c for c in spec["initContainers"] if c["name"] == "engine-tools")
+    settings = Settings()  # the image's defaults are not what matters: the chart sets them
+    env = _env(worker)
+    config = render(helm).one("ConfigMap", "lagtrace")["data"]
+    work_dir = config["LAGTRACE_WORK_DIR"]
+    assert _mounts(worker)[work_dir] == _mounts(dind)[work_dir]
+    assert env["TMPDIR"].startswith(work_dir + "/")  # run directories (tempfile.mkdtemp)
+    socket_dir = env["DOCKER_HOST"].removeprefix("unix://").rsplit("/", 1)[0]
+    assert _mounts(worker)[socket_dir] == _mounts(dind)[socket_dir]
+    assert f"--host=unix://{socket_dir}/docker.sock" in dind["args"]
+    # py-spy at the worker's path inside the engine (the image keeps it in /opt/lagtrace/tools).
+    assert tools["args"][1] == "/opt/lagtrace/tools/py-spy"
+    assert _mounts(dind)["/opt/lagtrace/tools"] == _mounts(tools)["/engine-tools"]
+    # The socket's group is the worker's, so the non-root worker may use it.
+    assert f"--group={worker['securityContext']['runAsGroup']}" in dind["args"]
+    assert settings.worker_heartbeat_file is None  # unset outside the image and chart
+    assert config["LAGTRACE_WORKER_HEARTBEAT_FILE"].startswith(work_dir + "/")
+
+
+def test_selectors_use_only_labels_that_never_change(helm, tmp_path):
+    def selectors(rendered: Rendered) -> dict[str, dict]:
+        found = {}
+        for o in rendered.objects:
+            spec = o.get("spec") or {}
+            if o["kind"] in ("Deployment", "StatefulSet", "PodDisruptionBudget"):
+                found[f"{o['kind']}/{o['metadata']['name']}"] = spec["selector"]["matchLabels"]
+            elif o["kind"] == "Service":
+                found[f"Service/{o['metadata']['name']}"] = spec["selector"]
+            elif o["kind"] == "NetworkPolicy":
+                found[f"NetworkPolicy/{o['metadata']['name']}"] = spec["podSelector"]["matchLabels"]
+        return found
+
+    trial = CHART / "ci" / "trial-values.yaml"
+    before = selectors(render(helm, trial))
+    assert before
+    for name, labels in before.items():
+        assert set(labels) <= SELECTOR_KEYS, f"{name}: {labels}"
+    # A new chart and app version, another image and pod labels: an upgrade whose
+    # selectors changed would be refused by the API server (they are immutable).
+    bumped = tmp_path / "lagtrace"
+    shutil.copytree(CHART, bumped)
+    chart_yaml = yaml.safe_load((bumped / "Chart.yaml").read_text())
+    chart_yaml.update(version="9.9.9", appVersion="9.9.9")
+    (bumped / "Chart.yaml").write_text(yaml.safe_dump(chart_yaml))
+    after = selectors(
+        render(
+            helm,
+            trial,
+            "--set",
+            "image.tag=other",
+            "--set",
+            "worker.podLabels.team=perf",
+            "--set",
+            "commonLabels.cost=ci",
+            chart=bumped,
+        )
+    )
+    assert after == before
+
+
+def test_migrations_run_in_a_hook_before_the_app(helm):
+    rendered = render(helm, CHART / "ci" / "production-values.yaml")
+    job = rendered.one("Job", "-migrate")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert pod_spec(job)["containers"][0]["args"] == ["migrate"]
+    # A pre-install hook runs before any of the release's ordinary resources exist: all it
+    # uses must be a hook of lower weight, or exist already.
+    hooks = {
+        (o["kind"], o["metadata"]["name"]): int(o["metadata"]["annotations"].get("helm.sh/hook-weight", 0))
+        for o in rendered.objects
+        if "helm.sh/hook" in (o["metadata"].get("annotations") or {})
+    }
+    weight = int(annotations["helm.sh/hook-weight"])
+    spec = pod_spec(job)
+    assert spec["serviceAccountName"] == "default"
+    for container in spec["containers"]:
+        assert not container.get("envFrom")
+        for entry in container.get("env", []):
+            ref = entry.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                assert hooks.get(("Secret", ref["name"]), weight) < weight, ref
+    # Its copy of the database URL lives only while the hook runs.
+    hook_secret = rendered.one("Secret", "-migrate")["metadata"]["annotations"]
+    assert "hook-succeeded" in hook_secret["helm.sh/hook-delete-policy"]
+    # The app itself is no hook: it is created only after the hooks succeeded.
+    for workload in rendered.of_kind("Deployment"):
+        assert "helm.sh/hook" not in (workload["metadata"].get("annotations") or {})
+
+
+def test_with_an_in_chart_database_the_app_waits_for_the_migration(helm):
+    rendered = render(helm, CHART / "ci" / "trial-values.yaml")
+    job = rendered.one("Job", "-migrate")
+    # The in-chart PostgreSQL does not exist before install: migrate after it.
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    for workload in rendered.of_kind("Deployment"):
+        first = pod_spec(workload)["initContainers"][0]
+        assert first["name"] == "wait-for-schema"
+        assert "lagtrace migrate --check" in " ".join(first["args"])
+
+
+def test_an_existing_secret_is_used_everywhere_and_none_is_made(helm):
+    rendered = render(helm, CHART / "ci" / "external-engine-values.yaml")
+    assert not rendered.of_kind("Secret")
+    for workload in rendered.workloads():
+        for container in all_containers(workload):
+            for entry in container.get("env", []):
+                ref = entry.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    assert ref["name"] == "lagtrace-credentials"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "workers.replicas=3"], "Additional property workers is not allowed"),
+        (["--set", "worker.replica=3"], "Additional property replica is not allowed"),
+        (["--set", "engine.dind.privileged=false"], "Additional property privileged is not allowed"),
+        (["--set", "api.replicas=two"], "api.replicas: Invalid type"),
+        (["--set", "engine.mode=podman"], "engine.mode"),
+        (["--set-string", "worker.exclusiveNodes=yes"], "worker.exclusiveNodes: Invalid type"),
+    ],
+)
+def test_the_values_schema_rejects_unknown_keys_and_wrong_types(helm, args, message):
+    done = run_helm(helm, "template", "rel", str(CHART), *args)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def test_values_yaml_documents_every_key_and_holds_no_secret():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(values, schema)
+    assert all(value == "" for value in values["secrets"].values())
+    assert values["postgresql"]["password"] == "" and values["redis"]["password"] == ""
+    # Every top-level key has a comment above it or on its first sub-keys.
+    text = (CHART / "values.yaml").read_text().splitlines()
+    for index, line in enumerate(text):
+        if line and not line.startswith((" ", "#", "-")) and ":" in line:
+            block = text[max(0, index - 3) : index + 3]
+            assert any(part.strip().startswith("#") for part in block), f"undocumented key: {line}"
+
+
+def _decoded_secret_values(rendered: Rendered) -> set[str]:
+    values = set()
+    for secret in rendered.of_kind("Secret"):
+        for encoded in (secret.get("data") or {}).values():
+            value = base64.b64decode(encoded).decode()
+            values.add(value)
+            # A URL's password is a secret on its own.
+            if "://" in value and "@" in value:
+                values.add(value.split("://", 1)[1].rsplit("@", 1)[0].split(":", 1)[-1])
+    return {v for v in values if len(v) >= 8}
+
+
+@pytest.mark.parametrize("values", ["production-values.yaml", "trial-values.yaml"])
+def test_no_secret_value_appears_outside_secrets(helm, values):
+    rendered = render(helm, CHART / "ci" / values)
+    secrets = _decoded_secret_values(rendered)
+    assert len(secrets) >= 3  # database URL, broker URL, secret key (generated if unset)
+    for manifest in rendered.objects:
+        if manifest["kind"] == "Secret":
+            assert not manifest.get("stringData"), "plain stringData in a Secret"
+            continue
+        text = yaml.safe_dump(manifest)
+        for secret in secrets:
+            assert secret not in text, f"a secret value appears in {manifest['kind']}/{manifest['metadata']['name']}"
+    config = rendered.one("ConfigMap", "lagtrace")["data"]
+    assert not any(
+        "SECRET" in key
+        or "TOKEN" in key
+        or "PASSWORD" in key
+        or (key.endswith("_URL") and "://" in config[key] and "@" in config[key])
+        for key in config
+    )
+
+
+def test_configmap_settings_are_real_settings_and_load(rendered):
+    config = next(o for o in rendered.of_kind("ConfigMap"))["data"]
+    fields = {f"LAGTRACE_{name.upper()}" for name in Settings.model_fields}
+    # Read by the image's entrypoint, or by a setting another branch adds (security issue).
+    outside_settings = {"LAGTRACE_ALLOWED_EXECUTORS"}
+    unknown = set(config) - fields - outside_settings
+    assert not unknown, f"ConfigMap keys no setting reads: {unknown}"
+    # pydantic-settings parses them exactly as the pods will (and checks the nesting).
+    settings = Settings(
+        _env_file=None, **{k.removeprefix("LAGTRACE_").lower(): v for k, v in config.items() if k in fields}
+    )
+    assert settings.task_soft_time_limit_s < settings.task_time_limit_s < settings.broker_visibility_timeout_s
+
+
+def test_worker_grace_celery_limits_and_visibility_timeout_are_consistent(rendered):
+    config = next(o for o in rendered.of_kind("ConfigMap"))["data"]
+    soft = int(config["LAGTRACE_TASK_SOFT_TIME_LIMIT_S"])
+    hard = int(config["LAGTRACE_TASK_TIME_LIMIT_S"])
+    visibility = int(config["LAGTRACE_BROKER_VISIBILITY_TIMEOUT_S"])
+    # A task outliving the visibility timeout is delivered to a second worker.
+    assert soft < hard < visibility
+    worker = rendered.one("Deployment", "-worker")
+    # A worker asked to stop finishes its run (at most the hard limit) before SIGKILL.
+    assert pod_spec(worker)["terminationGracePeriodSeconds"] > hard
+    # The ledger's lease outlives the hard limit: a live task is never reclaimed.
+    assert (
+        Settings(task_soft_time_limit_s=soft, task_time_limit_s=hard, broker_visibility_timeout_s=visibility).lease_s
+        > hard
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "timeLimits.taskHardSeconds=4000"], "must be below timeLimits.brokerVisibilitySeconds"),
+        (["--set", "timeLimits.taskSoftSeconds=3500"], "must be below timeLimits.taskHardSeconds"),
+        (["--set", "worker.terminationGracePeriodSeconds=600"], "must exceed timeLimits.taskHardSeconds"),
+        (["--set", "worker.concurrency=2"], "needs worker.packDisjointCores"),
+    ],
+)
+def test_the_chart_refuses_limits_that_do_not_nest(helm, args, message):
+    done = run_helm(helm, "template", "rel", str(CHART), *args)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def _qos(pod: dict) -> str:
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    guaranteed = all(
+        (c.get("resources") or {}).get("limits", {}).get(r) is not None
+        and (c["resources"].get("requests", {}).get(r, c["resources"]["limits"][r]) == c["resources"]["limits"][r])
+        for c in containers
+        for r in ("cpu", "memory")
+    )
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def test_whole_cores_values_give_workers_guaranteed_integer_cpus(helm):
+    rendered = render(helm, CHART / "ci" / "whole-cores-values.yaml")
+    worker = rendered.one("Deployment", "-worker")
+    spec = pod_spec(worker)
+    assert _qos(spec) == "Guaranteed"
+    cpu = spec["containers"][0]["resources"]["limits"]["cpu"]
+    assert str(cpu).isdigit(), cpu  # the static CPU manager pins only integer requests
+    terms = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
+    # The default is Burstable: whole cores are a choice the README explains.
+    assert _qos(pod_spec(render(helm).one("Deployment", "-worker"))) == "Burstable"
+
+
+def test_the_beat_is_a_single_replica_that_never_overlaps(rendered):
+    beats = [d for d in rendered.of_kind("Deployment") if d["metadata"]["name"].endswith("-beat")]
+    for beat in beats:
+        assert beat["spec"]["replicas"] == 1
+        assert beat["spec"]["strategy"]["type"] == "Recreate"
+        assert pod_spec(beat)["containers"][0]["args"] == ["beat"]
+    # No PDB for it: one on a single replica would block every node drain.
+    assert not any(p["metadata"]["name"].endswith("-beat") for p in rendered.of_kind("PodDisruptionBudget"))
+
+
+def test_probes_point_at_real_endpoints_and_the_heartbeat(helm):
+    rendered = render(helm)
+    api = pod_spec(rendered.one("Deployment", "-api"))["containers"][0]
+    assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    from cli.wsgi import create_app  # the paths exist in the app the image serves
+    from services.jobs.dispatch import InProcessDispatcher
+
+    app = create_app(Settings(database_url="sqlite://"), InProcessDispatcher(lambda step: None))
+    rules = {rule.rule for rule in app.url_map.iter_rules()}
+    assert {"/healthz", "/readyz"} <= rules
+    worker = pod_spec(rendered.one("Deployment", "-worker"))["containers"][0]
+    assert worker["livenessProbe"]["exec"]["command"][0] == "lagtrace-alive"
+    # Several missed beats (worker/app.py touches it every HEARTBEAT_INTERVAL_S) before a restart.
+    from worker.app import HEARTBEAT_INTERVAL_S
+
+    assert int(worker["livenessProbe"]["exec"]["command"][1]) >= 3 * HEARTBEAT_INTERVAL_S
+
+
+def test_network_policies_close_workers_and_the_trial_databases(helm):
+    rendered = render(helm, CHART / "ci" / "trial-values.yaml")
+    policies = {
+        p["metadata"]["name"].removeprefix("rel-lagtrace-"): p["spec"] for p in rendered.of_kind("NetworkPolicy")
+    }
+    assert policies["worker"]["ingress"] == [] and policies["beat"]["ingress"] == []
+    assert policies["api"]["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    for database in ("postgresql", "redis"):
+        peers = policies[database]["ingress"][0]["from"]
+        assert peers[0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "rel"
+
+
+def test_the_chart_files_are_complete():
+    for name in ("Chart.yaml", "values.yaml", "values.schema.json", "templates/NOTES.txt", ".helmignore"):
+        assert (CHART / name).is_file(), name
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2" and chart["kubeVersion"].startswith(">=1.29")
+    assert Path(CHART / "ci").is_dir() and len(list((CHART / "ci").glob("*.yaml"))) >= 3

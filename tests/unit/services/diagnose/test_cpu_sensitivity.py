@@ -1,0 +1,130 @@
+"""cpu_sensitivity on synthetic samples: the clock, the floor, the runs, the suite."""
+
+from __future__ import annotations
+
+import random
+
+from services.diagnose import cpu_sensitivity
+from services.measure.samples import JobSamples
+from services.thresholds import Thresholds
+
+LIMITS = Thresholds()
+
+
+def suite(tests: dict[str, dict[str, list[float]]], wall: dict[str, list[float]] | None = None) -> JobSamples:
+    return JobSamples(wall=wall or {}, tests=tests)
+
+
+def test_a_clear_slowdown_is_found_with_its_numbers():
+    [finding] = cpu_sensitivity.judge(
+        suite({"t::slow": {"cpuset=0": [0.05, 0.051, 0.049, 0.05, 0.052], "cpus=0.5": [0.2, 0.21, 0.19, 0.2, 0.2]}}),
+        LIMITS,
+    )
+    assert finding.test_id == "t::slow" and finding.config_label == "cpus=0.5"
+    assert finding.metrics["ratio"] == 4.0 and finding.severity == "medium"
+    assert finding.metrics["p_value"] < 0.01 and finding.metrics["family_size"] == 1
+    assert "4.0x slower" in finding.title
+
+
+def test_sub_resolution_tests_are_too_fast_to_judge_never_infinitely_slower():
+    # JUnit's 1 ms: a test at 0.000 s in one configuration and 0.001-0.002 in another
+    samples = suite({"t::tiny": {"cpuset=0": [0.0] * 5, "cpus=0.5": [0.001, 0.002, 0.001, 0.002, 0.001]}})
+    assert cpu_sensitivity.judge(samples, LIMITS) == []
+    assert cpu_sensitivity.candidates(samples, LIMITS) == {}
+
+
+def test_a_resolvable_pooled_median_over_a_zero_fast_side_still_gives_no_ratio():
+    samples = suite(
+        {
+            "t::x": {
+                "a": [0.0] * 5,
+                "b": [0.0] * 5,
+                "c": [0.03] * 5,
+                "d": [0.03] * 5,
+                "e": [0.03, 0.03, 0.03, 0.03, 0.03],
+            }
+        }
+    )
+    assert cpu_sensitivity.judge(samples, LIMITS) == []
+
+
+def test_below_the_absolute_floor_a_ratio_is_no_finding():
+    # 3x, unmistakable, but 4 ms: a scheduler tick
+    samples = suite({"t::ms": {"a": [0.002] * 5, "b": [0.006, 0.006, 0.0061, 0.0059, 0.006]}})
+    assert cpu_sensitivity.judge(samples, LIMITS) == []
+
+
+def test_no_verdict_from_fewer_than_five_runs():
+    samples = suite({"t::x": {"a": [0.1, 0.1, 0.1, 0.1], "b": [1.0, 1.0, 1.0, 1.0]}})
+    assert cpu_sensitivity.judge(samples, LIMITS) == []
+    samples.tests["t::x"] = {"a": [0.1] * 5, "b": [1.0] * 5}
+    assert len(cpu_sensitivity.judge(samples, LIMITS)) == 1
+
+
+def healthy_suite(rng: random.Random, count: int, runs: int) -> dict[str, dict[str, list[float]]]:
+    """Noisy tests, every third bimodal, in three identical configurations."""
+    tests = {}
+    for i in range(count):
+        base = rng.uniform(0.02, 0.3)
+        bimodal = i % 3 == 0
+        tests[f"t::healthy{i:02d}"] = {
+            label: [
+                round(base * rng.lognormvariate(0, 0.3) * (8 if bimodal and rng.random() < 0.4 else 1), 3)
+                for _ in range(runs)
+            ]
+            for label in ("cpuset=0", "cpuset=0-1", "cpus=0.5")
+        }
+    return tests
+
+
+def real_slowdown(runs: int) -> dict[str, list[float]]:
+    # One configuration 4x slower, the other two interleaved: the least extreme way to
+    # be entirely on top (for 5 runs each, p = 0.0021).
+    return {
+        "cpuset=0": [0.046 + 0.002 * i for i in range(runs)],
+        "cpuset=0-1": [0.047 + 0.002 * i for i in range(runs)],
+        "cpus=0.5": [0.2 + 0.001 * i for i in range(runs)],
+    }
+
+
+def test_false_discoveries_are_controlled_across_a_suite():
+    # The chance extremes of a suite are not findings; the one real slowdown is.
+    rng = random.Random(5)
+    tests = healthy_suite(rng, 15, runs=5)
+    tests["t::real"] = real_slowdown(runs=5)
+    found = {f.test_id for f in cpu_sensitivity.judge(suite(tests), LIMITS, seed=3)}
+    assert found == {"t::real"}
+
+
+def test_a_large_suite_needs_more_runs_to_single_out_one_test():
+    # With 5 runs a lone slowdown cannot beat the correction for 60 tests (its best p is
+    # 0.002); it is reported as undecided, and 7 runs find it.
+    rng = random.Random(5)
+    tests = healthy_suite(rng, 60, runs=5)
+    tests["t::real"] = real_slowdown(runs=5)
+    assert cpu_sensitivity.judge(suite(tests), LIMITS, seed=3) == []
+    assert [c.test_id for c in cpu_sensitivity.undecided(suite(tests), LIMITS, seed=3)] == ["t::real"]
+    tests = healthy_suite(rng, 60, runs=7)
+    tests["t::real"] = real_slowdown(runs=7)
+    assert {f.test_id for f in cpu_sensitivity.judge(suite(tests), LIMITS, seed=3)} == {"t::real"}
+
+
+def test_without_the_correction_the_same_suite_would_cry_wolf():
+    # the point of the test above: judged one by one at 5 %, identical bimodal tests differ
+    rng = random.Random(5)
+    loose = LIMITS.model_copy(update={"cpu_sensitivity_fdr": 0.5})
+    tests = {
+        f"t::b{i}": {
+            label: [round(0.05 * (8 if rng.random() < 0.4 else 1) * rng.lognormvariate(0, 0.1), 3) for _ in range(5)]
+            for label in ("a", "b", "c")
+        }
+        for i in range(60)
+    }
+    assert cpu_sensitivity.judge(suite(tests), loose, seed=3)
+    assert not cpu_sensitivity.judge(suite(tests), LIMITS, seed=3)
+
+
+def test_the_whole_command_is_judged_in_the_same_family():
+    samples = suite({}, wall={"a": [1.0, 1.01, 0.99, 1.0, 1.02], "b": [3.0, 3.1, 2.9, 3.0, 3.05]})
+    [finding] = cpu_sensitivity.judge(samples, LIMITS)
+    assert finding.test_id is None and "The command is 3.0x slower with b" in finding.title

@@ -1,0 +1,71 @@
+"""One diagnosis per test, from report findings."""
+
+from __future__ import annotations
+
+from services.diagnose.diagnoses import build_diagnoses, render
+
+
+def finding(id, kind, severity, test=None, config=None, evidence=(), **metrics):
+    return {
+        "id": id,
+        "kind": kind,
+        "severity": severity,
+        "title": f"{kind} title",
+        "detail": "",
+        "config": config,
+        "test": test,
+        "metrics": metrics,
+        "evidence": list(evidence),
+    }
+
+
+SENSITIVE = dict(ratio=12.0, slow={"config": "cpuset=0-1", "median": 5.4}, fast={"config": "cpuset=0", "median": 0.45})
+
+
+def test_a_tests_findings_become_one_story_with_the_evidence_backed_cause():
+    findings = [
+        finding(1, "cpu_sensitivity", "high", test="t::handoff", config="cpuset=0-1", **SENSITIVE),
+        finding(2, "futex_storm", "medium", test="t::handoff", config="cpuset=0-1", evidence=[10]),
+        finding(3, "gil_contention", "high", test="t::handoff", config="cpuset=0-1", evidence=[11, 10]),
+        finding(4, "latency_flaky", "low", test="t::other", config="cpuset=0"),
+    ]
+    evidence = [{"id": 10, "kind": "strace"}, {"id": 11, "kind": "gdb"}]
+    first, second = build_diagnoses(findings, evidence)
+    assert first["test"] == "t::handoff" and first["severity"] == "high"
+    assert first["symptom"]["text"] == "12.0x slower with cpuset=0-1 than with cpuset=0 (5.400 s vs 0.450 s median)"
+    assert first["cause"]["kind"] == "gil_contention" and first["cause"]["evidence_backed"]
+    assert first["evidence"] == [{"id": 10, "kind": "strace"}, {"id": 11, "kind": "gdb"}]
+    assert "process pool" in first["advice"]
+    assert first["findings"] == [1, 2, 3]
+    assert second["test"] == "t::other" and second["cause"] is None
+    assert "hidden state" not in second["advice"] and "Rerun with --evidence core" in second["advice"]
+
+
+def test_a_test_slow_where_the_whole_command_is_throttled_borrows_that_cause():
+    findings = [
+        finding(1, "cpu_throttling", "medium", config="cpus=0.5"),
+        finding(2, "cpu_sensitivity", "low", test="t::pool", config="cpus=0.5", **SENSITIVE),
+    ]
+    by_test = {d["test"]: d for d in build_diagnoses(findings, [])}
+    assert by_test["t::pool"]["cause"]["kind"] == "cpu_throttling" and by_test["t::pool"]["cause"]["from_command"]
+    assert by_test[None]["cause"]["kind"] == "cpu_throttling"
+
+
+def test_command_failed_is_the_story_of_the_command():
+    [story] = build_diagnoses([finding(1, "command_failed", "high")], [])
+    assert story["cause"]["kind"] == "command_failed" and "output tail" in story["advice"]
+    text = "\n".join(render([story]))
+    assert "HIGH   the whole command" in text and "cause:    command_failed" in text
+
+
+def test_no_findings_no_diagnoses():
+    assert build_diagnoses([], []) == [] and render([]) == []
+
+
+def test_the_configuration_slowdown_is_the_symptom_whatever_the_severity_order():
+    findings = [
+        finding(1, "latency_flaky", "medium", config="cpuset=0-1"),
+        finding(2, "cpu_sensitivity", "low", config="cpuset=0-1", **SENSITIVE),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["symptom"]["kind"] == "cpu_sensitivity" and story["severity"] == "medium"

@@ -1,0 +1,121 @@
+"""latency_flaky, cpu_throttling, command_failed and the observer-effect note on synthetic runs."""
+
+from __future__ import annotations
+
+from services.diagnose import command_failed, cpu_throttling, latency_flaky, observer_effect
+from services.diagnose.context import RuleContext
+from services.diagnose.diagnose import RULES
+from services.measure.samples import JobSamples
+from services.models import RunKind
+from services.thresholds import Thresholds
+from tests.unit.jobs import evidence, job, run
+
+LIMITS = Thresholds()
+
+
+# --- latency_flaky ------------------------------------------------------------------
+
+
+def test_sub_millisecond_groups_do_not_divide_by_zero():
+    # The crash of a healthy suite of fast tests: a fast group whose median is 0.000 s
+    values = [0.0, 0.0, 0.001, 0.003, 0.003]
+    assert latency_flaky.modes(values, LIMITS, resolution=0.001) is None
+    samples = JobSamples(tests={f"t::fast{i}": {"cpuset=0": values, "cpuset=0-1": values} for i in range(40)})
+    assert latency_flaky.judge(samples, LIMITS) == []
+
+
+def test_a_slow_mode_over_a_sub_millisecond_fast_mode_is_found_as_a_lower_bound():
+    values = [0.0, 0.0, 0.0, 0.2, 0.2, 0.0]
+    [finding] = latency_flaky.judge(JobSamples(tests={"t::timer": {"cpuset=0": values}}), LIMITS)
+    assert "at least 200.0x slower" in finding.title
+    assert finding.metrics["ratio"] == 200.0
+
+
+def test_latency_flaky_needs_five_runs():
+    values = [0.1, 0.1, 0.5, 0.5]
+    assert latency_flaky.judge(JobSamples(wall={"a": values}), LIMITS) == []
+    assert latency_flaky.judge(JobSamples(wall={"a": [*values, 0.1]}), LIMITS)
+
+
+# --- cpu_throttling ------------------------------------------------------------------
+
+
+def quota_runs(threads: int, quota: float, wall: float = 2.0, n: int = 5):
+    # Under the quota the program gets quota x wall of CPU; each of its runnable threads
+    # is held back for the rest of every throttled period (summed per CPU).
+    cpu = quota * wall
+    held = wall - cpu / min(threads, 2)
+    return [
+        run(wall, user_s=cpu, nr_periods=int(wall * 10), nr_throttled=int(wall * 10) - 1, throttled_s=held * threads)
+        for _ in range(n)
+    ]
+
+
+def test_a_single_thread_slowed_by_the_quota_factor_is_physics_not_a_finding():
+    built = job({"cpus=0.5": quota_runs(1, 0.5), "cpuset=0-1": [run(1.0)] * 5}, cpus={"cpus=0.5": 0.5})
+    assert cpu_throttling.check(RuleContext(built, LIMITS)) == []
+
+
+def test_a_pool_wider_than_the_quota_is_throttled_with_advice_on_its_size():
+    built = job({"cpus=0.5": quota_runs(2, 0.5), "cpuset=0-1": [run(0.5, user_s=1.0)] * 5}, cpus={"cpus=0.5": 0.5})
+    [finding] = cpu_throttling.check(RuleContext(built, LIMITS))
+    assert finding.config_label == "cpus=0.5"
+    assert finding.metrics["cpu_demand"] >= 1.9
+    assert "Size thread and process pools to the quota" in finding.detail
+    assert f"{finding.metrics['nr_throttled']} of {finding.metrics['nr_periods']} CFS periods" in finding.detail
+
+
+def test_demand_counts_throttled_time_per_cpu():
+    assert cpu_throttling.demand(user_s=1.0, sys_s=0.0, throttled_s=3.0, wall_s=2.0) == 2.0
+    assert cpu_throttling.demand(user_s=1.0, sys_s=0.0, throttled_s=1.0, wall_s=2.0) == 1.0
+
+
+def test_failed_runs_do_not_count_for_throttling():
+    failing = [run(2.0, user_s=1.0, exit_code=1, nr_periods=20, nr_throttled=19, throttled_s=3.0)] * 5
+    built = job({"cpus=0.5": failing}, cpus={"cpus=0.5": 0.5})
+    assert cpu_throttling.check(RuleContext(built, LIMITS)) == []
+
+
+# --- command_failed ------------------------------------------------------------------
+
+
+def test_a_command_failing_in_every_run_is_a_high_finding_with_its_exit_code_and_output():
+    tail = "Traceback (most recent call last):\n/usr/bin/python3: No module named pytest\n"
+    built = job({label: [run(0.05, exit_code=1, output_tail=tail)] * 9 for label in ("a", "b", "c")})
+    [finding] = command_failed.check(RuleContext(built, LIMITS))
+    assert finding.severity == "high"
+    assert finding.metrics["exit_code"] == 1 and finding.metrics["runs"] == 27
+    assert "No module named pytest" in finding.detail and "every configuration" in finding.title
+
+
+def test_timeouts_in_every_run_are_named_as_such():
+    built = job({"a": [run(30.0, exit_code=-9, timed_out=True)] * 5, "b": [run(1.0)] * 5})
+    [finding] = command_failed.check(RuleContext(built, LIMITS))
+    assert finding.title == "The command timed out in all 5 runs with a" and finding.config_label == "a"
+
+
+def test_one_success_is_not_command_failed():
+    built = job({"a": [run(1.0, exit_code=1)] * 4 + [run(1.0)]})
+    assert command_failed.check(RuleContext(built, LIMITS)) == []
+
+
+def test_failing_tests_are_named_and_their_passing_neighbours_still_judged():
+    tests = {"t.py::ok": 0.1, "t.py::broken": 0.01}
+    built = job({"a": [run(1.0, exit_code=1, tests=tests, outcomes={"t.py::broken": "failed"})] * 5})
+    [finding] = command_failed.check(RuleContext(built, LIMITS))
+    assert finding.severity == "medium" and finding.metrics["failed_tests"] == ["t.py::broken"]
+
+
+# --- observer_effect: a note on the evidence, not a finding ---------------------------
+
+
+def test_observer_effect_is_a_note_on_the_evidence_of_the_distorted_run():
+    traced = run(8.0, kind=RunKind.evidence, probe="strace")
+    quiet = run(1.05, kind=RunKind.evidence, probe="pyspy")
+    built = job({"a": [run(1.0)] * 5 + [traced, quiet]})
+    strace, pyspy = evidence(traced, "strace"), evidence(quiet, "pyspy")
+    built.evidence = [strace, pyspy]
+    notes = observer_effect.notes(RuleContext(built, LIMITS))
+    assert set(notes) == {strace.id}
+    assert notes[strace.id]["ratio"] == 8.0 and "8.0x slower under strace" in notes[strace.id]["text"]
+    assert all(getattr(rule, "__module__", "") != observer_effect.__name__ for rule in RULES)

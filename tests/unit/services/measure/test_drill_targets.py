@@ -1,0 +1,32 @@
+"""What the drill traces when the timing screen flagged nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.jobs.engine import drill_targets
+from services.settings import Settings
+from tests.support import jobs
+
+
+def _targets(walls: list[float], cpu_share: float, sys_part: float):
+    built = jobs.job()
+    for config in built.configs:
+        for run in jobs.timing_runs(config, walls, cpu_share=cpu_share):
+            run.sys_s = run.wall_s * sys_part
+            run.user_s = run.wall_s * (cpu_share - sys_part)
+    return drill_targets(built, Settings(), Path("."))
+
+
+def test_a_command_that_lives_in_the_kernel_is_drilled():
+    # 300,000 recv(1): 0.21 s, half of it system time.
+    [target] = _targets([0.21, 0.22, 0.21, 0.2, 0.21], cpu_share=1.0, sys_part=0.5)
+    assert target.test_id is None
+
+
+def test_a_command_slow_in_every_configuration_is_drilled():
+    assert len(_targets([1.5, 1.52, 1.49, 1.5, 1.51], cpu_share=0.9, sys_part=0.02)) == 1
+
+
+def test_a_short_healthy_command_is_not_drilled():
+    assert _targets([0.05, 0.05, 0.051, 0.05, 0.049], cpu_share=0.9, sys_part=0.3) == []

@@ -1,0 +1,92 @@
+"""The liveness heartbeat: a real `lagtrace worker` and `lagtrace beat` touch their file
+while they run, and a stopped worker leaves none behind (so a probe never sees a dead
+worker as alive)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+from worker.app import HEARTBEAT_INTERVAL_S
+
+ALIVE = REPO / "image" / "alive.sh"
+
+
+def _spawn(args: list[str], tmp_path: Path, redis_url: str, heartbeat: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "LAGTRACE_DATABASE_URL": f"sqlite:///{tmp_path / 'lagtrace.db'}",
+        "LAGTRACE_BROKER_URL": redis_url.rsplit("/", 1)[0] + "/14",
+        "LAGTRACE_WORK_DIR": str(tmp_path / "work"),
+        "LAGTRACE_WORKER_HEARTBEAT_FILE": str(heartbeat),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=REPO,
+        env=env,
+        stdout=(tmp_path / "process.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _wait_for(condition, timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} within {timeout_s} s:\n{log.read_text()[-3000:]}")
+
+
+def _alive(heartbeat: Path, max_age: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LAGTRACE_WORKER_HEARTBEAT_FILE": str(heartbeat)}
+    return subprocess.run(["sh", str(ALIVE), str(max_age)], env=env, capture_output=True, text=True)
+
+
+def _beats(process: subprocess.Popen, heartbeat: Path, log: Path) -> None:
+    _wait_for(heartbeat.exists, 60, "no heartbeat file", log)
+    first = heartbeat.stat().st_mtime
+    # Pushed back in time: only a fresh touch by the process can bring it forward again.
+    os.utime(heartbeat, (first - 600, first - 600))
+    assert _alive(heartbeat, 60).returncode == 1
+    _wait_for(lambda: heartbeat.stat().st_mtime >= first, 3 * HEARTBEAT_INTERVAL_S, "the heartbeat stopped", log)
+    assert _alive(heartbeat, 60).returncode == 0
+    assert process.poll() is None
+
+
+def test_a_worker_touches_its_heartbeat_and_removes_it_when_stopped(tmp_path, redis_url):
+    heartbeat = tmp_path / "work" / "heartbeat"
+    process = _spawn(["worker", "--loglevel=INFO"], tmp_path, redis_url, heartbeat)
+    try:
+        _beats(process, heartbeat, tmp_path / "process.log")
+        os.killpg(process.pid, signal.SIGTERM)  # what the kubelet sends: a warm shutdown
+        assert process.wait(timeout=30) == 0
+        assert not heartbeat.exists()
+        missing = _alive(heartbeat, 60)
+        assert missing.returncode == 1 and "no heartbeat file" in missing.stderr
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_beat_alone_touches_its_heartbeat(tmp_path, redis_url):
+    heartbeat = tmp_path / "work" / "beat-heartbeat"
+    process = _spawn(["beat", "--loglevel=INFO"], tmp_path, redis_url, heartbeat)
+    try:
+        _beats(process, heartbeat, tmp_path / "process.log")
+        # The schedule lives in memory: nothing on disk to corrupt or to need a writable root.
+        assert not any(p.name.startswith("celerybeat-schedule") for p in (tmp_path / "work").iterdir())
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
