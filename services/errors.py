@@ -47,3 +47,10 @@ class Conflict(LagtraceError):
 
     http_status = 409
     exit_code = 2
+
+
+class MigrationLocked(LagtraceError):
+    """Another migration held the schema lock past the wait allowed (Settings.migrate_lock_wait_s)."""
+
+    http_status = 503
+    exit_code = 1
