@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 from api import artifacts, errors, findings, health, jobs, openapi, webhooks
 from api.context import ApiContext, close_db, ctx
 from api.metrics import make_metrics
+from services.accounts.ratelimit import SlidingWindow
 from services.db import make_engine, make_session_factory
 from services.jobs.dispatch import Dispatcher
 from services.settings import Settings
@@ -26,7 +27,13 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
     engine = engine or make_engine(settings)
     session_factory = make_session_factory(engine)
     app.extensions["lagtrace"] = ApiContext(
-        settings, dispatcher, engine, session_factory, make_metrics(session_factory)
+        settings,
+        dispatcher,
+        engine,
+        session_factory,
+        make_metrics(session_factory),
+        submissions=SlidingWindow(settings.submissions_per_minute),
+        sign_in_failures=SlidingWindow(settings.sign_in_failures_per_minute),
     )
     for blueprint in (jobs.bp, findings.bp, artifacts.bp, webhooks.bp, health.bp, openapi.bp):
         app.register_blueprint(blueprint)

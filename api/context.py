@@ -9,6 +9,7 @@ from flask import current_app, g
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.accounts.ratelimit import SlidingWindow
 from services.jobs.dispatch import Dispatcher
 from services.settings import Settings
 
@@ -23,6 +24,9 @@ class ApiContext:
     engine: Engine
     session_factory: sessionmaker[Session]
     metrics: ApiMetrics
+    # Abuse limits (services.accounts.ratelimit), per process.
+    submissions: SlidingWindow
+    sign_in_failures: SlidingWindow
 
 
 def ctx() -> ApiContext:

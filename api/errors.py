@@ -7,11 +7,13 @@ Every error body is {"error": message, "problems": [{"field", "message"}]} so cl
 from __future__ import annotations
 
 import logging
+import math
 
 from flask import Flask, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from services.accounts.ratelimit import TooManyRequests
 from services.accounts.tokens import Unauthorized
 from services.accounts.users import SignInFailed
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
@@ -19,7 +21,14 @@ from services.jobs.sources import field_path
 
 log = logging.getLogger("lagtrace.api")
 
-STATUS_OF = ((Unauthorized, 401), (SignInFailed, 401), (NotFound, 404), (Conflict, 409), (BadInput, 422))
+STATUS_OF = (
+    (TooManyRequests, 429),
+    (Unauthorized, 401),
+    (SignInFailed, 401),
+    (NotFound, 404),
+    (Conflict, 409),
+    (BadInput, 422),
+)
 
 
 class BadRequest(Exception):
@@ -67,7 +76,10 @@ def register(app: Flask) -> None:
         if status == 500:
             log.error("request failed: %s", exc)
             return error_response(500, f"internal error: {exc}")
-        return error_response(status, str(exc))
+        response = error_response(status, str(exc))
+        if isinstance(exc, TooManyRequests):
+            response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        return response
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

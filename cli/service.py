@@ -6,10 +6,11 @@ import logging
 import threading
 
 from services import migrate
-from services.accounts.tokens import create_token
+from services.accounts.tokens import create_token, revoke_tokens
 from services.accounts.users import create_user
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
+from services.github.repositories import register_repository
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher, send_all
 from services.jobs.reconcile import reconcile
 from services.jobs.steps import run_step
@@ -108,8 +109,37 @@ def _committed(settings: Settings, action):
         engine.dispose()
 
 
-def new_token(settings: Settings, project: str, name: str) -> str:
-    return _committed(settings, lambda session: create_token(session, project, name))
+def new_token(settings: Settings, project: str, name: str, days: float | None) -> str:
+    return _committed(settings, lambda session: create_token(session, project, name, days=days))
+
+
+def revoke(settings: Settings, prefix: str | None, project: str | None) -> list[str]:
+    return _committed(settings, lambda session: revoke_tokens(session, prefix=prefix, project=project))
+
+
+def register(
+    settings: Settings,
+    project: str,
+    full_name: str,
+    url: str | None,
+    secret: str | None,
+    allow_forks: bool,
+    images: list[str],
+) -> str:
+    def action(session):
+        _, made = register_repository(
+            session,
+            settings,
+            project=project,
+            full_name=full_name,
+            url=url,
+            secret=secret,
+            allow_forks=allow_forks,
+            images=images,
+        )
+        return made
+
+    return _committed(settings, action)
 
 
 def new_user(settings: Settings, username: str, password: str, projects: list[str], admin: bool) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from services import migrate
 from services.db import make_engine, make_session_factory
 from services.github.client import sign
+from services.github.repositories import register_repository
 from services.jobs.dispatch import InProcessDispatcher
 from services.jobs.steps import run_step
 from services.settings import Settings
@@ -97,6 +98,32 @@ class GitHubServer:
 
     def check_runs(self) -> list[Recorded]:
         return [r for r in self.requests if "/check-runs" in r.path]
+
+
+def register(
+    settings: Settings,
+    session_factory,
+    url: str,
+    full_name: str = "octo/demo",
+    *,
+    secret: str | None = SECRET,
+    allow_forks: bool = False,
+    images: list[str] | None = None,
+) -> str:
+    """Register ``full_name`` (as `lagtrace repo register` does) with its clone URL and secret."""
+    with session_factory() as session:
+        _, made = register_repository(
+            session,
+            settings,
+            project=full_name,
+            full_name=full_name,
+            url=url,
+            secret=secret,
+            allow_forks=allow_forks,
+            images=images,
+        )
+        session.commit()
+    return made
 
 
 def push_payload(clone_url: str, head: str, full_name: str = "octo/demo") -> dict:

@@ -32,6 +32,7 @@ from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Dispatcher, 
 from services.jobs.lifecycle import cpu_config, mark_finished, mark_running
 from services.jobs.pipeline import plan_job
 from services.jobs.report import build_report
+from services.jobs.spec import enforce_policy
 from services.jobs.submit import FINISHED, add_task, lease_from_now, notify_step
 from services.measure import nodelock
 from services.measure.artifacts import make_artifact_store
@@ -106,7 +107,14 @@ def _progress(job: Job) -> Callable[[str], None]:
 
 def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
     # After prepare, job.executor is the one `auto` chose there, not `auto` again.
-    return make_executor(job.executor, settings, image=source.image, progress=_progress(job))
+    return make_executor(
+        job.executor,
+        settings,
+        image=source.image,
+        progress=_progress(job),
+        allowed=settings.allowed_executors,
+        cache_scope=f"project-{job.project_id}",
+    )
 
 
 def _evidence_option(probes: list[str] | None) -> str | None:
@@ -178,7 +186,7 @@ def prepare(session: Session, settings: Settings, task: JobTask) -> list[Step]:
             if commit:
                 source.commit_sha = commit
             if source.from_repository_config:
-                spec = sources.read_repository_config(directory)
+                spec = enforce_policy(sources.repository_config(source, settings, directory), settings, job.project)
                 job.command, job.repeat, job.timeout_s, job.executor = (
                     spec.command,
                     spec.repeat,

@@ -18,7 +18,7 @@ from services.jobs.dispatch import NOTIFY, PREPARE, Step
 from services.jobs.lifecycle import create_job, mark_finished
 from services.jobs.report import build_report
 from services.jobs.sources import check_archive, check_ref, check_repository_url
-from services.jobs.spec import MAX_CPU, JobSpec
+from services.jobs.spec import MAX_CPU, JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
 from services.measure.drill import narrow_to_test
 from services.measure.executors import EXECUTORS
@@ -95,8 +95,10 @@ def submit_job(
     archive: bytes | None = None,
     origin: str = "api",
     github_repository: str | None = None,
+    config_commit_sha: str | None = None,
 ) -> tuple[Job, list[Step]]:
-    """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare."""
+    """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
+    (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config)."""
     if (repository_url is None) == (archive is None):
         raise BadInput("give exactly one of repository.url and an uploaded archive")
     if repository_url is not None:
@@ -106,6 +108,8 @@ def submit_job(
     else:
         check_archive(archive, settings)
     configs = _check_spec(spec) if spec else []
+    if spec is not None:
+        spec = enforce_policy(spec, settings, project)
     job = create_job(
         session,
         project=project.name,
@@ -131,6 +135,7 @@ def submit_job(
             image=spec.image if spec else None,
             github_repository=github_repository,
             github_head_sha=commit_sha,
+            config_commit_sha=config_commit_sha,
         )
     )
     session.flush()
@@ -191,6 +196,7 @@ def rerun_job(
         executor=parent.executor,
         image=source.image,
     )
+    spec = enforce_policy(spec, settings, parent.project)
     job = create_job(
         session,
         project=parent.project.name,
@@ -216,6 +222,7 @@ def rerun_job(
             image=source.image,
             github_repository=source.github_repository,
             github_head_sha=source.github_head_sha,
+            config_commit_sha=source.config_commit_sha,
         )
     )
     session.flush()
