@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import threading
+import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -155,3 +156,19 @@ def in_process_service(settings: Settings, make_app, *, run_jobs: bool, migrated
     if run_jobs:
         dispatcher.start()
     return make_app(settings, dispatcher, engine), engine, session_factory, dispatcher
+
+
+def write_wheel(directory: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, so installing it needs no package index."""
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: lagtrace-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel

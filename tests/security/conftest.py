@@ -101,18 +101,18 @@ def build_service(
 ) -> Service:
     shutil.copy(migrated_sqlite, sqlite_url.removeprefix("sqlite:///"))
     tmp_path.chmod(0o755)  # the container's uid 1000 reads checkouts below it
-    settings = Settings(
-        database_url=sqlite_url,
-        work_dir=tmp_path / "work",
-        artifact_dir=tmp_path / "artifacts",
-        allow_file_repositories=True,
-        github_webhook_secret=SECRET,
-        github_api_url=github.url,
-        github_token=GITHUB_TOKEN_CANARY,
-        secret_key=SECRET_KEY_CANARY,
-        public_url="http://lagtrace.test",
-        **overrides,
-    )
+    defaults = {
+        "database_url": sqlite_url,
+        "work_dir": tmp_path / "work",
+        "artifact_dir": tmp_path / "artifacts",
+        "allow_file_repositories": True,
+        "github_webhook_secret": SECRET,
+        "github_api_url": github.url,
+        "github_token": GITHUB_TOKEN_CANARY,
+        "secret_key": SECRET_KEY_CANARY,
+        "public_url": "http://lagtrace.test",
+    }
+    settings = Settings(**{**defaults, **overrides})
     app, engine, session_factory, dispatcher = in_process_service(
         settings, create_combined_app, run_jobs=run_jobs, migrated=True
     )

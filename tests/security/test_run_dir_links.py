@@ -25,8 +25,8 @@ def test_output_log_linked_to_a_host_file_is_not_read_back(service, tmp_path):
     host_file.write_text("HOST-CANARY-3b71\n")
     url, _ = make_repository(tmp_path / "repo", None)
     plant = (
-        f"{RUN_DIR}, sys; out = os.readlink('/proc/self/fd/1'); os.unlink(out); "
-        f"os.symlink({str(host_file)!r}, out); sys.exit(1)"
+        f"{RUN_DIR}; import sys; out = os.readlink('/proc/self/fd/1'); os.unlink(out); "
+        f"os.symlink({str(host_file)!r}, out); sys.exit(5)"  # 5: planted
     )
     response = service.submit(
         {
@@ -38,7 +38,7 @@ def test_output_log_linked_to_a_host_file_is_not_read_back(service, tmp_path):
         }
     )
     job = service.wait(response.get_json()["id"])
-    assert job["report"]["failed_runs"], job  # the run failed, as the command said
+    assert [run["exit_code"] for run in job["report"]["failed_runs"]] == [5], job["report"]["failed_runs"]
     assert "HOST-CANARY-3b71" not in json.dumps(job)
 
 
@@ -47,7 +47,10 @@ def test_a_flame_graph_name_linked_to_a_pth_file_does_not_write_into_site_packag
     pth = Path(sysconfig.get_paths()["purelib"]) / "lagtrace_security_test_pwned.pth"
     pth.unlink(missing_ok=True)
     url, _ = make_repository(tmp_path / "repo", None)
-    plant = f"{RUN_DIR}, time; os.symlink({str(pth)!r}, os.path.join(run_dir, {FLAMEGRAPH_FILE!r})); time.sleep(1)"
+    plant = (
+        f"{RUN_DIR}; import time; os.symlink({str(pth)!r}, os.path.join(run_dir, {FLAMEGRAPH_FILE!r})); "
+        "time.sleep(1); raise SystemExit(7)"  # 7: the link was planted
+    )
     try:
         response = service.submit(
             {
@@ -60,7 +63,10 @@ def test_a_flame_graph_name_linked_to_a_pth_file_does_not_write_into_site_packag
         )
         job = service.wait(response.get_json()["id"])
         assert job["status"] == "done", job["error"]
-        assert any(e["kind"] == "pyspy" for e in job["report"]["evidence"]), job["report"]["evidence"]
+        profiles = [e for e in job["report"]["evidence"] if e["kind"] == "pyspy"]
+        # py-spy did profile the run, so the flame graph was written after it...
+        assert profiles and profiles[0]["content"]["status"] == "ok", profiles
+        assert [run["exit_code"] for run in job["report"]["failed_runs"]] == [7], job["report"]["failed_runs"]
         assert not pth.exists() and not pth.is_symlink()
     finally:
         pth.unlink(missing_ok=True)
