@@ -539,7 +539,14 @@ def disarm_run_dir(run_dir: Path) -> list[str]:
             if stat.S_ISDIR(mode):
                 pending.append(Path(entry.path))
             elif not stat.S_ISREG(mode):
-                os.unlink(entry.path)
+                try:
+                    os.unlink(entry.path)
+                except OSError as exc:
+                    # A worker that is not root cannot unlink in a directory the container
+                    # made: the run is unusable rather than read through the link.
+                    raise LagtraceError(
+                        f"the run left {entry.path}, which is not a regular file and cannot be removed ({exc})"
+                    ) from None
                 removed.append(os.path.relpath(entry.path, run_dir))
     return removed
 
