@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test install check bench clean
+.PHONY: demo test unit install check bench clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,10 @@ check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The unit tier: rules and parsers on recorded tool output, no services, seconds.
+unit: install
+	$(VENV)/bin/pytest -q tests/unit
 
 test: install
 	.ci/provision.sh

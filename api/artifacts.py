@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, send_file
 
 from api.auth import caller
-from api.context import ctx, db
+from services.context import ctx, db
 from services.errors import NotFound
 from services.jobs.submit import find_artifact
 from services.measure.artifacts import make_artifact_store

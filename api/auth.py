@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import g, request
 
-from api.context import db
 from services.accounts.tokens import Caller, authenticate
+from services.context import db
 
 
 def caller() -> Caller:

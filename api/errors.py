@@ -13,22 +13,10 @@ from flask import Flask, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from services.accounts.ratelimit import TooManyRequests
-from services.accounts.tokens import Unauthorized
-from services.accounts.users import SignInFailed
-from services.errors import BadInput, Conflict, LagtraceError, NotFound
-from services.jobs.sources import field_path
+from services.errors import LagtraceError
+from services.jobs.sources import validation_problems
 
 log = logging.getLogger("lagtrace.api")
-
-STATUS_OF = (
-    (TooManyRequests, 429),
-    (Unauthorized, 401),
-    (SignInFailed, 401),
-    (NotFound, 404),
-    (Conflict, 409),
-    (BadInput, 422),
-)
 
 
 class BadRequest(Exception):
@@ -40,24 +28,12 @@ class BadRequest(Exception):
         self.problems = problems or []
 
 
-def status_of(exc: LagtraceError) -> int:
-    """The HTTP status of a domain error, for the API and the dashboard alike."""
-    for kind, status in STATUS_OF:
-        if isinstance(exc, kind):
-            return status
-    return 500
-
-
 def error_response(status: int, message: str, problems: list[dict] | None = None):
     response = jsonify({"error": message, "problems": problems or []})
     response.status_code = status
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="lagtrace"'
     return response
-
-
-def validation_problems(exc: ValidationError, prefix: str = "") -> list[dict]:
-    return [{"field": prefix + field_path(e["loc"]), "message": e["msg"]} for e in exc.errors()]
 
 
 def register(app: Flask) -> None:
@@ -72,13 +48,14 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(LagtraceError)
     def _domain(exc: LagtraceError):
-        status = status_of(exc)
+        status = exc.http_status  # each domain error carries its status (services/errors.py)
         if status == 500:
             log.error("request failed: %s", exc)
             return error_response(500, f"internal error: {exc}")
         response = error_response(status, str(exc))
-        if isinstance(exc, TooManyRequests):
-            response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+        retry_after = getattr(exc, "retry_after_s", None)  # a rate limit says when to come back
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         return response
 
     @app.errorhandler(HTTPException)

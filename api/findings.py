@@ -5,8 +5,8 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 
 from api.auth import caller
-from api.context import db
 from api.schemas import FindingListQuery, Triage, json_body, query
+from services.context import db
 from services.diagnose import triage
 
 bp = Blueprint("findings", __name__, url_prefix="/api/v1")

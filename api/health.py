@@ -8,7 +8,8 @@ from flask import Blueprint, Response, jsonify
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
-from api.context import ctx
+from api.metrics import metrics as api_metrics
+from services.context import ctx
 
 bp = Blueprint("health", __name__)
 
@@ -46,4 +47,4 @@ def readyz():
 
 @bp.get("/metrics")
 def metrics():
-    return Response(generate_latest(ctx().metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(api_metrics().registry), mimetype=CONTENT_TYPE_LATEST)

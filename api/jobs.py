@@ -5,20 +5,20 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, request, url_for
 
 from api.auth import caller
-from api.context import ctx, db
 from api.errors import BadRequest
+from api.metrics import metrics
 from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
+from services.context import ctx, db
+from services.jobs import lifecycle
 from services.jobs import submit as submissions
-from services.jobs.dispatch import send_all
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1")
 
 
-def _created(job, steps):
+def _created(job):
     session = db()
-    session.commit()
-    send_all(ctx().dispatcher, steps)  # only now: a worker must find the committed job
-    ctx().metrics.jobs_submitted.labels(source=job.source).inc()
+    session.commit()  # the outbox sends the job's first step now, not before
+    metrics().jobs_submitted.labels(source=job.source).inc()
     response = jsonify(submissions.job_detail(session, job))
     response.status_code = 201
     response.headers["Location"] = url_for("jobs.get_job", job_id=job.id)
@@ -49,7 +49,7 @@ def create_job():
                 [{"field": "repository", "message": "not allowed with an archive"}],
             )
         archive = request.files["archive"].read()
-        job, steps = submissions.submit_job(db(), ctx().settings, who.project, spec, archive=archive)
+        job = submissions.submit_job(db(), ctx().settings, who.project, spec, archive=archive)
     else:
         spec = json_body(JobCreate)
         if spec.repository is None:
@@ -58,10 +58,10 @@ def create_job():
                 422,
                 [{"field": "repository", "message": "required"}],
             )
-        job, steps = submissions.submit_job(
+        job = submissions.submit_job(
             db(), ctx().settings, who.project, spec, repository_url=spec.repository.url, ref=spec.repository.ref
         )
-    return _created(job, steps)
+    return _created(job)
 
 
 @bp.get("/jobs")
@@ -90,9 +90,8 @@ def cancel_job(job_id: int):
     who = caller()
     session = db()
     job = submissions.get_job(session, who.project, job_id)
-    steps = submissions.cancel_job(session, ctx().settings, job, who.token_name)
+    lifecycle.cancel_job(session, ctx().settings, job, who.token_name)
     session.commit()
-    send_all(ctx().dispatcher, steps)
     return jsonify(submissions.job_detail(session, job))
 
 
@@ -102,7 +101,7 @@ def rerun_job(job_id: int):
     _count_submission(who)
     body = json_body(Rerun)
     parent = submissions.get_job(db(), who.project, job_id)
-    job, steps = submissions.rerun_job(
+    job = submissions.rerun_job(
         db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat, timeout_s=body.timeout_s
     )
-    return _created(job, steps)
+    return _created(job)

@@ -9,6 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.context import ctx
 from services.models import Job, JobTask
 
 
@@ -57,3 +58,10 @@ def make_metrics(session_factory: sessionmaker[Session]) -> ApiMetrics:
         jobs_submitted=Counter("lagtrace_jobs_submitted", "Jobs submitted", ["source"], registry=registry),
         webhooks=Counter("lagtrace_webhook_deliveries", "GitHub deliveries by outcome", ["outcome"], registry=registry),
     )
+
+
+def metrics() -> ApiMetrics:
+    """This app's metrics (registered by api.register on the shared context)."""
+    found = ctx().extensions["metrics"]
+    assert isinstance(found, ApiMetrics)
+    return found

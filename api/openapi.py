@@ -45,8 +45,21 @@ def _responses(ok: str, description: str, schema: str, errors: tuple[str, ...]) 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inlined(node: Any) -> Any:
+        # A parameter's schema stands alone in OpenAPI: enums (Severity...) are written in place.
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inlined(definitions[node["$ref"].rsplit("/", 1)[1]])
+            return {key: inlined(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inlined(item) for item in node]
+        return node
+
     return [
-        {"name": name, "in": "query", "required": False, "schema": prop} for name, prop in schema["properties"].items()
+        {"name": name, "in": "query", "required": False, "schema": inlined(prop)}
+        for name, prop in schema["properties"].items()
     ]
 
 

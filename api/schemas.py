@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, TypeVar
 
 from flask import request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from api.errors import BadRequest, validation_problems
-from services.jobs.spec import MAX_REPEAT, JobSpec, Spec
+from api.errors import BadRequest
+from services.diagnose.findings import Severity
+from services.jobs.sources import validation_problems
+from services.jobs.spec import JobSpec, RerunSpec
 
 JOB_STATUSES = Literal["queued", "running", "done", "failed", "cancelled"]
 TRIAGE_STATUSES = Literal["new", "acknowledged", "muted", "fixed"]
+M = TypeVar("M", bound=BaseModel)
 
 
 class Repository(BaseModel):
@@ -27,11 +30,8 @@ class JobCreate(JobSpec):
     repository: Repository | None = None
 
 
-class Rerun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    configs: list[Spec] = Field(min_length=1, max_length=32, description="The configurations to run this time.")
-    repeat: int | None = Field(None, ge=1, le=MAX_REPEAT)
-    timeout_s: float | None = Field(None, gt=0, le=86400)
+class Rerun(RerunSpec):
+    """The body of POST /jobs/{id}/rerun."""
 
 
 class Triage(BaseModel):
@@ -61,20 +61,20 @@ class FindingListQuery(BaseModel):
     job_id: int | None = Field(None, ge=1)
     kind: str | None = Field(None, max_length=32)
     status: TRIAGE_STATUSES | None = None
-    severity: Literal["high", "medium", "low", "info"] | None = None
+    severity: Severity | None = None
     fingerprint: str | None = Field(None, max_length=64)
     test: str | None = None
     limit: int = Field(100, ge=1, le=500)
     before_id: int | None = Field(None, ge=1)
 
 
-def json_body(model: type[BaseModel]) -> BaseModel:
+def json_body(model: type[M]) -> M:
     if request.mimetype != "application/json":
         raise BadRequest(f"send the body as application/json, not {request.mimetype or 'nothing'}", 415)
     return parse_json_text(model, request.get_data(), "body")
 
 
-def parse_json_text(model: type[BaseModel], raw: bytes | str, what: str) -> BaseModel:
+def parse_json_text(model: type[M], raw: bytes | str, what: str) -> M:
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -82,7 +82,7 @@ def parse_json_text(model: type[BaseModel], raw: bytes | str, what: str) -> Base
     return model.model_validate(data)
 
 
-def query(model: type[BaseModel]) -> BaseModel:
+def query(model: type[M]) -> M:
     try:
         return model.model_validate(request.args.to_dict())
     except ValidationError as exc:

@@ -8,10 +8,10 @@ from urllib.parse import parse_qs
 from flask import Blueprint, jsonify, request
 from sqlalchemy.exc import IntegrityError
 
-from api.context import ctx, db
 from api.errors import BadRequest, error_response
+from api.metrics import metrics as api_metrics
+from services.context import ctx, db
 from services.github import webhooks
-from services.jobs.dispatch import send_all
 from services.models import WebhookDelivery
 
 bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
@@ -19,7 +19,7 @@ bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 
 @bp.post("/webhooks/github")
 def github():
-    settings, metrics = ctx().settings, ctx().metrics
+    settings, metrics = ctx().settings, api_metrics()
     body = request.get_data()  # the raw bytes GitHub signed, before any parsing
     signature = request.headers.get("X-Hub-Signature-256")
     if not signature:
@@ -64,7 +64,6 @@ def github():
                 "outcome": "duplicate delivery",
             }
         )
-    send_all(ctx().dispatcher, outcome.steps)
     metrics.webhooks.labels(outcome="duplicate" if outcome.duplicate else event).inc()
     started = outcome.job_id is not None and not outcome.duplicate
     response = jsonify(

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services.errors import BadInput, LagtraceError
+from services.errors import LagtraceError
 from services.settings import Settings
 
 
@@ -30,15 +30,14 @@ def _cancel(signum, frame) -> None:
 
 @contextlib.contextmanager
 def _exit_on_domain_errors():
-    """Bad input exits 2, any other domain failure 1, each with its message on stderr."""
+    """A domain error exits with its own code (services/errors.py: 2 for bad input, 1 for a
+    failure), its message on stderr."""
     try:
         yield
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
     except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
+        word = "error" if exc.exit_code == 2 else "failed"
+        click.echo(f"lagtrace: {word}: {exc}", err=True)
+        sys.exit(exc.exit_code)
 
 
 def _progress(message: str) -> None:
@@ -175,11 +174,8 @@ def serve(host: str, port: int, threads: int) -> None:
     from cli.service import serve as serve_api
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
+    with _exit_on_domain_errors():
         serve_api(_load_settings(), host, port, threads)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
 
 
 @cli.command()
@@ -199,11 +195,8 @@ def worker(concurrency: int, beat: bool, loglevel: str) -> None:
     settings = _load_settings()
     if not settings.broker_url:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
-    try:
+    with _exit_on_domain_errors():
         run_worker(settings, concurrency, beat, loglevel)
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
 
 
 @cli.group()
@@ -223,11 +216,8 @@ def token_create(project: str, name: str, days: float | None, no_expiry: bool) -
     from cli.service import new_token
 
     settings = _load_settings()
-    try:
+    with _exit_on_domain_errors():
         click.echo(new_token(settings, project, name, None if no_expiry else (days or settings.token_days)))
-    except LagtraceError as exc:
-        click.echo(f"lagtrace: failed: {exc}", err=True)
-        sys.exit(1)
 
 
 @token.command("revoke")
@@ -368,11 +358,8 @@ def submit(
 
     if repo and directory:
         raise click.UsageError("give --repo or --dir, not both")
-    try:
+    with _exit_on_domain_errors():
         probes = parse_evidence(evidence)
-    except BadInput as exc:
-        click.echo(f"lagtrace: error: {exc}", err=True)
-        sys.exit(2)
     spec = {
         "command": list(command),
         "configs": list(specs),

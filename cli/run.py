@@ -1,4 +1,8 @@
-"""`lagtrace run`: plan, store, execute and report one job in this process."""
+"""`lagtrace run`: plan, store, execute and report one job in this process.
+
+The job goes through the same engine as a service job (services.jobs.engine), without
+the ledger: this process is the only one that ever runs it.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,10 @@ from pathlib import Path
 from services import migrate
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
+from services.jobs.engine import Progress, execute_job, plan_job
 from services.jobs.lifecycle import create_job
-from services.jobs.pipeline import execute_job, plan_job
 from services.jobs.report import build_report
 from services.measure.executors import make_executor
-from services.measure.screen import Progress
 from services.settings import Settings
 
 

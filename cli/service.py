@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate
 from services.accounts.tokens import create_token, revoke_tokens
@@ -11,15 +16,17 @@ from services.accounts.users import create_user
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
 from services.github.repositories import register_repository
-from services.jobs.dispatch import Dispatcher, InProcessDispatcher, send_all
+from services.jobs import engine as job_engine
+from services.jobs import outbox
+from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
-from services.jobs.steps import run_step
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.serve")
+T = TypeVar("T")
 
 
-def _current_engine(settings: Settings):
+def _current_engine(settings: Settings) -> Engine:
     engine = make_engine(settings)
     try:
         migrate.ensure_current(settings, engine)
@@ -29,14 +36,22 @@ def _current_engine(settings: Settings):
     return engine
 
 
-def _reconcile_forever(session_factory, settings: Settings, dispatcher: Dispatcher, stop: threading.Event) -> None:
+def in_process_dispatcher(settings: Settings, engine: Engine) -> tuple[InProcessDispatcher, sessionmaker[Session]]:
+    """The embedded job thread (not started) and the sessions it runs steps in, which send
+    their follow-up steps back to it."""
+    session_factory = make_session_factory(engine)
+    dispatcher = InProcessDispatcher(lambda step: job_engine.run_step(session_factory, settings, step))
+    outbox.bind(session_factory, dispatcher)
+    return dispatcher, session_factory
+
+
+def _reconcile_forever(session_factory: sessionmaker[Session], settings: Settings, stop: threading.Event) -> None:
     # The embedded server has no beat: this thread resends what a lost step left behind.
     while not stop.wait(settings.reconcile_interval_s):
         try:
             with session_factory() as session:
-                steps = reconcile(session, settings)
-                session.commit()
-            send_all(dispatcher, steps)
+                reconcile(session, settings)
+                session.commit()  # the outbox resends
         except Exception:
             log.exception("reconciler pass failed; trying again in %s s", settings.reconcile_interval_s)
 
@@ -44,37 +59,37 @@ def _reconcile_forever(session_factory, settings: Settings, dispatcher: Dispatch
 def serve(settings: Settings, host: str, port: int, threads: int) -> None:
     import waitress
 
-    from web import create_combined_app
+    from cli.wsgi import create_app
 
     engine = _current_engine(settings)
-    session_factory = make_session_factory(engine)
     stop = threading.Event()
+    embedded: InProcessDispatcher | None = None
     if settings.broker_url:
         from worker import CeleryDispatcher, make_celery
 
         dispatcher: Dispatcher = CeleryDispatcher(make_celery(settings))
         log.info("jobs go to the Celery workers at %s", settings.broker_url)
     else:
-        dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step)).start()
+        embedded, session_factory = in_process_dispatcher(settings, engine)
+        dispatcher = embedded.start()
         # Nothing else ever ran these steps: whatever is unfinished was cut off by our last exit.
         with session_factory() as session:
-            leftovers = reconcile(session, settings, orphaned=True)
+            reconcile(session, settings, orphaned=True)
             session.commit()
-        send_all(dispatcher, leftovers)
         threading.Thread(
             target=_reconcile_forever,
-            args=(session_factory, settings, dispatcher, stop),
+            args=(session_factory, settings, stop),
             name="lagtrace-reconciler",
             daemon=True,
         ).start()
         log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
-    app = create_combined_app(settings, dispatcher, engine)
+    app = create_app(settings, dispatcher, engine)
     try:
         waitress.serve(app, host=host, port=port, threads=threads, ident="lagtrace")
     finally:
         stop.set()
-        if isinstance(dispatcher, InProcessDispatcher):
-            dispatcher.stop(timeout=5)
+        if embedded is not None:
+            embedded.stop(timeout=5)
         engine.dispose()
 
 
@@ -97,7 +112,7 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> N
     app.worker_main(argv)
 
 
-def _committed(settings: Settings, action):
+def _committed(settings: Settings, action: Callable[[Session], T]) -> T:
     """Run ``action(session)`` in one transaction on a database at the current schema."""
     engine = _current_engine(settings)
     try:

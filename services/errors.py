@@ -1,17 +1,49 @@
-"""Domain errors. The CLI maps them to exit 2 (BadInput) or 1; the API to HTTP codes."""
+"""Domain errors, each carrying its HTTP status and its CLI exit code.
+
+The API (api/errors.py) and the CLI (cli/main.py) read these two attributes in one
+place each; a new error class says here how it surfaces, nowhere else. Exit code 2
+means "change what you asked for" (every 4xx, as `lagtrace submit` maps the API's
+answers), 1 "it failed".
+"""
 
 
 class LagtraceError(Exception):
     """Something went wrong that is not the user's input."""
 
+    http_status = 500
+    exit_code = 1
+
 
 class BadInput(LagtraceError):
     """The request cannot be run as given; the message says what to change."""
+
+    http_status = 422
+    exit_code = 2
+
+
+class Unauthorized(LagtraceError):
+    """No valid API token: the message says what is wrong, never whose token it was."""
+
+    http_status = 401
+    exit_code = 2
+
+
+class SignInFailed(LagtraceError):
+    """A dashboard sign-in was refused (one message for every reason, on purpose)."""
+
+    http_status = 401
+    exit_code = 2
 
 
 class NotFound(LagtraceError):
     """The thing asked for does not exist (or belongs to another project)."""
 
+    http_status = 404
+    exit_code = 2
+
 
 class Conflict(LagtraceError):
     """The request is valid but the current state does not allow it (e.g. cancel a finished job)."""
+
+    http_status = 409
+    exit_code = 2

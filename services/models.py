@@ -22,6 +22,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from services.measure import evidence as evidence_model
+from services.measure.evidence import EvidenceContent
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -206,6 +209,11 @@ class Evidence(Base):
     job: Mapped[Job] = relationship(back_populates="evidence")
     config: Mapped[JobConfig | None] = relationship()
     run: Mapped[Run | None] = relationship()
+
+    @property
+    def parsed(self) -> EvidenceContent:
+        """The content as its kind's model (services/measure/evidence.py)."""
+        return evidence_model.parse(self.kind, self.content)
 
 
 class Finding(Base):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -11,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session
 
 from services import migrate
+from services.db import make_engine, make_session_factory
 from services.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +55,52 @@ def postgres_url(postgres_server_url: str):
     with admin.connect() as connection:
         connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres_engine(postgres_server_url: str):
+    """One database on the real server, migrated once per test session (db_session rolls
+    each test's writes back)."""
+    name = f"lagtrace_session_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    base, _, _ = postgres_server_url.rpartition("/")
+    settings = Settings(database_url=f"{base}/{name}")
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    yield engine
+    engine.dispose()
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_session(request, tmp_path: Path, migrated_sqlite: Path):
+    """A session on a migrated database for tests that use one session.
+
+    PostgreSQL: the session-wide database, inside one outer transaction per test; the
+    session's commits are savepoints in it, and the outer rollback undoes them all.
+    SQLite: a copy of the migrated file (its driver's savepoints are not reliable).
+    """
+    if request.param == "sqlite":
+        path = tmp_path / "lagtrace.db"
+        shutil.copy(migrated_sqlite, path)
+        engine: Engine = make_engine(Settings(database_url=f"sqlite:///{path}"))
+        with make_session_factory(engine)() as session:
+            yield session
+        engine.dispose()
+        return
+    engine = request.getfixturevalue("migrated_postgres_engine")
+    with engine.connect() as connection:
+        outer = connection.begin()
+        session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+        try:
+            yield session
+        finally:
+            session.close()
+            outer.rollback()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

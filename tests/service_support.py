@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from cli.service import in_process_dispatcher
+from cli.wsgi import create_app
 from services import migrate
-from services.db import make_engine, make_session_factory
+from services.db import make_engine
 from services.github.client import sign
 from services.github.repositories import register_repository
-from services.jobs.dispatch import InProcessDispatcher
-from services.jobs.steps import run_step
 from services.settings import Settings
 from tests.conftest import EXAMPLES
 
@@ -145,17 +145,16 @@ def delivery_headers(body: bytes, delivery: str, event: str = "push", secret: st
     }
 
 
-def in_process_service(settings: Settings, make_app, *, run_jobs: bool, migrated: bool):
-    """An app from ``make_app(settings, dispatcher, engine)`` whose jobs run in a thread of
+def in_process_service(settings: Settings, *, run_jobs: bool, migrated: bool):
+    """The app as `lagtrace serve` makes it without a broker: its jobs run in a thread of
     this process (started only with ``run_jobs``); returns app, engine, sessions, dispatcher."""
     if not migrated:
         migrate.upgrade(settings)
     engine = make_engine(settings)
-    session_factory = make_session_factory(engine)
-    dispatcher = InProcessDispatcher(lambda step, own: run_step(session_factory, settings, own, step))
+    dispatcher, session_factory = in_process_dispatcher(settings, engine)
     if run_jobs:
         dispatcher.start()
-    return make_app(settings, dispatcher, engine), engine, session_factory, dispatcher
+    return create_app(settings, dispatcher, engine), engine, session_factory, dispatcher
 
 
 def write_wheel(directory: Path, name: str, version: str) -> Path:

@@ -1,4 +1,4 @@
-"""Mounting the dashboard into the API's Flask app: one process serves both."""
+"""The dashboard's part of the app: the signed session cookie and its pages."""
 
 from __future__ import annotations
 
@@ -7,20 +7,16 @@ import logging
 import secrets
 
 from flask import Flask
-from sqlalchemy import Engine
 
-from api import create_app
-from api.context import ctx
-from services.jobs.dispatch import Dispatcher
-from services.settings import Settings
+from services.context import AppContext
 from web import views
 
 log = logging.getLogger("lagtrace.web")
 
 
-def register(app: Flask) -> None:
-    """Add the dashboard to an app made by ``api.create_app`` (it reuses its per-request session)."""
-    settings = ctx_settings(app)
+def register(app: Flask, context: AppContext) -> None:
+    """Add the dashboard at / to an app made by cli.wsgi.create_app."""
+    settings = context.settings
     if settings.secret_key is None:
         log.warning("LAGTRACE_SECRET_KEY is not set: sign-ins last until this process exits")
         app.secret_key = secrets.token_bytes(32)
@@ -38,15 +34,3 @@ def register(app: Flask) -> None:
     )
     app.jinja_env.autoescape = True
     app.register_blueprint(views.bp)
-
-
-def ctx_settings(app: Flask) -> Settings:
-    with app.app_context():
-        return ctx().settings
-
-
-def create_combined_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None = None) -> Flask:
-    """The API under /api/v1 and the dashboard at /, sharing engine, dispatcher and errors."""
-    app = create_app(settings, dispatcher, engine)
-    register(app)
-    return app

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
 
-from api.context import db
 from services.accounts.users import visible_project_ids
+from services.context import db
 from services.errors import NotFound
 from services.models import Finding, Job, User
 

@@ -22,17 +22,17 @@ from flask import (
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from api.context import ctx, db
-from api.errors import status_of, validation_problems
-from api.schemas import Rerun
 from services.accounts.ratelimit import TooManyRequests
 from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
+from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
+from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
+from services.jobs import lifecycle
 from services.jobs import submit as submissions
-from services.jobs.dispatch import send_all
-from services.jobs.spec import JobSpec
+from services.jobs.sources import validation_problems
+from services.jobs.spec import JobSpec, RerunSpec
 from services.measure.artifacts import make_artifact_store
 from services.measure.probes import PROBES
 from services.measure.samples import collect
@@ -46,7 +46,7 @@ bp.before_request(auth.load_user)
 
 # The configurations this deployment's forms offer as checkboxes; others are typed in.
 COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
-SEVERITIES = ("high", "medium", "low", "info")
+SEVERITIES = tuple(severity.value for severity in Severity)
 # Syscalls that mean waiting or polling: the strace table highlights them.
 WAIT_SYSCALLS = {
     "futex",
@@ -131,8 +131,8 @@ def _error_page(status: int, message: str):
 
 @bp.errorhandler(LagtraceError)
 def _domain_error(exc: LagtraceError):
-    # The same mapping as the API (api.errors.STATUS_OF), rendered as a page.
-    return _error_page(status_of(exc), str(exc))
+    # The status each domain error carries (services/errors.py), rendered as a page.
+    return _error_page(exc.http_status, str(exc))
 
 
 @bp.errorhandler(ValidationError)
@@ -283,14 +283,12 @@ def new_job():
     archive = request.files.get("archive")
     session_ = db()
     if archive and archive.filename:
-        job, steps = submissions.submit_job(
-            session_, ctx().settings, project, spec, archive=archive.read(), origin="web"
-        )
+        job = submissions.submit_job(session_, ctx().settings, project, spec, archive=archive.read(), origin="web")
     else:
         url = form.get("repository", "").strip()
         if not url:
             raise BadInput("repository: give a git URL or upload an archive")
-        job, steps = submissions.submit_job(
+        job = submissions.submit_job(
             session_,
             ctx().settings,
             project,
@@ -299,8 +297,7 @@ def new_job():
             ref=form.get("ref", "").strip() or None,
             origin="web",
         )
-    session_.commit()
-    send_all(ctx().dispatcher, steps)  # after commit: the worker must find the job
+    session_.commit()  # the outbox sends the job's first step now
     return redirect(url_for("web.job", job_id=job.id))
 
 
@@ -319,7 +316,7 @@ def job(job_id: int):
         rows=rows,
         common_configs=COMMON_CONFIGS,
         probes=PROBES,
-        finished=found.status in submissions.FINISHED,
+        finished=found.status in lifecycle.FINISHED,
     )
 
 
@@ -373,9 +370,9 @@ def test(job_id: int):
 def rerun(job_id: int):
     parent = auth.visible_job(job_id)
     asked = _spec_from_form(request.form)
-    wanted = Rerun(configs=asked["configs"], repeat=asked["repeat"])
+    wanted = RerunSpec(configs=asked["configs"], repeat=asked["repeat"])
     session_ = db()
-    child, steps = submissions.rerun_job(
+    child = submissions.rerun_job(
         session_,
         ctx().settings,
         parent,
@@ -385,7 +382,6 @@ def rerun(job_id: int):
         test_id=request.form.get("test_id") or None,
     )
     session_.commit()
-    send_all(ctx().dispatcher, steps)
     flash(f"Rerun of job {parent.id} queued as job {child.id}.")
     return redirect(url_for("web.job", job_id=child.id))
 
@@ -394,9 +390,8 @@ def rerun(job_id: int):
 def cancel(job_id: int):
     found = auth.visible_job(job_id)
     session_ = db()
-    steps = submissions.cancel_job(session_, ctx().settings, found, g.user.username)
+    lifecycle.cancel_job(session_, ctx().settings, found, g.user.username)
     session_.commit()
-    send_all(ctx().dispatcher, steps)
     return redirect(url_for("web.job", job_id=job_id))
 
 

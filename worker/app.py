@@ -1,7 +1,8 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids, runs one step from services.jobs.steps (which claims the step in the
-database ledger first), and sends the next steps only after its commit. Messages are
+Each task takes ids and runs one step of the job engine (services.jobs.engine, which
+claims the step in the database ledger first); the outbox sends the next steps once the
+step's transaction commits. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
 once the broker's visibility timeout passes; the hard time limit ends every task
 before that, so a live task is never delivered twice.
@@ -18,9 +19,10 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import make_engine, make_session_factory
+from services.jobs import engine as job_engine
+from services.jobs import outbox
 from services.jobs import reconcile as reconciler
-from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step, send_all
-from services.jobs.steps import run_step
+from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
@@ -52,8 +54,9 @@ class CeleryDispatcher:
 class WorkerDatabase:
     """The worker process's engine, made on first use and never shared across a fork."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, dispatcher: CeleryDispatcher):
         self.settings = settings
+        self.dispatcher = dispatcher
         self._engine: Engine | None = None
         self._factory: sessionmaker[Session] | None = None
         self._lock = threading.Lock()
@@ -62,7 +65,8 @@ class WorkerDatabase:
         with self._lock:
             if self._factory is None:
                 self._engine = make_engine(self.settings)
-                self._factory = make_session_factory(self._engine)
+                # What a task commits, the outbox sends as Celery messages.
+                self._factory = outbox.bind(make_session_factory(self._engine), self.dispatcher)
             return self._factory
 
     def after_fork(self, **_kwargs) -> None:
@@ -100,15 +104,14 @@ def make_celery(settings: Settings) -> Celery:
             }
         },
     )
-    database = WorkerDatabase(settings)
-    dispatcher = CeleryDispatcher(app)
+    database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 
     def step_task(kind: str):
         # One task per step, so that steps can be routed and rate-limited apart; the body
-        # is the same: ids in, one service call (which commits), follow-ups sent after.
+        # is the same: ids in, one engine step (which commits; the outbox sends what follows).
         def task(job_id: int, name: str) -> None:
-            run_step(database.session_factory(), settings, dispatcher, Step(kind, job_id, name))
+            job_engine.run_step(database.session_factory(), settings, Step(kind, job_id, name))
 
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)
@@ -120,9 +123,8 @@ def make_celery(settings: Settings) -> Celery:
     def reconcile() -> None:
         with database.session_factory()() as session:
             steps = reconciler.reconcile(session, settings)
-            session.commit()
+            session.commit()  # the outbox resends them
         if steps:
             log.info("reconciler resent %d steps", len(steps))
-        send_all(dispatcher, steps)
 
     return app

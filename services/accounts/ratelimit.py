@@ -16,6 +16,9 @@ from services.errors import LagtraceError
 class TooManyRequests(LagtraceError):
     """Over a rate limit: the API answers 429 with Retry-After."""
 
+    http_status = 429
+    exit_code = 2
+
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message)
         self.retry_after_s = retry_after_s

@@ -14,15 +14,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import BadInput, LagtraceError, NotFound
+from services.errors import BadInput, NotFound, Unauthorized
 from services.jobs.lifecycle import get_or_create_project
 from services.models import ApiToken, Project, utcnow
 
 TOKEN_PREFIX = "lt_"
-
-
-class Unauthorized(LagtraceError):
-    """No valid token: the API answers 401."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import secrets
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import BadInput, LagtraceError, NotFound
+from services.errors import BadInput, NotFound, SignInFailed
 from services.jobs.lifecycle import get_or_create_project
 from services.models import Project, User, utcnow
 
@@ -22,10 +22,6 @@ from services.models import Project, User, utcnow
 # enough for a sign-in. The parameters are stored in the hash so they can be raised later.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 MIN_PASSWORD_LENGTH = 8
-
-
-class SignInFailed(LagtraceError):
-    """Unknown user or wrong password (deliberately not saying which)."""
 
 
 def _b64(raw: bytes) -> str:

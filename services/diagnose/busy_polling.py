@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext, subject, where
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 POLLING_SYSCALLS = frozenset(
     {
@@ -57,7 +57,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         drafts.append(
             FindingDraft(
                 kind="busy_polling",
-                severity="medium",
+                severity=Severity.medium,
                 title=f"{subject(evidence.test_id)} polls: {calls_per_s:.0f} sleep/poll/wait syscalls per second",
                 detail=(
                     f"strace -f -c ({where(evidence)}): "

@@ -5,10 +5,14 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
+from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
 from services.measure.samples import JobSamples, collect
 from services.models import Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
+
+Content = TypeVar("Content", bound=EvidenceContent)
 
 
 @dataclass
@@ -23,10 +27,22 @@ class RuleContext:
     def timing_runs(self, config: JobConfig) -> list[Run]:
         return [run for run in config.runs if run.kind == RunKind.timing]
 
-    def evidence(self, kind: str) -> list[Evidence]:
+    def evidence(self, kind: EvidenceKind | str) -> list[Evidence]:
         """The job's usable evidence of one kind (entries that say why a probe could not
         look are left out: they support no finding)."""
-        return [e for e in self.job.evidence if e.kind == kind and e.content.get("status", "ok") == "ok"]
+        return [e for e in self.job.evidence if e.kind == kind and e.parsed.ok]
+
+    def evidence_of(self, model: type[Content]) -> list[tuple[Evidence, Content]]:
+        """Usable evidence with its content typed: ``evidence_of(GdbContent)``."""
+        kind = next(kind for kind, known in CONTENT.items() if known is model)
+        found = []
+        for entry in self.job.evidence:
+            if entry.kind != kind:
+                continue
+            content = entry.parsed
+            if content.ok and isinstance(content, model):
+                found.append((entry, content))
+        return found
 
     @cached_property
     def _runs_by_id(self) -> dict[int, Run]:

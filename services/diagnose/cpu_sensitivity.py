@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.measure.stats import Summary, compare
 from services.thresholds import Thresholds
@@ -31,11 +31,11 @@ def _check_one(
     slow, fast = summaries[comparison.slow], summaries[comparison.fast]
     ratio = comparison.ratio
     if ratio >= thresholds.severity_high_ratio:
-        severity = "high"
+        severity = Severity.high
     elif ratio >= thresholds.severity_medium_ratio:
-        severity = "medium"
+        severity = Severity.medium
     else:
-        severity = "low"
+        severity = Severity.low
     others = [
         f"{label}: {summaries[label].median / fast.median:.1f}x"
         for label in summaries

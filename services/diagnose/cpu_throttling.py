@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -34,7 +34,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
             (run.user_s + run.sys_s) / max(1e-9, run.wall_s - (run.throttled_s or 0.0)) for run in runs
         )
         stalled_share = throttled_s / wall_s if wall_s else 0.0
-        severity = "high" if stalled_share >= 0.5 else "medium" if stalled_share >= 0.2 else "low"
+        severity = Severity.high if stalled_share >= 0.5 else Severity.medium if stalled_share >= 0.2 else Severity.low
         drafts.append(
             FindingDraft(
                 kind="cpu_throttling",

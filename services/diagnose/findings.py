@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+class Severity(enum.StrEnum):
+    """Most severe first: the order the report, the inbox and the check run list them in."""
+
+    high = "high"
+    medium = "medium"
+    low = "low"
+    info = "info"
+
+
+SEVERITY_ORDER = {severity.value: rank for rank, severity in enumerate(Severity)}
 
 
 @dataclass
 class FindingDraft:
     kind: str
-    severity: str
+    severity: Severity
     title: str
     detail: str
     config_label: str | None = None

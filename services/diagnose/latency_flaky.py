@@ -11,7 +11,7 @@ import math
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft, format_seconds
+from services.diagnose.findings import FindingDraft, Severity, format_seconds
 from services.thresholds import Thresholds
 
 
@@ -72,7 +72,7 @@ def _judge(values: list[float], limits: Thresholds, label: str, test_id: str | N
         ratio = statistics.median(slow) / statistics.median(fast)
         return FindingDraft(
             kind="latency_flaky",
-            severity="medium",
+            severity=Severity.medium,
             title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {ratio:.1f}x slower",
             detail=(
                 f"{len(fast)} runs around {format_seconds(statistics.median(fast))}, {len(slow)} around "
@@ -88,7 +88,7 @@ def _judge(values: list[float], limits: Thresholds, label: str, test_id: str | N
         median = statistics.median(values)
         return FindingDraft(
             kind="latency_flaky",
-            severity="low",
+            severity=Severity.low,
             title=f"{subject} varies widely between runs with {label}",
             detail=(
                 f"interquartile range {format_seconds(quartiles[2] - quartiles[0])} around a median of "

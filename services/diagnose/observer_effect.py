@@ -8,7 +8,7 @@ says which evidence was taken under a distorted timing.
 from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.models import RunKind
 
 
@@ -38,7 +38,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         drafts.append(
             FindingDraft(
                 kind="observer_effect",
-                severity="low",
+                severity=Severity.low,
                 title=f"{subject(test_id)} ran {distortion:.1f}x {direction} under {run.probe} than untraced ({label})",
                 detail=(
                     f"evidence run under {run.probe}: {wall:.3f} s; timing runs with {label}: median {median:.3f} s. "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -33,7 +33,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return [
         FindingDraft(
             kind="off_cpu_wait",
-            severity="medium" if share <= 0.1 else "low",
+            severity=Severity.medium if share <= 0.1 else Severity.low,
             title=f"The command waits {1 - share:.0%} of its wall time, off the CPU",
             detail=(
                 f"median wall {wall_s:.3f} s but only {cpu_s:.3f} s of CPU (user + sys, rusage) with "

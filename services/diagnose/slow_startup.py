@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 from services.measure import pytest_command as junit
 
 
@@ -31,7 +31,7 @@ def _from_imports(context: RuleContext) -> list[FindingDraft]:
         return [
             FindingDraft(
                 kind="slow_startup",
-                severity="medium" if total >= 0.75 * median else "low",
+                severity=Severity.medium if total >= 0.75 * median else Severity.low,
                 title=f"Imports take {total:.2f} s of a {median:.2f} s run",
                 detail=(
                     f"-X importtime ({evidence.config.label}): top-level imports took {total:.3f} s in all, against a "
@@ -77,7 +77,7 @@ def _from_pytest(context: RuleContext) -> list[FindingDraft]:
     return [
         FindingDraft(
             kind="slow_startup",
-            severity="medium" if share >= 0.75 else "low",
+            severity=Severity.medium if share >= 0.75 else Severity.low,
             title=f"pytest start-up and collection take {overhead:.2f} s, {share:.0%} of the run",
             detail=(
                 f"with {label}, the median run spent {overhead:.3f} s outside its tests (wall time minus the JUnit "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 SNAPSHOT_KINDS = ("pyspy_dump", "gdb", "faulthandler", "proc_io")
 
@@ -35,7 +35,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         drafts.append(
             FindingDraft(
                 kind="stall",
-                severity="high" if content.get("timed_out") else "medium",
+                severity=Severity.high if content.get("timed_out") else Severity.medium,
                 title=f"{subject(stall.test_id)} stalled past {content.get('stall_after_s', 0):.2f} s; stacks captured",
                 detail=detail,
                 config_label=stall.config.label if stall.config else None,

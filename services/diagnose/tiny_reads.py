@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft
+from services.diagnose.findings import FindingDraft, Severity
 
 READ_SYSCALLS = frozenset({"read", "readv", "pread64", "preadv", "preadv2", "recvfrom", "recv", "recvmsg"})
 
@@ -43,7 +43,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return [
         FindingDraft(
             kind="tiny_reads",
-            severity="medium" if per_read <= 64 else "low",
+            severity=Severity.medium if per_read <= 64 else Severity.low,
             title=f"{syscalls:.0f} read syscalls per run of {per_read:.0f} bytes on average",
             detail=detail,
             config_label=config.label,

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from services.diagnose.findings import Severity
 from services.errors import LagtraceError
 from services.models import Job, JobSource, JobStatus
 from services.settings import Settings
@@ -84,7 +85,7 @@ def conclusion(job: Job, report: dict[str, Any] | None) -> str:
     if job.status is JobStatus.failed:
         return "failure"
     findings = report["findings"] if report else []
-    if any(f["severity"] == "high" for f in findings):
+    if any(f["severity"] == Severity.high for f in findings):
         return "failure"
     return "neutral" if findings else "success"
 

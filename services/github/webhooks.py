@@ -12,18 +12,17 @@ where the project allows it, and then with the base branch's `.lagtrace.yml`.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.accounts.tokens import Unauthorized
-from services.errors import BadInput, Conflict, LagtraceError, NotFound
+from services.errors import BadInput, Conflict, LagtraceError, NotFound, Unauthorized
 from services.github.client import signature_valid
-from services.jobs.dispatch import Step
+from services.jobs.lifecycle import cancel_job
 from services.jobs.sources import describe_validation_error
-from services.jobs.submit import cancel_job, rerun_job, submit_job
+from services.jobs.submit import rerun_job, submit_job
 from services.models import Job, JobSource, Project, WebhookDelivery
 from services.settings import Settings
 
@@ -33,6 +32,8 @@ NULL_SHA = "0" * 40
 
 class WebhooksOff(LagtraceError):
     """No secret to check a delivery against: the receiver answers 503."""
+
+    http_status = 503
 
 
 class BadSignature(Unauthorized):
@@ -102,7 +103,6 @@ class Outcome:
     outcome: str
     job_id: int | None = None
     duplicate: bool = False
-    steps: list[Step] = field(default_factory=list)
 
 
 def _parse(model: type[BaseModel], payload: object, event: str) -> BaseModel:
@@ -217,15 +217,15 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
         )
         if parent is None:
             return Outcome("ignored: not a lagtrace check run")
-        job, steps = rerun_job(session, settings, parent, configs=[], origin="github")
-        return Outcome(f"rerun of job {parent.id}", job.id, steps=steps)
+        job = rerun_job(session, settings, parent, configs=[], origin="github")
+        return Outcome(f"rerun of job {parent.id}", job.id)
     return Outcome(f"ignored: event {event}")
 
 
 def _start(
     session: Session, settings: Settings, project: Project, *, ref: str, sha: str, config_commit_sha: str | None = None
 ) -> Outcome:
-    job, steps = submit_job(
+    job = submit_job(
         session,
         settings,
         project,
@@ -237,7 +237,7 @@ def _start(
         github_repository=project.github_repository,
         config_commit_sha=config_commit_sha,
     )
-    return Outcome(f"job {job.id} for {sha[:12]}", job.id, steps=steps)
+    return Outcome(f"job {job.id} for {sha[:12]}", job.id)
 
 
 def _fork(session: Session, settings: Settings, project: Project, pull: PullRequestEvent, ref: str) -> Outcome:
@@ -251,7 +251,7 @@ def _fork(session: Session, settings: Settings, project: Project, pull: PullRequ
         outcome.outcome += f" (fork {fork}: the base branch's .lagtrace.yml)"
         return outcome
     # Recorded as a cancelled job so the check run on the pull request says why.
-    job, _ = submit_job(
+    job = submit_job(
         session,
         settings,
         project,
@@ -262,9 +262,9 @@ def _fork(session: Session, settings: Settings, project: Project, pull: PullRequ
         origin="github",
         github_repository=project.github_repository,
     )
-    steps = cancel_job(session, settings, job, "policy")
+    cancel_job(session, settings, job, "policy")
     job.error = (
         f"not run: pull request #{pull.pull_request.number} comes from the fork {fork}, and project "
         f"{project.name} does not run forks' code (lagtrace repo register --allow-forks)"
     )
-    return Outcome(f"fork {fork} not run", job.id, steps=steps)
+    return Outcome(f"fork {fork} not run", job.id)

@@ -2,7 +2,8 @@
 
 The broker-backed dispatcher lives in worker/ (Celery); this one runs steps in a
 background thread of `lagtrace serve` when no broker is configured (the embedded
-default). Both carry only ids: the database is the record.
+default). Both carry only ids: the database is the record. Nothing calls ``send`` but
+the outbox (services.jobs.outbox), once the transaction that recorded a step committed.
 """
 
 from __future__ import annotations
@@ -35,20 +36,10 @@ class Dispatcher(Protocol):
         """None when steps can be queued now; otherwise why not (for /readyz)."""
 
 
-def send_all(dispatcher: Dispatcher, steps: list[Step]) -> None:
-    """Send after commit. A send that fails leaves the task in the ledger, where the
-    reconciler finds it once its lease expires, so it is logged, not raised."""
-    for step in steps:
-        try:
-            dispatcher.send(step)
-        except Exception:
-            log.exception("could not queue %s for job %s; the reconciler will resend it", step.task_name, step.job_id)
-
-
 class InProcessDispatcher:
     """One background thread running steps in order: one measured run at a time."""
 
-    def __init__(self, run_step: Callable[[Step, Dispatcher], None]):
+    def __init__(self, run_step: Callable[[Step], None]):
         self._run_step = run_step
         self._queue: queue.Queue[Step | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="lagtrace-jobs", daemon=True)
@@ -70,7 +61,7 @@ class InProcessDispatcher:
     def _loop(self) -> None:
         while (step := self._queue.get()) is not None:
             try:
-                self._run_step(step, self)
+                self._run_step(step)
             except Exception:
                 # The step recorded its failure in the database; keep serving the others.
                 log.exception("step %s of job %s failed", step.task_name, step.job_id)

@@ -1,4 +1,8 @@
-"""Creating jobs and moving them through their states. Callers own the transaction."""
+"""A job's states and every change of them: create, run, finish, fail, cancel.
+
+queued -> running -> done | failed | cancelled. Callers own the transaction; a change
+that GitHub should hear about records its notify step (sent after commit).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,13 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.measure.configs import CpuConfig, parse_cpulist
-from services.models import Job, JobConfig, JobStatus, Project, utcnow
+from services.errors import Conflict
+from services.jobs.ledger import cancel_open_tasks, notify_step
+from services.measure.configs import CpuConfig
+from services.models import Job, JobConfig, JobStatus, JobTask, Project, TaskState, utcnow
+from services.settings import Settings
+
+FINISHED = (JobStatus.done, JobStatus.failed, JobStatus.cancelled)
 
 
 def get_or_create_project(session: Session, name: str) -> Project:
@@ -40,27 +49,21 @@ def create_job(
         source=source,
         command=list(command),
         executor=executor,
-        workdir=str(workdir) if workdir is not None else None,  # service jobs: one checkout per task
+        workdir=str(workdir) if workdir is not None else None,  # service jobs: one checkout per step
         repeat=repeat,
         timeout_s=timeout_s,
         notes=list(notes or []),
         probes=probes,
         stall_after_s=stall_after_s,
-        configs=[
-            JobConfig(position=i, label=c.label, cpus=c.cpus, cpuset=c.cpuset_text) for i, c in enumerate(configs)
-        ],
+        configs=config_rows(configs),
     )
     session.add(job)
     session.flush()
     return job
 
 
-def cpu_config(job_config: JobConfig) -> CpuConfig:
-    return CpuConfig(
-        label=job_config.label,
-        cpus=job_config.cpus,
-        cpuset=parse_cpulist(job_config.cpuset) if job_config.cpuset else None,
-    )
+def config_rows(configs: list[CpuConfig]) -> list[JobConfig]:
+    return [JobConfig(position=i, label=c.label, cpus=c.cpus, cpuset=c.cpuset_text) for i, c in enumerate(configs)]
 
 
 def mark_running(job: Job) -> None:
@@ -72,3 +75,33 @@ def mark_finished(job: Job, status: JobStatus, error: str | None = None) -> None
     job.status = status
     job.error = error
     job.finished_at = utcnow()
+
+
+def finish(session: Session, settings: Settings, job: Job) -> None:
+    """Done: the findings are stored; GitHub hears of it."""
+    mark_finished(job, JobStatus.done)
+    session.flush()
+    notify_step(session, job, settings)
+
+
+def fail_job(session: Session, settings: Settings, job: Job, task: JobTask | None, error: str) -> None:
+    """The job failed (``task`` failing it); its other open steps are dropped."""
+    if task is not None:
+        task.state = TaskState.failed
+        task.error = error
+    if job.status in FINISHED:
+        return
+    mark_finished(job, JobStatus.failed, error)
+    cancel_open_tasks(session, job, keep=task)
+    session.flush()
+    notify_step(session, job, settings)
+
+
+def cancel_job(session: Session, settings: Settings, job: Job, actor: str) -> None:
+    """Stop a job: queued steps are dropped, a running screen stops after its current run."""
+    if job.status in FINISHED:
+        raise Conflict(f"job {job.id} is already {job.status.value}")
+    mark_finished(job, JobStatus.cancelled, f"cancelled by {actor}")
+    cancel_open_tasks(session, job)
+    session.flush()
+    notify_step(session, job, settings)

@@ -10,16 +10,17 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.jobs import ledger
 from services.jobs.dispatch import NOTIFY, Step
-from services.jobs.steps import fail_job
-from services.jobs.submit import FINISHED, lease_from_now
+from services.jobs.lifecycle import FINISHED, fail_job
 from services.models import JobTask, TaskState, utcnow
 from services.settings import Settings
 
 
 def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -> list[Step]:
-    """Steps to send again. ``orphaned``: every unfinished step is (the embedded server
-    starting up is the only one that ever ran them, so none is in flight)."""
+    """Put due steps back in the ledger; they are sent when the caller commits (outbox).
+    Returns what will be resent. ``orphaned``: every unfinished step is due (the embedded
+    server starting up is the only one that ever ran them, so none is in flight)."""
     unfinished = JobTask.state.in_([TaskState.pending, TaskState.running])
     due = unfinished if orphaned else unfinished & (JobTask.lease_expires_at < utcnow())
     expired = session.scalars(
@@ -38,7 +39,7 @@ def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -
             # GitHub being unreachable is no reason to fail the measurement.
             task.state = TaskState.failed
         elif task.attempts >= settings.task_max_attempts:
-            steps += fail_job(
+            fail_job(
                 session,
                 settings,
                 job,
@@ -46,8 +47,6 @@ def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -
                 f"{task.name} was started {task.attempts} times and never finished (worker lost or killed); giving up",
             )
         else:
-            task.state = TaskState.pending
-            task.lease_expires_at = lease_from_now(settings)
-            steps.append(Step(task.step, task.job_id, task.name))
+            steps.append(ledger.resend(session, settings, task))
     session.flush()
     return steps

@@ -7,12 +7,24 @@ import statistics
 from typing import Any
 
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.jobs.report_schema import SCHEMA_ID, validated
+from services.measure import evidence as evidence_models
 from services.measure import hostload
+from services.measure.evidence import (
+    FaulthandlerContent,
+    GdbContent,
+    ProcIoContent,
+    PySpyDumpContent,
+    PySpyRecordContent,
+    PythonFrame,
+    StallContent,
+    StraceContent,
+)
 from services.measure.samples import collect
 from services.measure.stats import Summary
 from services.models import Job, RunKind
 
-SCHEMA = "lagtrace.report/v1"
+SCHEMA = SCHEMA_ID
 
 RUN_FIELDS = (
     "wall_s",
@@ -108,56 +120,58 @@ def build_report(job: Job) -> dict[str, Any]:
                 }
             )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
-    return {
-        "schema": SCHEMA,
-        "job": {
-            "id": job.id,
-            "project": job.project.name,
-            "status": job.status.value,
-            "created_at": job.created_at.isoformat(),
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-            "error": job.error,
-        },
-        "command": job.command,
-        "executor": job.executor,
-        "workdir": job.workdir,
-        "repeat": job.repeat,
-        "notes": notes,
-        "configs": configs,
-        "tests": tests,
-        "failed_runs": failed,
-        "evidence_runs": evidence_runs,
-        "evidence": [
-            {
-                "id": e.id,
-                "config": e.config.label if e.config else None,
-                "test": e.test_id,
-                "kind": e.kind,
-                "run": e.run_id,
-                "content": e.content,
-                "text": e.text,
-                "artifacts": e.artifacts,
-            }
-            for e in job.evidence
-        ],
-        "findings": [
-            {
-                "id": f.id,
-                "kind": f.kind,
-                "severity": f.severity,
-                "title": f.title,
-                "detail": f.detail,
-                "config": f.config_label,
-                "test": f.test_id,
-                "metrics": f.metrics,
-                "evidence": f.evidence_ids,
-                "fingerprint": f.fingerprint,
-                "status": f.status.value,
-                "regression": f.regression,
-            }
-            for f in findings
-        ],
-    }
+    return validated(
+        {
+            "schema": SCHEMA,
+            "job": {
+                "id": job.id,
+                "project": job.project.name,
+                "status": job.status.value,
+                "created_at": job.created_at.isoformat(),
+                "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+                "error": job.error,
+            },
+            "command": job.command,
+            "executor": job.executor,
+            "workdir": job.workdir,
+            "repeat": job.repeat,
+            "notes": notes,
+            "configs": configs,
+            "tests": tests,
+            "failed_runs": failed,
+            "evidence_runs": evidence_runs,
+            "evidence": [
+                {
+                    "id": e.id,
+                    "config": e.config.label if e.config else None,
+                    "test": e.test_id,
+                    "kind": e.kind,
+                    "run": e.run_id,
+                    "content": e.content,
+                    "text": e.text,
+                    "artifacts": e.artifacts,
+                }
+                for e in job.evidence
+            ],
+            "findings": [
+                {
+                    "id": f.id,
+                    "kind": f.kind,
+                    "severity": f.severity,
+                    "title": f.title,
+                    "detail": f.detail,
+                    "config": f.config_label,
+                    "test": f.test_id,
+                    "metrics": f.metrics,
+                    "evidence": f.evidence_ids,
+                    "fingerprint": f.fingerprint,
+                    "status": f.status.value,
+                    "regression": f.regression,
+                }
+                for f in findings
+            ],
+        }
+    )
 
 
 def _seconds(value: float | None) -> str:
@@ -271,80 +285,69 @@ FRAMES_SHOWN = 4
 SYSCALLS_SHOWN = 5
 
 
-def _frames(frames: list[dict]) -> str:
-    shown = [
-        f"{f['function']} ({str(f.get('file') or '?').rsplit('/', 1)[-1]}:{f.get('line')})"
-        for f in frames[:FRAMES_SHOWN]
-    ]
+def _frames(frames: list[PythonFrame]) -> str:
+    shown = [f"{f.function} ({f.file.rsplit('/', 1)[-1] or '?'}:{f.line})" for f in frames[:FRAMES_SHOWN]]
     more = f" < ... {len(frames) - FRAMES_SHOWN} more" if len(frames) > FRAMES_SHOWN else ""
     return " < ".join(shown) + more if shown else "(no Python frames)"
 
 
 def render_evidence(entry: dict[str, Any]) -> list[str]:
     """The key lines of one evidence entry: top syscalls, threads and frames at the stall."""
-    content = entry["content"]
+    content = evidence_models.parse(entry["kind"], entry["content"])
     where = entry["config"] or "-"
     if entry["test"]:
         where += f" [{entry['test']}]"
     head = f"  {entry['kind']} ({where})"
-    status = content.get("status", "ok")
-    if status != "ok":
-        return [f"{head}: {status}: {content.get('reason', '')}"]
-    kind = entry["kind"]
+    if not content.ok:
+        return [f"{head}: {content.status}: {content.reason or ''}"]
     lines: list[str] = []
-    if kind == "strace":
-        lines.append(f"{head}: {content['top']} holds {content['top_pct_time']:.1f} % of syscall time")
-        for row in content["syscalls"][:SYSCALLS_SHOWN]:
+    match content:
+        case StraceContent(syscalls=[*rows]) if rows:
+            lines.append(f"{head}: {content.top} holds {content.top_pct_time or 0:.1f} % of syscall time")
+            lines += [
+                f"      {row.pct_time:6.2f} %  {row.seconds:10.6f} s  {row.calls:9d} calls  "
+                f"{row.errors:7d} errors  {row.name}"
+                for row in rows[:SYSCALLS_SHOWN]
+            ]
+        case StallContent():
             lines.append(
-                f"      {row['pct_time']:6.2f} %  {row['seconds']:10.6f} s  {row['calls']:9d} calls  "
-                f"{row['errors']:7d} errors  {row['name']}"
+                f"{head}: snapshot at {content.elapsed_s or 0:.2f} s (threshold {content.stall_after_s or 0:.2f} s), "
+                f"run ended after {content.wall_s or 0:.2f} s{' (timed out)' if content.timed_out else ''}"
             )
-    elif kind == "stall":
-        lines.append(
-            f"{head}: snapshot at {content['elapsed_s']:.2f} s (threshold {content['stall_after_s']:.2f} s), "
-            f"run ended after {content['wall_s']:.2f} s{' (timed out)' if content['timed_out'] else ''}"
-        )
-    elif kind == "pyspy_dump":
-        lines.append(
-            f"{head}: {len(content['threads'])} threads at {content.get('elapsed_s', 0):.2f} s "
-            f"({content.get('phase', 'stall')})"
-        )
-        for thread in content["threads"]:
+        case PySpyDumpContent(threads=[*threads]):
             lines.append(
-                f'      {thread["id"]} "{thread["name"] or ""}" {thread["state"]}: {_frames(thread["frames"])}'
+                f"{head}: {len(threads)} threads at {content.elapsed_s or 0:.2f} s ({content.phase or 'stall'})"
             )
-    elif kind == "gdb":
-        lines.append(
-            f"{head}: {len(content['threads'])} threads, {content['waiting_for_gil']} waiting for the GIL "
-            f"(read by {content['reader']})"
-        )
-        if content.get("py_bt"):
-            lines.append(f"      note: {content['py_bt']}")
-        for thread in content["threads"]:
-            flag = " [Waiting for the GIL]" if thread["waiting_for_gil"] else ""
-            lines.append(f"      thread {thread['id']} (LWP {thread['lwp']}){flag}: {_frames(thread['frames'])}")
-    elif kind == "faulthandler":
-        lines.append(f"{head}: {len(content['threads'])} threads at the {content['trigger']}")
-        for thread in content["threads"]:
+            lines += [f'      {t.id} "{t.name or ""}" {t.state}: {_frames(t.frames)}' for t in threads]
+        case GdbContent(threads=[*threads]):
             lines.append(
-                f"      {'current ' if thread['current'] else ''}thread {thread['id']}: {_frames(thread['frames'])}"
+                f"{head}: {len(threads)} threads, {content.waiting_for_gil} waiting for the GIL "
+                f"(read by {content.reader})"
             )
-    elif kind == "proc_io":
-        counters = content["counters"]
-        per_read = content.get("bytes_per_read_syscall")
-        lines.append(
-            f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
-            + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
-            + f" (at {content['elapsed_s']:.2f} s, {content['phase']})"
-        )
-    elif kind == "pyspy":
-        lines.append(f"{head}: {content['samples']} samples at {content['rate_hz']} Hz, idle threads included")
-        for thread in content["threads"][:4]:
-            top = thread["top_frames"][0] if thread["top_frames"] else None
-            if top:
-                lines.append(f"      {thread['name']}: {top['pct']:.0f} % in {top['frame']}")
-    else:
-        lines.append(head)
+            if content.py_bt:
+                lines.append(f"      note: {content.py_bt}")
+            for thread in threads:
+                flag = " [Waiting for the GIL]" if thread.waiting_for_gil else ""
+                lines.append(f"      thread {thread.id} (LWP {thread.lwp}){flag}: {_frames(thread.frames)}")
+        case FaulthandlerContent(threads=[*threads]):
+            lines.append(f"{head}: {len(threads)} threads at the {content.trigger}")
+            lines += [f"      {'current ' if t.current else ''}thread {t.id}: {_frames(t.frames)}" for t in threads]
+        case ProcIoContent(counters=dict() as counters):
+            per_read = content.bytes_per_read_syscall
+            lines.append(
+                f"{head}: {counters.get('syscr', 0)} read syscalls, {counters.get('rchar', 0)} bytes"
+                + (f" = {per_read:.1f} bytes per read" if per_read is not None else "")
+                + f" (at {content.elapsed_s or 0:.2f} s, {content.phase})"
+            )
+        case PySpyRecordContent(threads=[*threads]):
+            lines.append(f"{head}: {content.samples} samples at {content.rate_hz} Hz, idle threads included")
+            lines += [
+                f"      {t.name}: {t.top_frames[0].pct:.0f} % in {t.top_frames[0].frame}"
+                for t in threads[:4]
+                if t.top_frames
+            ]
+        case _:
+            lines.append(head)
     for artifact in entry["artifacts"]:
         if artifact.get("key"):
             lines.append(

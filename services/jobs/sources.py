@@ -351,5 +351,10 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(f"{field_path(error['loc'])}: {error['msg']}" for error in exc.errors())
 
 
+def validation_problems(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
+    """pydantic's errors as {field, message} pairs, as the API's error body and the pages show them."""
+    return [{"field": prefix + field_path(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+
+
 def field_path(loc: tuple) -> str:
     return ".".join(str(part) for part in loc) or "(body)"

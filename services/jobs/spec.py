@@ -2,7 +2,7 @@
 
 Field-level checks live here (pydantic names the field in its message); checks that
 need the executor (CPUs that exist, quotas that can be enforced, the program on PATH)
-come later in services.jobs.pipeline.plan_job.
+come later in services.jobs.engine.plan_job.
 """
 
 from __future__ import annotations
@@ -98,6 +98,15 @@ class JobSpec(BaseModel):
         if not value[0].strip():
             raise ValueError("the program (first item) is empty")
         return value
+
+
+class RerunSpec(BaseModel):
+    """Another run of a job's code, under other configurations (API body and dashboard form)."""
+
+    model_config = ConfigDict(extra="forbid")
+    configs: list[Spec] = Field(min_length=1, max_length=32, description="The configurations to run this time.")
+    repeat: int | None = Field(None, ge=1, le=MAX_REPEAT)
+    timeout_s: float | None = Field(None, gt=0, le=86400)
 
 
 class RepositoryConfig(JobSpec):

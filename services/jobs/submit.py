@@ -1,12 +1,11 @@
-"""Service jobs: submit, rerun, cancel, and what the API shows of them.
+"""Service jobs: submit, rerun, and what the API shows of them.
 
-Functions take the Session first and do not commit; they return the Steps to send
-once the caller has committed (services.jobs.dispatch.send_all).
+Functions take the Session first and do not commit; the steps they record are sent
+once the caller commits (services.jobs.outbox).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 from typing import Any
 
@@ -14,14 +13,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs.dispatch import NOTIFY, PREPARE, Step
-from services.jobs.lifecycle import create_job, mark_finished
+from services.jobs.dispatch import PREPARE, SCREEN
+from services.jobs.ledger import add_task
+from services.jobs.lifecycle import FINISHED, create_job
 from services.jobs.report import build_report
 from services.jobs.sources import check_archive, check_ref, check_repository_url
 from services.jobs.spec import MAX_CPU, JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
-from services.measure.drill import narrow_to_test
 from services.measure.executors import EXECUTORS
+from services.measure.pytest_command import narrow_to_test
 from services.models import (
     Job,
     JobConfig,
@@ -33,45 +33,8 @@ from services.models import (
     RunKind,
     TaskState,
     TestResult,
-    utcnow,
 )
 from services.settings import Settings
-
-FINISHED = (JobStatus.done, JobStatus.failed, JobStatus.cancelled)
-
-
-def add_task(
-    session: Session, job: Job, settings: Settings, kind: str, name: str | None = None, config_id: int | None = None
-) -> Step:
-    """Record a pending step in the ledger; the message carrying it is sent after commit."""
-    name = name or kind
-    session.add(
-        JobTask(
-            job_id=job.id,
-            config_id=config_id,
-            step=kind,
-            name=name,
-            state=TaskState.pending,
-            lease_expires_at=lease_from_now(settings),
-        )
-    )
-    session.flush()
-    return Step(kind, job.id, name)
-
-
-def lease_from_now(settings: Settings) -> dt.datetime:
-    return utcnow() + dt.timedelta(seconds=settings.lease_s)
-
-
-def notify_step(session: Session, job: Job, settings: Settings) -> list[Step]:
-    """Report the job's current state to GitHub, once per state, if it came from there."""
-    source = session.get(JobSource, job.id)
-    if source is None or not source.github_repository:
-        return []
-    name = f"{NOTIFY}:{job.status.value}"
-    if session.scalar(select(JobTask).where(JobTask.job_id == job.id, JobTask.name == name)):
-        return []
-    return [add_task(session, job, settings, NOTIFY, name)]
 
 
 def _check_spec(spec: JobSpec) -> list[CpuConfig]:
@@ -96,7 +59,7 @@ def submit_job(
     origin: str = "api",
     github_repository: str | None = None,
     config_commit_sha: str | None = None,
-) -> tuple[Job, list[Step]]:
+) -> Job:
     """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
     (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config)."""
     if (repository_url is None) == (archive is None):
@@ -105,7 +68,7 @@ def submit_job(
         check_repository_url(repository_url, settings)
         if ref is not None:
             check_ref(ref)
-    else:
+    elif archive is not None:
         check_archive(archive, settings)
     configs = _check_spec(spec) if spec else []
     if spec is not None:
@@ -139,7 +102,8 @@ def submit_job(
         )
     )
     session.flush()
-    return job, [add_task(session, job, settings, PREPARE)]
+    add_task(session, job, settings, PREPARE)
+    return job
 
 
 def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[str]:
@@ -155,17 +119,8 @@ def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[s
     )
     if not ran:
         raise BadInput(f"test: {test_id!r} did not run in job {parent.id}")
-    node_path = test_id.split("::", 1)[0]
-    # The rerun is planned before its checkout exists, so test paths are told apart by
-    # name: the node's own file, a directory holding it, or any other test module.
-    return narrow_to_test(
-        parent.command,
-        test_id,
-        None,
-        is_test_path=lambda path: (
-            path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")
-        ),
-    )
+    # The rerun is planned before its checkout exists.
+    return narrow_to_test(parent.command, test_id, None)
 
 
 def rerun_job(
@@ -178,7 +133,7 @@ def rerun_job(
     timeout_s: float | None = None,
     origin: str = "api",
     test_id: str | None = None,
-) -> tuple[Job, list[Step]]:
+) -> Job:
     """A new job on the parent's code (its resolved commit) under other configurations,
     for the whole command or (``test_id``) one of its tests."""
     source = session.get(JobSource, parent.id)
@@ -226,20 +181,8 @@ def rerun_job(
         )
     )
     session.flush()
-    return job, [add_task(session, job, settings, PREPARE)]
-
-
-def cancel_job(session: Session, settings: Settings, job: Job, actor: str) -> list[Step]:
-    """Stop a job: queued steps are dropped, a running screen stops after its current run."""
-    if job.status in FINISHED:
-        raise Conflict(f"job {job.id} is already {job.status.value}")
-    mark_finished(job, JobStatus.cancelled, f"cancelled by {actor}")
-    for task in session.scalars(
-        select(JobTask).where(JobTask.job_id == job.id, JobTask.state.in_([TaskState.pending, TaskState.running]))
-    ):
-        task.state = TaskState.cancelled
-    session.flush()
-    return notify_step(session, job, settings)
+    add_task(session, job, settings, PREPARE)
+    return job
 
 
 def get_job(session: Session, project: Project, job_id: int) -> Job:
@@ -261,10 +204,10 @@ def list_jobs(
 
 
 def progress(session: Session, job: Job) -> dict[str, Any]:
-    tasks = {
-        task.config_id: task
-        for task in session.scalars(select(JobTask).where(JobTask.job_id == job.id, JobTask.config_id.is_not(None)))
-    }
+    # One screen step measures every configuration: its state and worker are theirs.
+    screen = session.scalar(
+        select(JobTask).where(JobTask.job_id == job.id, JobTask.step == SCREEN).order_by(JobTask.id.desc()).limit(1)
+    )
     prepare = session.scalar(select(JobTask.state).where(JobTask.job_id == job.id, JobTask.name == PREPARE))
     done_runs = dict(
         session.execute(
@@ -277,8 +220,8 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         {
             "label": c.label,
             "runs": done_runs.get(c.id, 0),
-            "state": tasks[c.id].state.value if c.id in tasks else None,
-            "worker": tasks[c.id].worker if c.id in tasks else None,
+            "state": screen.state.value if screen else None,
+            "worker": screen.worker if screen else None,
         }
         for c in job.configs
     ]
@@ -288,7 +231,7 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         phase = job.status.value
     elif job.status is JobStatus.queued:
         phase = "preparing" if prepare is TaskState.running else "queued"
-    elif all(c["state"] == TaskState.done.value for c in configs):
+    elif screen is not None and screen.state is TaskState.done:
         phase = "diagnosing"
     else:
         phase = "screening"

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from services.errors import BadInput
+
+if TYPE_CHECKING:
+    from services.models import JobConfig
 
 KEYS = ("cpus", "cpuset")
 
@@ -131,3 +135,22 @@ def default_matrix(available_cpus: tuple[int, ...], quota_supported: bool) -> li
     if quota_supported:
         configs.append(CpuConfig(label="cpus=0.5", cpus=0.5))
     return configs
+
+
+def cpu_config(job_config: JobConfig) -> CpuConfig:
+    """The stored configuration row as the executors take it."""
+    return CpuConfig(
+        label=job_config.label,
+        cpus=job_config.cpus,
+        cpuset=parse_cpulist(job_config.cpuset) if job_config.cpuset else None,
+    )
+
+
+def cpus_touched(configs: list[CpuConfig]) -> tuple[int, ...] | None:
+    """The CPUs runs in ``configs`` may use: the union of their cpusets, None (all) if one is unpinned."""
+    cpus: set[int] = set()
+    for config in configs:
+        if config.cpuset is None:
+            return None
+        cpus.update(config.cpuset)
+    return tuple(sorted(cpus))

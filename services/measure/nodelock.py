@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 from services.settings import Settings
@@ -30,12 +30,20 @@ def lock_names(settings: Settings, cpuset: tuple[int, ...] | None) -> list[str]:
 
 
 @contextmanager
-def measurement_slot(settings: Settings, cpuset: tuple[int, ...] | None) -> Iterator[None]:
+def measurement_slot(
+    settings: Settings, cpuset: tuple[int, ...] | None, waiting: Callable[[str], None] = lambda message: None
+) -> Iterator[None]:
+    """Hold the node (or, packing, the CPUs of ``cpuset``); ``waiting`` hears when another holds it."""
     directory = settings.work_dir / "locks"
     directory.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         for name in lock_names(settings, cpuset):
-            handle = stack.enter_context(open(directory / f"{name}.lock", "a"))
-            # Blocks in the kernel until the holder's process releases it or dies.
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            path = directory / f"{name}.lock"
+            handle = stack.enter_context(open(path, "a"))
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                waiting(f"waiting for another measurement on this node to finish ({path})")
+                # Blocks in the kernel until the holder's process releases it or dies.
+                fcntl.flock(handle, fcntl.LOCK_EX)
         yield

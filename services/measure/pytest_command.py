@@ -1,14 +1,39 @@
-"""Per-test durations: make a pytest command write JUnit XML, then read it back."""
+"""Everything lagtrace knows about pytest: spotting a pytest command, making it write
+JUnit XML and reading the per-test durations back, node ids, narrowing to one test."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped
 
 JUNIT_FILE = "junit.xml"
+
+# pytest options whose value is a path: the value must stay when the command's own test
+# paths are swapped for one node id.
+_PATH_OPTIONS = {
+    "-c",
+    "--rootdir",
+    "--confcutdir",
+    "--basetemp",
+    "--ignore",
+    "--ignore-glob",
+    "--deselect",
+    "-p",
+    "--junitxml",
+    "--junit-xml",
+    "--log-file",
+    "--cov",
+    "--cov-config",
+    "-o",
+    "--override-ini",
+    "--import-mode",
+    "-k",
+    "-m",
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +62,43 @@ def with_junit(command: list[str], junit_path: str) -> list[str]:
     pytest node id that a rerun of one test needs.
     """
     return [*command, f"--junitxml={junit_path}", "-o", "junit_family=xunit1"]
+
+
+def narrow_to_test(
+    command: list[str], node_id: str, workdir: Path | None, is_test_path: Callable[[str], bool] | None = None
+) -> list[str]:
+    """The pytest command with its test paths replaced by one node id.
+
+    pytest runs the union of its positional paths, so appending the node id alone would
+    still run everything: existing paths among the arguments (not values of path
+    options) are dropped first. Without a checkout (``workdir`` None: a rerun is planned
+    before its code is fetched) paths are told apart by name: the node's own file, a
+    directory holding it, or any other test module; ``is_test_path`` overrides both.
+    """
+    if is_test_path is None:
+        is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
+    kept: list[str] = []
+    previous = ""
+    for argument in command:
+        is_value = previous in _PATH_OPTIONS
+        path_part = argument.split("::", 1)[0]
+        if kept and not argument.startswith("-") and not is_value and is_test_path(path_part):
+            previous = argument
+            continue
+        kept.append(argument)
+        previous = argument
+    return [*kept, node_id]
+
+
+def _exists_in(workdir: Path) -> Callable[[str], bool]:
+    return lambda path: (workdir / path).exists()
+
+
+def _named_like_a_test_path(node_id: str) -> Callable[[str], bool]:
+    node_path = node_id.split("::", 1)[0]
+    return lambda path: (
+        path.endswith(".py") or path.rstrip("/") in (".", "") or node_path.startswith(path.rstrip("/") + "/")
+    )
 
 
 def parse(path: Path) -> list[TestCase]:

@@ -14,13 +14,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from services.jobs.lifecycle import cpu_config
 from services.measure import hostload
-from services.measure import pytest_command as junit
-from services.measure.executors.base import Executor, RunRequest, RunResult
+from services.measure.executors.base import Executor, RunResult
+from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import median_interval, pair_settled
-from services.models import Job, JobConfig, Run, RunKind, TestResult
+from services.models import Job, JobConfig, RunKind
 from services.thresholds import Thresholds
 
 Progress = Callable[[str], None]
@@ -32,43 +31,35 @@ def screen(
     executor: Executor,
     thresholds: Thresholds,
     *,
+    workdir: Path,
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
-    configs: list[JobConfig] | None = None,
-    workdir: Path | None = None,
 ) -> None:
-    """Run the timing screen for ``job``, storing every run as it finishes.
+    """Run the timing screen for all of ``job``'s configurations, storing every run as it finishes.
 
-    ``checkpoint`` is called after each stored run; the CLI passes ``session.commit``
-    so that a killed lagtrace loses at most the run in flight. A service worker screens
-    one configuration (``configs``) in its own checkout (``workdir``); early stopping
-    then compares with whatever the other configurations have stored so far.
+    ``checkpoint`` is called after each stored run: the caller commits there, so a
+    killed lagtrace loses at most the run in flight (and a cancelled job stops).
     """
-    pytest_command = junit.is_pytest(job.command)
-    active = list(configs if configs is not None else job.configs)
+    active = list(job.configs)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
     try:
         for repetition in range(1, job.repeat + 1):
             for job_config in active:
                 run_dir = scratch / f"{job_config.position}-{repetition}"
                 run_dir.mkdir()
-                command = list(job.command)
-                if pytest_command:
-                    command = junit.with_junit(command, executor.visible_path(run_dir / junit.JUNIT_FILE))
-                result = executor.run(
-                    RunRequest(
-                        command=command,
-                        workdir=workdir or Path(job.workdir or "."),
-                        config=cpu_config(job_config),
-                        run_dir=run_dir,
-                        timeout_s=job.timeout_s,
-                        job_id=job.id,
-                    )
+                measured = run_once(
+                    session,
+                    executor,
+                    job_config,
+                    command=job.command,
+                    workdir=workdir,
+                    run_dir=run_dir,
+                    timeout_s=job.timeout_s,
+                    kind=RunKind.timing,
+                    repetition=repetition,
                 )
-                cases = junit.parse(run_dir / junit.JUNIT_FILE) if pytest_command else []
-                store_run(session, job_config, RunKind.timing, repetition, result, cases)
                 checkpoint()
-                progress(_progress_line(job_config, repetition, job.repeat, result, len(cases)))
+                progress(_progress_line(job_config, repetition, job.repeat, measured.result, len(measured.cases)))
             if repetition >= thresholds.min_repetitions and repetition < job.repeat:
                 samples = collect(job)
                 still = [c for c in active if not _settled(c.label, samples, thresholds)]
@@ -80,46 +71,6 @@ def screen(
                     break
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def store_run(
-    session: Session,
-    job_config: JobConfig,
-    kind: RunKind,
-    repetition: int,
-    result: RunResult,
-    cases,
-    *,
-    probe: str | None = None,
-    test_id: str | None = None,
-) -> Run:
-    """Store one run (timing, or evidence with the probe and test it ran) with its test cases."""
-    run = Run(
-        config=job_config,
-        kind=kind,
-        probe=probe,
-        test_id=test_id,
-        repetition=repetition,
-        wall_s=result.wall_s,
-        user_s=result.user_s,
-        sys_s=result.sys_s,
-        max_rss_kb=result.max_rss_kb,
-        voluntary_ctx_switches=result.voluntary_ctx_switches,
-        involuntary_ctx_switches=result.involuntary_ctx_switches,
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        nr_periods=result.nr_periods,
-        nr_throttled=result.nr_throttled,
-        throttled_s=result.throttled_s,
-        output_tail=result.output_tail,
-        foreign_cpus=result.foreign_cpus,
-        read_syscalls=result.read_syscalls,
-        read_bytes=result.read_bytes,
-        test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
-    )
-    session.add(run)
-    session.flush()
-    return run
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:

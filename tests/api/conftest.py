@@ -13,7 +13,6 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api import create_app
 from services.accounts.tokens import create_token
 from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
@@ -79,9 +78,7 @@ def build_api(
         public_url="http://lagtrace.test",
         **overrides,
     )
-    app, engine, session_factory, dispatcher = in_process_service(
-        settings, create_app, run_jobs=run_jobs, migrated=migrated
-    )
+    app, engine, session_factory, dispatcher = in_process_service(settings, run_jobs=run_jobs, migrated=migrated)
     with session_factory() as session:
         token = create_token(session, "demo", "alice")
         session.commit()

@@ -21,13 +21,13 @@ import uuid
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
+from cli.wsgi import create_app
 from services import migrate
 from services.accounts.users import create_user
 from services.db import make_engine
 from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
 from tests.bench.seed_dashboard import seed
-from web import create_combined_app
 
 TARGET_S = 0.300
 PASSWORD = "bench-password"
@@ -81,7 +81,7 @@ def main() -> int:
             project = connection.exec_driver_sql("SELECT id FROM projects ORDER BY id LIMIT 1").scalar()
             deep = connection.exec_driver_sql("SELECT max(id) - 5000 FROM jobs").scalar()
         print(f"seeded {counts} in {time.perf_counter() - started:.1f} s")
-        app = create_combined_app(settings, InProcessDispatcher(lambda step, own: None), engine)
+        app = create_app(settings, InProcessDispatcher(lambda step: None), engine)
         client = app.test_client()
         token = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/sign-in").get_data(as_text=True))[1]
         assert (

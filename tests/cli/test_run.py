@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import subprocess
 import sys
+import time
 
+import jsonschema
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from services.jobs.report_schema import SCHEMA_FILE
 from services.models import Job
-from tests.conftest import EXAMPLES, PYTHON, run_cli
+from tests.conftest import EXAMPLES, PYTHON, REPO, run_cli
 
 HANDOFF = [PYTHON, str(EXAMPLES / "handoff.py")]
 STEADY = [PYTHON, str(EXAMPLES / "steady.py")]
@@ -38,6 +45,8 @@ def test_core_count_sensitive_program_is_flagged_and_stored(database_url, tmp_pa
     report = result.report(out)
 
     assert report["schema"] == "lagtrace.report/v1"
+    # The published JSON Schema is the contract a client reads: the report must satisfy it.
+    jsonschema.validate(report, json.loads(SCHEMA_FILE.read_text()))
     assert report["command"] == HANDOFF and report["executor"] == "local"
     assert [c["label"] for c in report["configs"]] == ["cpuset=0", "cpuset=0-1"]
     for config in report["configs"]:
@@ -176,3 +185,32 @@ def test_bad_input_exits_2_with_a_message_and_stores_nothing(sqlite_url, args, m
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr
     assert jobs_stored(sqlite_url) == 0
+
+
+def test_run_waits_for_the_node_lock_and_says_so(sqlite_url, tmp_path):
+    """`lagtrace run` holds the same node lock as a service worker: while another
+    measurement holds it, nothing is run."""
+    work_dir = tmp_path / "work"
+    (work_dir / "locks").mkdir(parents=True)
+    out = tmp_path / "out.json"
+    with open(work_dir / "locks" / "node.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        options = ["--executor", "local", "--config", "cpuset=0", "--repeat", "1", "--evidence", "none"]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "run", *options, "--json", str(out), "--", *STEADY],
+            cwd=REPO,
+            env={**os.environ, "LAGTRACE_DATABASE_URL": sqlite_url, "LAGTRACE_WORK_DIR": str(work_dir)},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        said = ""
+        while "waiting for another measurement" not in said:
+            line = process.stderr.readline()
+            assert line, f"lagtrace run ended without waiting: {said}"
+            said += line
+        time.sleep(0.5)
+        assert process.poll() is None and not out.exists()
+        assert "run 1/1" not in said
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 0, said + rest
+    assert "cpuset=0: run 1/1" in rest

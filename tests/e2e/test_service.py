@@ -327,19 +327,20 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert [c["label"] for c in child["comparison"]["configs"]] == ["cpuset=0", "cpuset=0-1"]
 
 
-# Each run records when it started and ended; the configurations' runs are then checked
-# for overlap.
+# Each run stamps its job, the CPUs it was pinned to (its configuration), and when it
+# started and ended; the runs are then checked for order and overlap.
 STAMP = (
-    "import sys, time; started = time.time(); time.sleep(0.3); "
-    "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {started} {time.time()}\\n')"
+    "import os, sys, time; started = time.time(); time.sleep(0.3); "
+    "cpus = ','.join(map(str, sorted(os.sched_getaffinity(0)))); "
+    "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {cpus} {started} {time.time()}\\n')"
 )
 
 
-def stamped_job(stack: Stack, url: str, stamps: Path, configs: list[str]) -> dict:
+def submit_stamped(stack: Stack, url: str, stamps: Path, tag: str, configs: list[str]) -> int:
     # Local executor: the runs write their stamps to a host file a container could not reach.
     body = {
         "repository": {"url": url},
-        "command": ["python3", "-c", STAMP, str(stamps), "run"],
+        "command": ["python3", "-c", STAMP, str(stamps), tag],
         "configs": configs,
         "repeat": 3,
         "evidence": [],
@@ -347,19 +348,34 @@ def stamped_job(stack: Stack, url: str, stamps: Path, configs: list[str]) -> dic
     }
     status, job = stack.request("POST", "/api/v1/jobs", json.dumps(body).encode(), {"Content-Type": "application/json"})
     assert status == 201, job
-    return stack.wait(job["id"])
+    return job["id"]
 
 
-def intervals(stamps: Path) -> list[tuple[float, float]]:
-    return [(float(start), float(end)) for _, start, end in (line.split() for line in stamps.read_text().splitlines())]
+def stamped_runs(stamps: Path) -> list[tuple[str, str, float, float]]:
+    """(job tag, CPUs, start, end) in the order the runs started."""
+    runs = [
+        (tag, cpus, float(start), float(end))
+        for tag, cpus, start, end in map(str.split, stamps.read_text().splitlines())
+    ]
+    return sorted(runs, key=lambda run: run[2])
 
 
 def overlapping(spans: list[tuple[float, float]]) -> int:
     return sum(1 for i, a in enumerate(spans) for b in spans[i + 1 :] if a[0] < b[1] and b[0] < a[1])
 
 
-@pytest.mark.parametrize("packing", [False, True], ids=["one-run-per-node", "packed-on-disjoint-cores"])
-def test_configurations_go_to_different_workers_and_share_a_node_only_when_packing(
+def test_a_celery_worker_screens_a_job_interleaved_on_one_node(stack, repository, tmp_path):
+    stamps = tmp_path / "stamps"
+    job = stack.wait(submit_stamped(stack, repository[0], stamps, "a", ["cpuset=0", "cpuset=1"]))
+    assert job["status"] == "done", job["error"]
+    workers = {config["worker"] for config in job["progress"]["configs"]}
+    assert len(workers) == 1, job["progress"]  # one screen step, one node, for every configuration
+    # Round-robin over the configurations, as `lagtrace run` does.
+    assert [cpus for _, cpus, _, _ in stamped_runs(stamps)] == ["0", "1"] * 3
+
+
+@pytest.mark.parametrize("packing", [False, True], ids=["one-screen-per-node", "packed-on-disjoint-cores"])
+def test_two_jobs_share_a_node_only_when_packing_on_disjoint_cores(
     postgres_server_url, redis_url, tmp_path, repository, packing
 ):
     options = {"LAGTRACE_PACK_DISJOINT_CORES": "true"} if packing else {}
@@ -367,14 +383,20 @@ def test_configurations_go_to_different_workers_and_share_a_node_only_when_packi
     options["LAGTRACE_ALLOWED_EXECUTORS"] = "docker,local"
     with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=2, **options) as two_workers:
         stamps = tmp_path / "stamps"
-        job = stamped_job(two_workers, repository[0], stamps, ["cpuset=0", "cpuset=1"])
-    assert job["status"] == "done", job["error"]
-    workers = {config["worker"] for config in job["progress"]["configs"]}
-    assert len(workers) == 2, job["progress"]  # one configuration on each worker
-    spans = intervals(stamps)
-    assert len(spans) == 6
-    packing_noted = any("PACK_DISJOINT_CORES" in note for note in job["report"]["notes"])
+        ids = [
+            submit_stamped(two_workers, repository[0], stamps, tag, [config])
+            for tag, config in (("a", "cpuset=0"), ("b", "cpuset=1"))
+        ]
+        jobs = [two_workers.wait(job_id) for job_id in ids]
+    for job in jobs:
+        assert job["status"] == "done", job["error"]
+    runs = stamped_runs(stamps)
+    assert len(runs) == 6
+    spans = {tag: [(start, end) for t, _, start, end in runs if t == tag] for tag in ("a", "b")}
+    across = overlapping(spans["a"] + spans["b"]) - overlapping(spans["a"]) - overlapping(spans["b"])
+    assert overlapping(spans["a"]) == 0 and overlapping(spans["b"]) == 0  # a job's own runs never overlap
+    packing_noted = all(any("PACK_DISJOINT_CORES" in note for note in job["report"]["notes"]) for job in jobs)
     if packing:
-        assert overlapping(spans) > 0 and packing_noted
+        assert across > 0 and packing_noted
     else:
-        assert overlapping(spans) == 0 and not packing_noted
+        assert across == 0 and not packing_noted

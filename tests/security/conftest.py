@@ -22,7 +22,6 @@ from services.measure.executors.docker import unavailable_reason
 from services.settings import Settings
 from tests.conftest import require
 from tests.service_support import SECRET, GitHubServer, delivery_headers, in_process_service
-from web import create_combined_app
 
 PASSWORD = "correct horse battery"
 # Values of the worker's secrets that must never appear in anything a job can see.
@@ -113,9 +112,7 @@ def build_service(
         "public_url": "http://lagtrace.test",
     }
     settings = Settings(**{**defaults, **overrides})
-    app, engine, session_factory, dispatcher = in_process_service(
-        settings, create_combined_app, run_jobs=run_jobs, migrated=True
-    )
+    app, engine, session_factory, dispatcher = in_process_service(settings, run_jobs=run_jobs, migrated=True)
     with session_factory() as session:
         token = create_token(session, "octo/demo", "mallory")
         session.commit()

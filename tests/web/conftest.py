@@ -15,7 +15,6 @@ from services.accounts.users import create_user
 from services.jobs.dispatch import InProcessDispatcher
 from services.settings import Settings
 from tests.service_support import in_process_service
-from web import create_combined_app
 
 PASSWORD = "correct horse battery"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -61,9 +60,7 @@ def build_dashboard(database_url: str, tmp_path: Path, *, run_jobs: bool, migrat
         allow_file_repositories=True,
         secret_key="test-secret-key",
     )
-    app, engine, session_factory, dispatcher = in_process_service(
-        settings, create_combined_app, run_jobs=run_jobs, migrated=migrated
-    )
+    app, engine, session_factory, dispatcher = in_process_service(settings, run_jobs=run_jobs, migrated=migrated)
     made = Dashboard(app.test_client(), settings, session_factory, dispatcher)
     made.engine = engine
     return made

@@ -1,4 +1,4 @@
-"""A finished hand-off job as the pipeline stores it: runs per configuration, per-test
+"""A finished hand-off job as the engine stores it: runs per configuration, per-test
 durations, evidence as the probes parse it (strace -c, gdb py-bt, py-spy dump and record
 with its flame graph in the artifact store, faulthandler) and findings citing it."""
 
@@ -232,7 +232,11 @@ def store_handoff_job(
             "idle_included": True,
             "samples": 3,
             "threads": [
-                {"name": "MainThread", "samples": 3, "top_frames": [{"frame": "call_soon_threadsafe", "pct": 66.7}]}
+                {
+                    "name": "MainThread",
+                    "samples": 3,
+                    "top_frames": [{"frame": "call_soon_threadsafe", "samples": 2, "pct": 66.7}],
+                }
             ],
         },
         artifacts=[svg.as_dict()],

@@ -13,17 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, content_model
 from services.measure.executors.base import Executor, ProcessHandle, RunResult, RunWatcher, ToolResult
 from services.measure.probes.stall import StopBeforeTimeout
 
-# Statuses an evidence entry's content carries, so the report and the rules can tell
-# "nothing to see" from "could not look".
-OK = "ok"
-UNAVAILABLE = "unavailable"  # the tool is missing, or lacks what it needs (py-bt)
-DENIED = "denied"  # ptrace (or reading /proc) not permitted
-FAILED = "failed"  # the tool ran and failed for another reason
-NO_STALL = "no_stall"  # the run ended before the stall threshold: nothing to snapshot
-ENDED = "ended"  # the process exited while the tool was attaching to it
+OK = EvidenceStatus.ok
+UNAVAILABLE = EvidenceStatus.unavailable
+DENIED = EvidenceStatus.denied
+FAILED = EvidenceStatus.failed
+NO_STALL = EvidenceStatus.no_stall
+ENDED = EvidenceStatus.ended
 
 # What gdb/gcore print when the process is gone: checked before the denial markers,
 # since "ptrace: No such process." would otherwise read as a denial.
@@ -43,21 +42,21 @@ class ArtifactFile:
 
 @dataclass
 class EvidenceDraft:
-    kind: str
-    content: dict[str, Any]
+    kind: EvidenceKind
+    content: EvidenceContent
     text: str | None = None
     files: list[ArtifactFile] = field(default_factory=list)
 
     @property
-    def status(self) -> str:
-        return self.content.get("status", OK)
+    def status(self) -> EvidenceStatus:
+        return self.content.status
 
 
-def unavailable(kind: str, reason: str, status: str = UNAVAILABLE, **extra: Any) -> EvidenceDraft:
-    return EvidenceDraft(kind=kind, content={"status": status, "reason": reason, **extra})
+def unavailable(kind: EvidenceKind, reason: str, status: EvidenceStatus = UNAVAILABLE, **extra: Any) -> EvidenceDraft:
+    return EvidenceDraft(kind=kind, content=content_model(kind)(status=status, reason=reason, **extra))
 
 
-def tool_failure(kind: str, tool: str, result: ToolResult, **extra: Any) -> EvidenceDraft:
+def tool_failure(kind: EvidenceKind, tool: str, result: ToolResult, **extra: Any) -> EvidenceDraft:
     """Evidence saying a tool ran but failed, telling a ptrace denial apart from other errors."""
     output = (result.stderr or "") + (result.stdout or "")
     if any(marker in output for marker in PROCESS_GONE_MARKERS):
@@ -73,7 +72,7 @@ def tool_failure(kind: str, tool: str, result: ToolResult, **extra: Any) -> Evid
     return unavailable(kind, reason, FAILED, **extra)
 
 
-def missing_tool(kind: str, tool: str, executor: Executor) -> EvidenceDraft:
+def missing_tool(kind: EvidenceKind, tool: str, executor: Executor) -> EvidenceDraft:
     return unavailable(kind, f"{tool} is not installed where the command runs ({executor.name} executor)")
 
 
@@ -99,6 +98,7 @@ class Probe(ABC):
     """
 
     name = ""
+    kind: EvidenceKind  # what the probe stores when it cannot look (its main evidence)
 
     def __init__(self, context: ProbeContext):
         self.context = context
@@ -146,7 +146,7 @@ class TracerProbe(Probe):
 
     def unavailable(self) -> EvidenceDraft | None:
         if self.tool_path is None:
-            return missing_tool(self.name, self.tool, self.context.executor)
+            return missing_tool(self.kind, self.tool, self.context.executor)
         return None
 
     def watcher(self) -> StopBeforeTimeout:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import Any
 
+from services.measure.evidence import EvidenceKind, GdbContent, PySpyDumpContent, StallContent
 from services.measure.executors.base import ProcessHandle, RunResult
 from services.measure.probes import procio, pyspy
 from services.measure.probes.base import (
@@ -28,8 +30,8 @@ from services.measure.probes.base import (
 )
 from services.measure.probes.stall import STALL, StallWatcher
 
-GDB_KIND = "gdb"
-STALL_KIND = "stall"
+GDB_KIND = EvidenceKind.gdb
+STALL_KIND = EvidenceKind.stall
 CORE_PREFIX = "core"
 GCORE_TIMEOUT_S = 60.0
 GDB_TIMEOUT_S = 120.0
@@ -201,7 +203,8 @@ class CoreSnapshot:
                     self._signal(handle, "CONT")
             self.timings["frozen_s"] = round(time.perf_counter() - started, 4)
         dump = pyspy.dump(self.executor, handle, handle.pid)
-        dump.content.update(phase=phase, elapsed_s=round(elapsed_s, 3))
+        if isinstance(dump.content, PySpyDumpContent):
+            dump.content.phase, dump.content.elapsed_s = phase, round(elapsed_s, 3)
         self.drafts.append(dump)
         self.drafts.append(procio.read(self.executor, handle, handle.pid, phase, elapsed_s))
         self.timings[f"{phase}_capture_s"] = round(time.perf_counter() - started, 4)
@@ -235,8 +238,7 @@ class CoreSnapshot:
             return
         started = time.perf_counter()
         core_name = f"{CORE_PREFIX}.{self.pid}"
-        content: dict = {
-            "status": "ok",
+        content: dict[str, Any] = {
             "pid": self.pid,
             "executable": self.executable,
             "elapsed_s": round(self.trigger_elapsed_s or 0.0, 3),
@@ -276,7 +278,7 @@ class CoreSnapshot:
         self.drafts.append(
             EvidenceDraft(
                 kind=GDB_KIND,
-                content=content,
+                content=GdbContent.model_validate(content),
                 text=text,
                 files=[ArtifactFile(core_name, host_core, "application/x-core")],
             )
@@ -320,6 +322,7 @@ class CoreProbe(Probe):
     """The `core` evidence run: the stall snapshot, taken by a StallWatcher."""
 
     name = "core"
+    kind = STALL_KIND
 
     def __init__(self, context: ProbeContext, load_python_extension: bool = True):
         super().__init__(context)
@@ -345,6 +348,5 @@ class CoreProbe(Probe):
                 f"{self.context.stall_after_s:.3f} s: nothing to snapshot"
             )
             return [unavailable(STALL_KIND, reason, NO_STALL, **stall)]
-        stall["status"] = "ok"
         stall["elapsed_s"] = self.snapshot.trigger_elapsed_s
-        return [EvidenceDraft(kind=STALL_KIND, content=stall), *self.snapshot.drafts]
+        return [EvidenceDraft(kind=STALL_KIND, content=StallContent.model_validate(stall)), *self.snapshot.drafts]

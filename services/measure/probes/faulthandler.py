@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 import re
 
+from services.measure.evidence import EvidenceKind, FaulthandlerContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import NO_STALL, EvidenceDraft, Probe, unavailable
 
-KIND = "faulthandler"
+KIND = EvidenceKind.faulthandler
 HOOK_DIR = "faulthandler-hook"
 OUTPUT_PREFIX = "faulthandler"
 
@@ -65,7 +66,8 @@ def parse(text: str) -> list[dict]:
 
 
 class FaulthandlerProbe(Probe):
-    name = KIND
+    name = KIND.value
+    kind = KIND
 
     def env(self) -> dict[str, str]:
         hook_dir = self.context.run_dir / HOOK_DIR
@@ -112,14 +114,15 @@ class FaulthandlerProbe(Probe):
             drafts.append(
                 EvidenceDraft(
                     kind=KIND,
-                    content={
-                        "status": "ok",
-                        "pid": pid,
-                        # faulthandler also writes here when the process crashes (SIGSEGV...).
-                        "trigger": "crash" if "Fatal Python error" in text else "stall",
-                        "stall_after_s": self.context.stall_after_s,
-                        "threads": threads,
-                    },
+                    content=FaulthandlerContent.model_validate(
+                        {
+                            "pid": pid,
+                            # faulthandler also writes here when the process crashes (SIGSEGV...).
+                            "trigger": "crash" if "Fatal Python error" in text else "stall",
+                            "stall_after_s": self.context.stall_after_s,
+                            "threads": threads,
+                        }
+                    ),
                     text=text,
                 )
             )

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 
+from services.measure.evidence import EvidenceKind, ImportsContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, missing_tool, unavailable
 
-KIND = "imports"
+KIND = EvidenceKind.imports
 STDERR_FILE = "importtime.txt"
 TOP = 10
 
@@ -38,7 +39,8 @@ def parse(text: str) -> tuple[float, list[dict]]:
 
 
 class ImportTimeProbe(Probe):
-    name = KIND
+    name = KIND.value
+    kind = KIND
 
     def __init__(self, context):
         super().__init__(context)
@@ -62,7 +64,9 @@ class ImportTimeProbe(Probe):
         return [
             EvidenceDraft(
                 kind=KIND,
-                content={"status": "ok", "total_import_s": total, "slowest": slowest, "wall_s": result.wall_s},
+                content=ImportsContent.model_validate(
+                    {"total_import_s": total, "slowest": slowest, "wall_s": result.wall_s}
+                ),
                 text="\n".join(line for line in text.splitlines() if line.startswith("import time:"))[-200_000:],
             )
         ]

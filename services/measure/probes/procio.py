@@ -7,10 +7,11 @@ command's own namespace, also inside a container.
 
 from __future__ import annotations
 
+from services.measure.evidence import EvidenceKind, ProcIoContent
 from services.measure.executors.base import Executor, ProcessHandle
 from services.measure.probes.base import EvidenceDraft, missing_tool, tool_failure
 
-KIND = "proc_io"
+KIND = EvidenceKind.proc_io
 FIELDS = ("rchar", "wchar", "syscr", "syscw", "read_bytes", "write_bytes", "cancelled_write_bytes")
 
 
@@ -44,13 +45,8 @@ def read(executor: Executor, handle: ProcessHandle, pid: int, phase: str, elapse
     counters = parse(result.stdout)
     return EvidenceDraft(
         kind=KIND,
-        content={
-            "status": "ok",
-            "phase": phase,
-            "elapsed_s": round(elapsed_s, 3),
-            "pid": pid,
-            "counters": counters,
-            **derived(counters),
-        },
+        content=ProcIoContent(
+            phase=phase, elapsed_s=round(elapsed_s, 3), pid=pid, counters=counters, **derived(counters)
+        ),
         text=result.stdout,
     )

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from services.measure.evidence import EvidenceKind, PySpyDumpContent, PySpyRecordContent
 from services.measure.executors.base import Executor, ProcessHandle, RunResult
 from services.measure.probes import flamegraph
 from services.measure.probes.base import (
+    DENIED,
+    FAILED,
     ArtifactFile,
     EvidenceDraft,
     TracerProbe,
@@ -21,8 +24,8 @@ from services.measure.probes.base import (
     unavailable,
 )
 
-RECORD_KIND = "pyspy"
-DUMP_KIND = "pyspy_dump"
+RECORD_KIND = EvidenceKind.pyspy
+DUMP_KIND = EvidenceKind.pyspy_dump
 PROFILE_FILE = "pyspy-profile.speedscope.json"
 FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
 RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md section 8)
@@ -30,7 +33,8 @@ TOP_FRAMES = 5
 
 
 class PySpyRecordProbe(TracerProbe):
-    name = RECORD_KIND
+    name = RECORD_KIND.value
+    kind = RECORD_KIND
     tool = "py-spy"
     stop_signal = "INT"  # py-spy writes its profile on Control-C, and ends the command
 
@@ -60,7 +64,7 @@ class PySpyRecordProbe(TracerProbe):
             reason = "py-spy wrote no profile"
             if result.output_tail:
                 reason += ": " + " / ".join(result.output_tail.strip().splitlines()[-3:])
-            status = "denied" if "ermission" in (result.output_tail or "") else "failed"
+            status = DENIED if "ermission" in (result.output_tail or "") else FAILED
             return [unavailable(RECORD_KIND, reason, status)]
         profile = json.loads(path.read_text())
         root = flamegraph.tree_from_speedscope(profile)
@@ -69,18 +73,19 @@ class PySpyRecordProbe(TracerProbe):
         return [
             EvidenceDraft(
                 kind=RECORD_KIND,
-                content={
-                    "status": "ok",
-                    "rate_hz": RATE_HZ,
-                    # What the flags mean for reading the graph: idle (waiting) samples are in,
-                    # and samples are not restricted to the GIL holder (--gil is off).
-                    "idle_included": True,
-                    "gil_only": False,
-                    "samples": root.samples,
-                    "threads": summarize_threads(profile),
-                    "timed_out": result.timed_out,
-                    "stopped_before_timeout": self.stopped_before_timeout,
-                },
+                content=PySpyRecordContent.model_validate(
+                    {
+                        "rate_hz": RATE_HZ,
+                        # What the flags mean for reading the graph: idle (waiting) samples are
+                        # in, and samples are not restricted to the GIL holder (--gil is off).
+                        "idle_included": True,
+                        "gil_only": False,
+                        "samples": root.samples,
+                        "threads": summarize_threads(profile),
+                        "timed_out": result.timed_out,
+                        "stopped_before_timeout": self.stopped_before_timeout,
+                    }
+                ),
                 files=[
                     ArtifactFile(FLAMEGRAPH_FILE, svg_path, "image/svg+xml"),
                     ArtifactFile(PROFILE_FILE, path, "application/json"),
@@ -127,7 +132,7 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
     try:
         raw_threads = json.loads(result.stdout)
     except json.JSONDecodeError:
-        return unavailable(DUMP_KIND, f"py-spy dump printed no JSON: {result.stdout[:200]!r}", "failed")
+        return unavailable(DUMP_KIND, f"py-spy dump printed no JSON: {result.stdout[:200]!r}", FAILED)
     threads = [
         {
             "id": thread.get("os_thread_id") or thread.get("thread_id"),
@@ -143,7 +148,9 @@ def dump(executor: Executor, handle: ProcessHandle, pid: int, timeout_s: float =
     ]
     return EvidenceDraft(
         kind=DUMP_KIND,
-        content={"status": "ok", "pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)},
+        content=PySpyDumpContent.model_validate(
+            {"pid": pid, "threads": threads, "duration_s": round(result.duration_s, 4)}
+        ),
         text=render_dump(threads),
     )
 

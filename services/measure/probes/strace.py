@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 
+from services.measure.evidence import EvidenceKind, StraceContent
 from services.measure.executors.base import RunResult
-from services.measure.probes.base import EvidenceDraft, TracerProbe, unavailable
+from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 
-KIND = "strace"
+KIND = EvidenceKind.strace
 SUMMARY_FILE = "strace-summary.txt"
 
 # "% time     seconds  usecs/call     calls    errors syscall" rows; errors may be blank.
@@ -44,7 +45,8 @@ def parse_summary(text: str) -> tuple[list[dict], dict | None]:
 
 
 class StraceProbe(TracerProbe):
-    name = KIND
+    name = KIND.value
+    kind = KIND
     tool = "strace"
     stop_signal = "TERM"
 
@@ -65,23 +67,22 @@ class StraceProbe(TracerProbe):
             reason = "strace wrote no syscall summary"
             if result.output_tail:
                 reason += ": " + " / ".join(result.output_tail.strip().splitlines()[-3:])
-            status = "denied" if "ptrace" in (result.output_tail or "") else "failed"
+            status = DENIED if "ptrace" in (result.output_tail or "") else FAILED
             return [unavailable(KIND, reason, status)]
         top = rows[0]
         return [
             EvidenceDraft(
                 kind=KIND,
-                content={
-                    "status": "ok",
-                    "syscalls": rows,
-                    "total": total,
-                    "top": top["name"],
-                    "top_pct_time": top["pct_time"],
-                    "timed_out": result.timed_out,
-                    # True: strace was stopped before the hard timeout; the table covers the
-                    # run up to then.
-                    "stopped_before_timeout": self.stopped_before_timeout,
-                },
+                content=StraceContent.model_validate(
+                    {
+                        "syscalls": rows,
+                        "total": total,
+                        "top": top["name"],
+                        "top_pct_time": top["pct_time"],
+                        "timed_out": result.timed_out,
+                        "stopped_before_timeout": self.stopped_before_timeout,
+                    }
+                ),
                 text=text,
             )
         ]

@@ -5,41 +5,37 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from services import migrate
 from services.accounts.tokens import Unauthorized, authenticate, create_token
-from services.db import make_engine, make_session_factory
+from services.jobs import outbox
 from services.jobs.dispatch import PREPARE, Step
+from services.jobs.ledger import claim
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.reconcile import reconcile
 from services.jobs.spec import JobSpec
-from services.jobs.steps import claim
 from services.jobs.submit import submit_job
-from services.models import ApiToken, JobStatus, JobTask, TaskState, utcnow
+from services.models import ApiToken, Job, JobStatus, JobTask, TaskState, utcnow
 from services.settings import Settings
 
 
 @pytest.fixture
-def session(database_url, tmp_path):
-    settings = Settings(database_url=database_url, work_dir=tmp_path / "work")
-    migrate.upgrade(settings)
-    engine = make_engine(settings)
-    with make_session_factory(engine)() as session:
-        session.settings = settings
-        yield session
-    engine.dispose()
+def session(db_session, tmp_path):
+    # The settings the steps read (leases, attempts); the database is db_session's.
+    db_session.settings = Settings(work_dir=tmp_path / "work")
+    return db_session
 
 
 def queued_job(session):
     project = get_or_create_project(session, "demo")
-    job, steps = submit_job(
+    job = submit_job(
         session,
         session.settings,
         project,
         JobSpec(command=["python3", "x.py"]),
         repository_url="https://example.com/r.git",
     )
+    steps = outbox.pending(session)
     session.commit()
     return job, steps
 
@@ -109,3 +105,11 @@ def test_tokens_are_stored_hashed_and_authenticate_their_project(session):
     stored.revoked_at = utcnow()
     with pytest.raises(Unauthorized):
         authenticate(session, f"Bearer {token}")
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_each_test_starts_on_the_migrated_database_with_nothing_left_behind(session, attempt):
+    # Run twice: the second sees the first's committed job only if the rollback failed.
+    assert session.scalar(select(func.count()).select_from(Job)) == 0
+    queued_job(session)
+    assert session.scalar(select(func.count()).select_from(Job)) == 1

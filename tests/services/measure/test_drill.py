@@ -9,10 +9,11 @@ from cli.run import run_job
 from services.errors import BadInput
 from services.jobs.report import render_text
 from services.measure.artifacts import make_artifact_store
-from services.measure.drill import narrow_to_test, parse_evidence
+from services.measure.drill import parse_evidence
+from services.measure.pytest_command import narrow_to_test
 from services.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HANDOFF = REPO / "examples" / "handoff.py"
 
 

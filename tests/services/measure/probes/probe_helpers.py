@@ -15,7 +15,7 @@ from services.measure.executors.local import LocalExecutor
 from services.measure.probes import PROBES, ProbeContext
 from services.settings import Settings
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 HANDOFF = REPO / "examples" / "handoff.py"
 BOTH_CORES = CpuConfig("cpuset=0-1", cpuset=(0, 1))
 

@@ -1,5 +1,6 @@
 import pytest
 
+from services.measure.evidence import dump as stored
 from services.settings import Settings
 from tests.services.measure.probes.probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
 
@@ -13,7 +14,7 @@ def _stall_snapshot(executor, tmp_path, **options):
     _, result, drafts = run_probe(
         executor, "core", HANDOFF_FOREVER, tmp_path / "run", stall_after_s=1.0, timeout_s=4.0, **options
     )
-    assert drafts["stall"].status == "ok", drafts["stall"].content
+    assert drafts["stall"].status == "ok", stored(drafts["stall"].content)
     return result, drafts
 
 
@@ -23,7 +24,7 @@ def test_stall_snapshot_of_the_handoff_shows_threads_waiting_for_the_gil(executo
     # queued for the GIL, but one unlucky instant is allowed a second look.
     for attempt in range(2):
         result, drafts = _stall_snapshot(executor, tmp_path / str(attempt))
-        gdb = drafts["gdb"].content
+        gdb = stored(drafts["gdb"].content)
         if gdb["waiting_for_gil"] >= 1:
             break
     assert gdb["status"] == "ok" and gdb["reader"] == "gdb", gdb
@@ -35,22 +36,22 @@ def test_stall_snapshot_of_the_handoff_shows_threads_waiting_for_the_gil(executo
     assert {"crunch", "echo"} <= functions
     assert drafts["gdb"].files[0].path.stat().st_size > 1_000_000  # the core itself
     # Snapshot taken while slow, then the run went on to its timeout.
-    assert 0.9 < drafts["stall"].content["elapsed_s"] < 2.0
+    assert 0.9 < stored(drafts["stall"].content)["elapsed_s"] < 2.0
     assert result.timed_out
 
-    dump = drafts["pyspy_dump"].content
+    dump = stored(drafts["pyspy_dump"].content)
     names = sorted(t["name"] for t in dump["threads"])
     assert len(names) == 3 and "MainThread" in names, names
     assert any("crunch" in name for name in names) and any("echo" in name for name in names), names
     assert all(t["state"] in {"idle", "active", "active+gil", "idle+gil"} for t in dump["threads"])
-    io = drafts["proc_io"].content
+    io = stored(drafts["proc_io"].content)
     assert io["counters"]["syscr"] > 0 and io["bytes_per_read_syscall"] > 0
 
 
 def test_without_py_bt_pystack_reads_the_python_frames(executor, tmp_path):
     require_tool(executor, "pystack")
     _, drafts = _stall_snapshot(executor, tmp_path, load_python_extension=False)
-    gdb = drafts["gdb"].content
+    gdb = stored(drafts["gdb"].content)
     assert gdb["reader"] == "gdb+pystack"
     assert "py-bt" in gdb["py_bt"] and "python3.X-dbg" in gdb["py_bt"]
     functions = {frame["function"] for thread in gdb["threads"] for frame in thread["frames"]}
@@ -62,8 +63,8 @@ def test_fast_run_has_nothing_to_snapshot(executor, tmp_path):
         executor, "core", python_program(tmp_path, "pass"), tmp_path / "run", stall_after_s=2.0
     )
     assert list(drafts) == ["stall"]
-    assert drafts["stall"].content["status"] == "no_stall"
-    assert "before the stall threshold of 2.000 s" in drafts["stall"].content["reason"]
+    assert stored(drafts["stall"].content)["status"] == "no_stall"
+    assert "before the stall threshold of 2.000 s" in stored(drafts["stall"].content)["reason"]
 
 
 def test_missing_gcore_still_gives_the_pyspy_dump(tmp_path):
@@ -72,7 +73,7 @@ def test_missing_gcore_still_gives_the_pyspy_dump(tmp_path):
     _, _result, drafts = run_probe(
         executor, "core", HANDOFF_FOREVER, tmp_path / "run", stall_after_s=0.5, timeout_s=2.0
     )
-    assert drafts["gdb"].content == {
+    assert stored(drafts["gdb"].content) == {
         "status": "unavailable",
         "reason": "gcore is not installed where the command runs (local executor)",
     }
@@ -85,5 +86,5 @@ def test_broken_gdb_is_a_failure_entry(executor, tmp_path):
     _, _result, drafts = run_probe(
         executor, "core", HANDOFF_FOREVER, tmp_path / "run", stall_after_s=0.5, timeout_s=2.5
     )
-    assert drafts["gdb"].content["status"] == "failed"
-    assert "no-such-gdb" in drafts["gdb"].content["reason"]
+    assert stored(drafts["gdb"].content)["status"] == "failed"
+    assert "no-such-gdb" in stored(drafts["gdb"].content)["reason"]

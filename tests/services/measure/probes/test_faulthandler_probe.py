@@ -1,3 +1,4 @@
+from services.measure.evidence import dump as stored
 from tests.services.measure.probes.probe_helpers import python_program, run_probe
 
 TWO_SLEEPERS = """
@@ -17,7 +18,7 @@ def test_tracebacks_of_every_thread_at_the_stall(executor, tmp_path):
     _, result, drafts = run_probe(
         executor, "faulthandler", python_program(tmp_path, TWO_SLEEPERS), tmp_path / "run", stall_after_s=0.5
     )
-    content = drafts["faulthandler"].content
+    content = stored(drafts["faulthandler"].content)
     assert content["status"] == "ok", content
     assert content["trigger"] == "stall"
     assert len(content["threads"]) == 2
@@ -33,7 +34,7 @@ def test_quick_run_has_no_traceback(executor, tmp_path):
     _, _result, drafts = run_probe(
         executor, "faulthandler", python_program(tmp_path, "pass"), tmp_path / "run", stall_after_s=5.0
     )
-    assert drafts["faulthandler"].content["status"] == "no_stall"
+    assert stored(drafts["faulthandler"].content)["status"] == "no_stall"
 
 
 def test_the_users_own_sitecustomize_still_runs(executor, tmp_path, monkeypatch):
@@ -51,10 +52,10 @@ def test_the_users_own_sitecustomize_still_runs(executor, tmp_path, monkeypatch)
     )
     assert result.exit_code == 0
     assert marker.exists()
-    assert drafts["faulthandler"].content["status"] == "ok"
+    assert stored(drafts["faulthandler"].content)["status"] == "ok"
 
 
 def test_a_command_that_is_not_python_says_so(executor, tmp_path):
     _, _result, drafts = run_probe(executor, "faulthandler", ["sleep", "0.1"], tmp_path / "run", stall_after_s=5.0)
-    assert drafts["faulthandler"].content["status"] == "unavailable"
-    assert "no Python process loaded the faulthandler hook" in drafts["faulthandler"].content["reason"]
+    assert stored(drafts["faulthandler"].content)["status"] == "unavailable"
+    assert "no Python process loaded the faulthandler hook" in stored(drafts["faulthandler"].content)["reason"]

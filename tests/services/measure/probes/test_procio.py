@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+from services.measure.evidence import dump as stored
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes import procio
 from services.settings import Settings
@@ -26,7 +27,7 @@ def _counters_after_reading(executor, tmp_path, chunk: int) -> dict:
     )
     try:
         assert process.stdout.readline().strip() == "done"
-        return procio.read(executor, LocalProcessHandle(process.pid), process.pid, "stall", 1.0).content
+        return stored(procio.read(executor, LocalProcessHandle(process.pid), process.pid, "stall", 1.0).content)
     finally:
         process.kill()
         process.wait()
@@ -46,6 +47,6 @@ def test_gone_process_and_missing_cat(tmp_path):
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     gone = procio.read(WithoutTools(Settings(), {}), LocalProcessHandle(process.pid), process.pid, "stall", 1.0)
-    assert gone.content["status"] == "failed" and f"/proc/{process.pid}/io" in gone.content["reason"]
+    assert stored(gone.content)["status"] == "failed" and f"/proc/{process.pid}/io" in stored(gone.content)["reason"]
     missing = procio.read(WithoutTools(Settings(), {"cat": None}), LocalProcessHandle(1), 1, "stall", 1.0)
-    assert missing.content["status"] == "unavailable"
+    assert stored(missing.content)["status"] == "unavailable"

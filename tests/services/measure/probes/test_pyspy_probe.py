@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
+from services.measure.evidence import dump as stored
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes import pyspy
 from services.settings import Settings
@@ -32,7 +33,7 @@ def test_record_gives_an_svg_flame_graph_and_a_speedscope_profile(executor, tmp_
     require_tool(executor, "py-spy")
     _, _result, drafts = run_probe(executor, "pyspy", handoff(1500), tmp_path / "run", timeout_s=30)
     evidence = drafts["pyspy"]
-    assert evidence.status == "ok", evidence.content
+    assert evidence.status == "ok", stored(evidence.content)
     files = {f.name: f for f in evidence.files}
     svg = ElementTree.parse(files["pyspy-flamegraph.svg"].path).getroot()
     assert svg.tag == "{http://www.w3.org/2000/svg}svg"
@@ -40,7 +41,7 @@ def test_record_gives_an_svg_flame_graph_and_a_speedscope_profile(executor, tmp_
     assert "crunch" in files["pyspy-flamegraph.svg"].path.read_text()
     profile = json.loads(files["pyspy-profile.speedscope.json"].path.read_text())
     assert len(profile["profiles"]) >= 3  # main, echo and crunch threads
-    content = evidence.content
+    content = stored(evidence.content)
     assert content["idle_included"] is True and content["gil_only"] is False
     assert content["samples"] > 0
     assert any("crunch" in thread["name"] for thread in content["threads"])
@@ -56,8 +57,8 @@ def test_dump_lists_every_thread_with_its_state(executor, tmp_path):
     finally:
         process.kill()
         process.wait()
-    assert evidence.status == "ok", evidence.content
-    threads = {thread["name"]: thread for thread in evidence.content["threads"]}
+    assert evidence.status == "ok", stored(evidence.content)
+    threads = {thread["name"]: thread for thread in stored(evidence.content)["threads"]}
     assert set(threads) == {"MainThread", "spinner", "napper"}
     for thread in threads.values():
         assert thread["state"] in {"idle", "active", "active+gil", "idle+gil"}
@@ -73,15 +74,15 @@ def test_dump_of_a_gone_process_is_a_failure_entry(executor):
     process.wait()
     time.sleep(0.05)
     evidence = pyspy.dump(executor, LocalProcessHandle(process.pid), process.pid)
-    assert evidence.content["status"] == "failed"
-    assert "py-spy dump failed" in evidence.content["reason"]
+    assert stored(evidence.content)["status"] == "failed"
+    assert "py-spy dump failed" in stored(evidence.content)["reason"]
 
 
 def test_missing_pyspy_is_reported(tmp_path):
     executor = WithoutTools(Settings(), {"py-spy": None})
     _, result, drafts = run_probe(executor, "pyspy", ["true"], tmp_path / "run")
     assert result is None
-    assert drafts["pyspy"].content["status"] == "unavailable"
-    assert "py-spy is not installed" in drafts["pyspy"].content["reason"]
+    assert stored(drafts["pyspy"].content)["status"] == "unavailable"
+    assert "py-spy is not installed" in stored(drafts["pyspy"].content)["reason"]
     dump = pyspy.dump(executor, LocalProcessHandle(1), 1)
-    assert dump.kind == "pyspy_dump" and "py-spy is not installed" in dump.content["reason"]
+    assert dump.kind == "pyspy_dump" and "py-spy is not installed" in stored(dump.content)["reason"]

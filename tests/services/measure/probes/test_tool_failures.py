@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from services.measure.evidence import dump as stored
 from services.measure.executors.base import ToolResult
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes.base import DENIED, ENDED, tool_failure
@@ -19,7 +20,7 @@ def test_gcore_on_a_process_that_has_exited_is_reported_as_ended(tmp_path):
     assert result.returncode != 0
     draft = tool_failure("gdb", "gcore", result)
     assert draft.status == ENDED
-    assert "ended while gcore was attaching" in draft.content["reason"]
+    assert "ended while gcore was attaching" in stored(draft.content)["reason"]
 
 
 @pytest.mark.parametrize("output", ["ptrace: Operation not permitted.", "Could not attach: Permission denied"])

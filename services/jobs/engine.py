@@ -1,0 +1,477 @@
+"""The job engine: one state machine for every way a job runs.
+
+    prepare -> screen -> drill -> diagnose -> notify
+
+``lagtrace run`` drives it in one process (``execute_job``, after ``plan_job``); the
+service drives the same phases as ledger steps (``run_step``), run by a Celery worker or
+by `lagtrace serve`'s own thread: prepare (fetch the code, read .lagtrace.yml, plan),
+screen (every configuration, interleaved, on one node), finish (drill, then diagnose),
+notify (the GitHub check run). Either way the screen holds the node's measurement lock
+from its first run to its last, so its configurations are compared on one machine under
+one load, and the drill is handed its targets here, from what the timing rules found.
+
+Each service step claims its ledger entry first and commits the claim before the long
+work; the steps it records are sent by the outbox once its last commit succeeds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.diagnose import diagnose
+from services.diagnose.context import RuleContext
+from services.diagnose.diagnose import screen_findings
+from services.errors import BadInput
+from services.github.client import GitHubClient, GitHubError, check_run_body
+from services.jobs import ledger, lifecycle, sources
+from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
+from services.jobs.report import build_report
+from services.jobs.spec import enforce_policy
+from services.measure import nodelock, pytest_command
+from services.measure.artifacts import make_artifact_store
+from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
+from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
+from services.measure.executors import Executor, make_executor
+from services.measure.screen import screen
+from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
+from services.settings import Settings
+
+log = logging.getLogger("lagtrace.engine")
+
+Progress = Callable[[str], None]
+Checkpoint = Callable[[], None]
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+def _nothing() -> None:
+    pass
+
+
+# --- prepare: everything the user gave is checked before anything is stored ----------
+
+
+@dataclass
+class JobPlan:
+    command: list[str]
+    workdir: Path
+    configs: list[CpuConfig]
+    repeat: int
+    timeout_s: float | None
+    notes: list[str] = field(default_factory=list)
+    probes: list[str] | None = None  # probe names; None: the default (all, where the screen found something)
+    stall_after_s: float | None = None
+
+
+def plan_job(
+    executor: Executor,
+    *,
+    command: list[str],
+    specs: list[str],
+    repeat: int,
+    timeout_s: float | None,
+    workdir: Path,
+    evidence: str | None = None,
+    stall_after_s: float | None = None,
+    progress: Progress = _quiet,
+) -> JobPlan:
+    """Check everything the user gave before anything is stored; BadInput says what is wrong."""
+    if repeat < 1:
+        raise BadInput(f"--repeat must be at least 1, not {repeat}")
+    if timeout_s is not None and timeout_s <= 0:
+        raise BadInput(f"--timeout must be a positive number of seconds, not {timeout_s:g}")
+    if stall_after_s is not None and stall_after_s <= 0:
+        raise BadInput(f"--stall-after must be a positive number of seconds, not {stall_after_s:g}")
+    if stall_after_s is not None and timeout_s is not None and stall_after_s >= timeout_s:
+        raise BadInput(
+            f"--stall-after {stall_after_s:g} must be below --timeout {timeout_s:g}: "
+            "the snapshot is taken while the run is still going"
+        )
+    probes = parse_evidence(evidence)
+    # Before the command check: the program may come from the dependencies installed here.
+    executor.prepare(workdir, progress)
+    executor.check_command(command, workdir)
+    available = executor.available_cpus()
+    quota_problem = executor.quota_unsupported_reason()
+    notes = []
+    if specs:
+        configs = parse_specs(specs, available)
+        for config in configs:
+            if config.cpus is not None and quota_problem:
+                raise BadInput(f"--config {config.label}: CPU quotas cannot be enforced here: {quota_problem}")
+    else:
+        configs = default_matrix(available, quota_supported=quota_problem is None)
+        if quota_problem:
+            notes.append(f"the default cpus=0.5 configuration was left out: {quota_problem}")
+    return JobPlan(command, workdir, configs, repeat, timeout_s, notes, probes, stall_after_s)
+
+
+# --- screen, drill, diagnose: the phases both drivers run --------------------------------
+
+
+def screen_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
+    """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
+    return nodelock.measurement_slot(settings, cpus_touched([cpu_config(c) for c in job.configs]), progress)
+
+
+def screen_phase(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    executor: Executor,
+    *,
+    workdir: Path,
+    progress: Progress = _quiet,
+    checkpoint: Checkpoint = _nothing,
+) -> None:
+    """Every configuration, interleaved; runs of an earlier attempt that died are dropped first."""
+    for config in job.configs:
+        for run in [r for r in config.runs if r.kind is RunKind.timing]:
+            session.delete(run)
+    session.flush()
+    screen(session, job, executor, settings.thresholds, workdir=workdir, progress=progress, checkpoint=checkpoint)
+
+
+def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
+    """What the drill traces: the whole command when the timing rules flag it, a run
+    stalled or probes were asked for; each test (pytest) that a timing rule flags."""
+    context = RuleContext(job, settings.thresholds)
+    samples = context.samples
+    wall = samples.wall_summaries()
+    if not wall:
+        return []
+    flagged = screen_findings(context)
+    found: list[Target] = []
+    slowest = max(summary.median for summary in wall.values())
+    command_flagged = any(draft.test_id is None for draft in flagged)
+    stalled = job.stall_after_s is not None and slowest >= job.stall_after_s
+    if job.probes is not None or command_flagged or stalled:
+        found.append(Target(None, list(job.command), wall))
+    if pytest_command.is_pytest(job.command):
+        for test_id in dict.fromkeys(draft.test_id for draft in flagged):
+            if test_id is not None:
+                narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
+                found.append(Target(test_id, narrowed, samples.test_summaries(test_id)))
+    return found
+
+
+def drill_phase(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    executor: Executor,
+    *,
+    workdir: Path,
+    progress: Progress = _quiet,
+    checkpoint: Checkpoint = _nothing,
+) -> int:
+    """Evidence runs where the screen found something; evidence of an earlier attempt is dropped first.
+
+    ``job.probes`` None is the default: every probe, but only where the screen found
+    something. Given explicitly, the whole command is drilled whatever the screen found.
+    """
+    for old in list(job.evidence):
+        session.delete(old)
+    for config in job.configs:
+        for run in [r for r in config.runs if r.kind is RunKind.evidence]:
+            session.delete(run)
+    session.flush()
+    if job.probes == []:
+        return 0
+    chosen = drill_targets(job, settings, workdir)
+    if not chosen:
+        job.notes = [*job.notes, NO_TARGETS]
+        return 0
+    return drill(
+        session,
+        job,
+        executor,
+        settings.thresholds,
+        make_artifact_store(settings),
+        chosen,
+        probes=job.probes,
+        stall_after_s=job.stall_after_s,
+        workdir=workdir,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
+
+
+def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
+    """The rules over everything stored; the job is done."""
+    diagnose(session, job, settings.thresholds)
+    lifecycle.finish(session, settings, job)
+
+
+# --- driver 1: one process (`lagtrace run`) ----------------------------------------------
+
+
+def execute_job(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    settings: Settings,
+    *,
+    progress: Progress = _quiet,
+    checkpoint: Checkpoint = _nothing,
+) -> None:
+    """Screen, drill and diagnose a stored, planned job here, leaving it done, failed or cancelled.
+
+    ``checkpoint`` is called after each stored run and at each change of state (the
+    caller passes ``session.commit``), so a job that dies keeps what it measured.
+    """
+    workdir = Path(job.workdir or ".")
+    lifecycle.mark_running(job)
+    checkpoint()
+    try:
+        with screen_lock(settings, job, progress):
+            screen_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
+        # Evidence runs use the slowest and the fastest configuration: the whole node.
+        with nodelock.measurement_slot(settings, None, progress):
+            drill_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
+        diagnose_phase(session, settings, job)
+    except KeyboardInterrupt:
+        session.rollback()
+        lifecycle.mark_finished(job, JobStatus.cancelled, "interrupted")
+        checkpoint()
+        raise
+    except Exception as exc:
+        session.rollback()
+        lifecycle.fail_job(session, settings, job, None, f"{type(exc).__name__}: {exc}")
+        checkpoint()
+        raise
+    checkpoint()
+
+
+# --- driver 2: ledger steps (Celery workers, `lagtrace serve`'s thread) --------------------
+
+
+class JobCancelled(Exception):
+    """Raised at a checkpoint once the job was cancelled: the step stops there."""
+
+
+def run_step(session_factory: sessionmaker[Session], settings: Settings, step: Step) -> None:
+    """One step in its own session: claim, work, commit (the outbox then sends what comes next)."""
+    handler = HANDLERS[step.kind]
+    with session_factory() as session:
+        task = ledger.claim(session, settings, step)
+        if task is None:
+            return
+        session.commit()
+        try:
+            handler(session, settings, task)
+        except Exception as exc:
+            # A bug or a lost database connection: say so on the job rather than leave
+            # the step to wait out its lease.
+            session.rollback()
+            lifecycle.fail_job(session, settings, task.job, task, f"{task.name}: {type(exc).__name__}: {exc}")
+            session.commit()
+            raise
+        session.commit()
+
+
+def _progress(job: Job) -> Progress:
+    return lambda line: log.info("job %s: %s", job.id, line)
+
+
+def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
+    # After prepare, job.executor is the one `auto` chose there, not `auto` again.
+    return make_executor(
+        job.executor,
+        settings,
+        image=source.image,
+        progress=_progress(job),
+        allowed=settings.allowed_executors,
+        cache_scope=f"project-{job.project_id}",
+    )
+
+
+def _evidence_option(probes: list[str] | None) -> str | None:
+    """The stored probe list as plan_job takes it (the `--evidence` text)."""
+    if probes is None:
+        return None
+    return ",".join(probes) or "none"
+
+
+def _stop_if_cancelled(session: Session, job: Job) -> Checkpoint:
+    """A checkpoint: commit what was measured, then stop if the job was cancelled meanwhile."""
+
+    def checkpoint() -> None:
+        session.commit()
+        session.refresh(job, ["status"])
+        if job.status is JobStatus.cancelled:
+            raise JobCancelled
+
+    return checkpoint
+
+
+@contextmanager
+def _checkout(
+    settings: Settings,
+    job: Job,
+    source: JobSource,
+    name: str,
+    lock: Callable[[], AbstractContextManager[None]],
+    checkpoint: Checkpoint,
+) -> Iterator[tuple[Executor, Path]]:
+    """A fresh checkout of the job's code and its executor, held under the node's measurement lock."""
+    directory, _ = sources.checkout(source, settings, name)
+    try:
+        executor = _executor(job, source, settings)
+        with lock():
+            checkpoint()  # the job may have been cancelled while this waited for the node
+            # Inside the lock: installing dependencies (cached per node) burns CPU that
+            # would disturb a run being measured beside it.
+            executor.prepare(directory, _progress(job))
+            yield executor, directory
+    finally:
+        sources.remove(directory)
+
+
+def _source(session: Session, job: Job) -> JobSource:
+    source = session.get(JobSource, job.id)
+    if source is None:
+        raise BadInput(f"job {job.id} has no stored source: it was run with `lagtrace run`")
+    return source
+
+
+def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
+    job, source = task.job, _source(session, task.job)
+    if job.status is not JobStatus.queued:
+        task.state = TaskState.cancelled if job.status is JobStatus.cancelled else TaskState.done
+        return
+    try:
+        directory, commit = sources.checkout(source, settings, f"prepare-{task.id}")
+        try:
+            if commit:
+                source.commit_sha = commit
+            if source.from_repository_config:
+                spec = enforce_policy(sources.repository_config(source, settings, directory), settings, job.project)
+                job.command, job.repeat, job.timeout_s, job.executor = (
+                    spec.command,
+                    spec.repeat,
+                    spec.timeout_s,
+                    spec.executor,
+                )
+                job.probes, job.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
+                specs = spec.configs
+            else:
+                specs = [config.label for config in job.configs]
+            executor = _executor(job, source, settings)
+            plan = plan_job(
+                executor,
+                command=job.command,
+                specs=specs,
+                repeat=job.repeat,
+                timeout_s=job.timeout_s,
+                workdir=directory,
+                evidence=_evidence_option(job.probes),
+                stall_after_s=job.stall_after_s,
+                progress=_progress(job),
+            )
+        finally:
+            sources.remove(directory)
+    except (BadInput, sources.SourceError) as exc:
+        lifecycle.fail_job(session, settings, job, task, str(exc))
+        return
+    # The worker's own view of the machine decides: the default matrix, CPUs that exist.
+    job.configs.clear()
+    session.flush()  # the old rows go before new ones with the same labels arrive
+    job.configs = lifecycle.config_rows(plan.configs)
+    job.notes = [*plan.notes, *([nodelock.PACKING_NOTE] if settings.pack_disjoint_cores else [])]
+    job.executor = executor.name
+    job.probes, job.stall_after_s = plan.probes, plan.stall_after_s
+    lifecycle.mark_running(job)
+    task.state = TaskState.done
+    session.flush()
+    ledger.add_task(session, job, settings, SCREEN)
+    ledger.notify_step(session, job, settings)
+
+
+def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
+    """All configurations of the job, interleaved, on this node, under its measurement lock."""
+    job, source = task.job, _source(session, task.job)
+    if job.status is not JobStatus.running:
+        task.state = TaskState.cancelled
+        return
+    checkpoint = _stop_if_cancelled(session, job)
+    try:
+        lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
+        with _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory):
+            screen_phase(
+                session, settings, job, executor, workdir=directory, progress=_progress(job), checkpoint=checkpoint
+            )
+    except JobCancelled:
+        task.state = TaskState.cancelled
+        return
+    task.state = TaskState.done
+    session.flush()
+    # A screen task of an older version (one per configuration) may have made it already.
+    if session.scalar(select(JobTask.id).where(JobTask.job_id == job.id, JobTask.name == FINISH)) is None:
+        ledger.add_task(session, job, settings, FINISH)
+
+
+def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
+    """Drill (evidence runs in the slowest and fastest configuration), then diagnose."""
+    job, source = task.job, _source(session, task.job)
+    if job.status is not JobStatus.running:
+        task.state = TaskState.cancelled
+        return
+    checkpoint = _stop_if_cancelled(session, job)
+    whole_node = lambda: nodelock.measurement_slot(settings, None, _progress(job))  # noqa: E731
+    try:
+        with _checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):
+            drill_phase(
+                session, settings, job, executor, workdir=directory, progress=_progress(job), checkpoint=checkpoint
+            )
+    except JobCancelled:
+        task.state = TaskState.cancelled
+        return
+    diagnose_phase(session, settings, job)
+    task.state = TaskState.done
+
+
+def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
+    """Bring the GitHub check run to the job's current state (create it the first time)."""
+    job = task.job
+    source = session.scalar(select(JobSource).where(JobSource.job_id == job.id).with_for_update())
+    if source is None or not source.github_repository:
+        task.state = TaskState.done
+        return
+    report = build_report(job) if job.status in lifecycle.FINISHED else None
+    body = check_run_body(settings, job, source, report)
+    client = GitHubClient(settings)
+    try:
+        if source.github_check_run_id:
+            client.update_check_run(source.github_repository, source.github_check_run_id, body)
+        else:
+            source.github_check_run_id = client.create_check_run(source.github_repository, body)
+    except GitHubError as exc:
+        task.error = str(exc)
+        if task.attempts >= settings.task_max_attempts:
+            task.state = TaskState.failed
+            job.notes = [*job.notes, f"the GitHub check run could not be updated: {exc}"]
+        else:
+            # Back to the ledger: the reconciler sends it again once this backoff is over.
+            task.state = TaskState.pending
+            task.lease_expires_at = utcnow() + dt.timedelta(seconds=30 * task.attempts)
+        return
+    task.state = TaskState.done
+
+
+HANDLERS: dict[str, Callable[[Session, Settings, JobTask], None]] = {
+    PREPARE: prepare_step,
+    SCREEN: screen_step,
+    FINISH: finish_step,
+    NOTIFY: notify_github,
+}

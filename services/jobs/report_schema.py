@@ -1,0 +1,175 @@
+"""The ``lagtrace.report/v1`` contract as models: every report passes through them, and
+the JSON Schema published beside this module (``report-v1.schema.json``) is generated
+from them, so the document and the code cannot drift apart (a test compares them).
+
+Additive changes (a new optional field) keep v1; renaming or removing a field is v2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from services.diagnose.findings import Severity
+from services.measure import evidence as evidence_models
+from services.measure.evidence import EvidenceKind
+
+SCHEMA_ID = "lagtrace.report/v1"
+SCHEMA_FILE = Path(__file__).with_name("report-v1.schema.json")
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Interval(_Part):
+    """A median with its order-statistic confidence interval."""
+
+    median: float
+    ci_low: float
+    ci_high: float
+    n: int
+    confidence: float
+
+
+class ReportJob(_Part):
+    id: int
+    project: str
+    status: Literal["queued", "running", "done", "failed", "cancelled"]
+    created_at: str
+    finished_at: str | None
+    error: str | None
+
+
+class ReportRun(_Part):
+    wall_s: float
+    user_s: float
+    sys_s: float
+    max_rss_kb: int
+    voluntary_ctx_switches: int
+    involuntary_ctx_switches: int
+    exit_code: int
+    timed_out: bool
+    nr_periods: int | None
+    nr_throttled: int | None
+    throttled_s: float | None
+    foreign_cpus: float
+    read_syscalls: int | None
+    read_bytes: int | None
+
+
+class ReportConfig(_Part):
+    label: str
+    cpus: float | None
+    cpuset: str | None
+    runs: list[ReportRun]
+    wall_s: Interval | None
+
+
+class TestConfig(_Part):
+    """One test in one configuration: its durations, and the interval when there are any."""
+
+    label: str
+    runs: list[float]
+    median: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int | None = None
+    confidence: float | None = None
+
+
+class ReportTest(_Part):
+    id: str
+    configs: list[TestConfig]
+
+
+class FailedRun(_Part):
+    config: str
+    repetition: int
+    exit_code: int
+    timed_out: bool
+    output_tail: str | None
+
+
+class EvidenceRun(_Part):
+    id: int
+    config: str
+    test: str | None
+    probe: str | None
+    wall_s: float
+    timing_median_s: float | None
+    exit_code: int
+    timed_out: bool
+
+
+class ReportEvidence(_Part):
+    id: int
+    config: str | None
+    test: str | None
+    kind: EvidenceKind
+    run: int | None
+    content: dict[str, Any]  # the kind's model in services/measure/evidence.py
+    text: str | None
+    artifacts: list[dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _content_fits_its_kind(self) -> ReportEvidence:
+        evidence_models.parse(self.kind, self.content)
+        return self
+
+
+class ReportFinding(_Part):
+    id: int
+    kind: str
+    severity: Severity
+    title: str
+    detail: str
+    config: str | None
+    test: str | None
+    metrics: dict[str, Any]
+    evidence: list[int]
+    fingerprint: str
+    status: Literal["new", "acknowledged", "muted", "fixed"]
+    regression: bool
+
+
+class Report(_Part):
+    # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
+    schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
+    job: ReportJob
+    command: list[str]
+    executor: str
+    workdir: str | None
+    repeat: int
+    notes: list[str]
+    configs: list[ReportConfig]
+    tests: list[ReportTest]
+    failed_runs: list[FailedRun]
+    evidence_runs: list[EvidenceRun]
+    evidence: list[ReportEvidence]
+    findings: list[ReportFinding]
+
+
+def validated(report: dict[str, Any]) -> dict[str, Any]:
+    """The report checked against the contract; raises pydantic.ValidationError if it breaks it."""
+    Report.model_validate(report)
+    return report
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Report.model_json_schema(by_alias=True)
+    schema["$id"] = SCHEMA_ID
+    schema["title"] = "lagtrace report v1"
+    return schema
+
+
+def write_schema() -> None:
+    """Regenerate the published schema: ``python -m services.jobs.report_schema``."""
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    write_schema()

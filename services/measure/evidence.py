@@ -1,0 +1,242 @@
+"""What each kind of evidence holds: one model per kind, shared by probes, rules, the
+report, the API and the dashboard.
+
+A probe builds its content with the model of its kind, so a misspelt key fails where
+it is written instead of reading as "absent" in a rule three modules away. The
+database keeps the content as JSON (``dump``); readers get the model back with
+``parse``. Every model allows the same envelope: ``status`` (and ``reason`` when it is
+not ok), the probe that produced it, and the evidence run's timing beside the screen's
+(``run``), which is how a tracer's effect on timing is told.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class EvidenceKind(enum.StrEnum):
+    strace = "strace"
+    pyspy = "pyspy"  # py-spy record: flame graph and per-thread summary
+    pyspy_dump = "pyspy_dump"  # py-spy dump at the stall: every thread's state and stack
+    gdb = "gdb"  # a core taken at the stall, read by gdb py-bt (pystack as fallback)
+    stall = "stall"  # the stall trigger itself: when it fired and what it took
+    proc_io = "proc_io"
+    faulthandler = "faulthandler"
+    imports = "imports"
+
+
+class EvidenceStatus(enum.StrEnum):
+    """Lets the report and the rules tell "nothing to see" from "could not look"."""
+
+    ok = "ok"
+    unavailable = "unavailable"  # the tool is missing, or lacks what it needs (py-bt)
+    denied = "denied"  # ptrace (or reading /proc) not permitted
+    failed = "failed"  # the tool ran and failed for another reason
+    no_stall = "no_stall"  # the run ended before the stall threshold: nothing to snapshot
+    ended = "ended"  # the process exited while the tool was attaching to it
+
+
+class _Model(BaseModel):
+    # forbid: a key nobody declared is a bug at the writer; validate_assignment: probes
+    # fill some fields after construction (the drill adds the probe and run timing).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+
+class EvidenceRunTiming(_Model):
+    """The evidence run's wall time beside the timing runs' median: the observer effect."""
+
+    run_id: int
+    wall_s: float
+    # A narrowed pytest run: the test's own duration from the JUnit file; else wall_s.
+    observed_s: float
+    timing_median_s: float | None = None
+    ratio: float | None = None
+    exit_code: int
+    timed_out: bool
+
+
+class EvidenceContent(_Model):
+    status: EvidenceStatus = EvidenceStatus.ok
+    reason: str | None = None  # why the probe could not look (status other than ok)
+    probe: str | None = None  # the --evidence probe whose run produced it
+    run: EvidenceRunTiming | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is EvidenceStatus.ok
+
+
+# --- strace -f -c -------------------------------------------------------------------
+
+
+class SyscallRow(_Model):
+    name: str
+    pct_time: float
+    seconds: float
+    usecs_per_call: int | float
+    calls: int
+    errors: int
+
+
+class StraceContent(EvidenceContent):
+    syscalls: list[SyscallRow] | None = None
+    total: SyscallRow | None = None
+    top: str | None = None
+    top_pct_time: float | None = None
+    timed_out: bool | None = None
+    # True: strace was stopped before the hard timeout; the table covers the run up to then.
+    stopped_before_timeout: bool | None = None
+
+
+# --- py-spy record ------------------------------------------------------------------
+
+
+class TopFrame(_Model):
+    frame: str
+    samples: int
+    pct: float
+
+
+class ProfiledThread(_Model):
+    name: str
+    samples: int
+    top_frames: list[TopFrame]
+
+
+class PySpyRecordContent(EvidenceContent):
+    rate_hz: int | None = None
+    idle_included: bool | None = None  # idle (waiting) samples are in the graph
+    gil_only: bool | None = None  # samples restricted to the GIL holder (--gil)
+    samples: int | None = None
+    threads: list[ProfiledThread] | None = None
+    timed_out: bool | None = None
+    stopped_before_timeout: bool | None = None
+
+
+# --- stacks at the stall ------------------------------------------------------------
+
+
+class PythonFrame(_Model):
+    function: str
+    file: str
+    line: int | None = None
+
+
+class DumpedThread(_Model):
+    """A thread as py-spy dump saw it: py-spy's state words (idle, active, active+gil)."""
+
+    id: int | None = None
+    name: str | None = None
+    state: str
+    active: bool
+    owns_gil: bool
+    frames: list[PythonFrame]
+
+
+class PySpyDumpContent(EvidenceContent):
+    pid: int | None = None
+    threads: list[DumpedThread] | None = None
+    duration_s: float | None = None
+    phase: str | None = None  # "stall" or "last" (just before the hard timeout)
+    elapsed_s: float | None = None
+
+
+class CoreThread(_Model):
+    """A thread of the core as gdb (info threads, py-bt, bt) and pystack read it."""
+
+    id: int
+    lwp: int
+    name: str | None = None
+    current: bool = False
+    waiting_for_gil: bool = False
+    holds_gil: bool | None = None
+    frames: list[PythonFrame]
+    native_frames: list[str] = []
+    frames_note: str | None = None
+
+
+class GdbContent(EvidenceContent):
+    pid: int | None = None
+    executable: str | None = None
+    elapsed_s: float | None = None
+    gdb: str | None = None  # why gdb could not read the core
+    reader: str | None = None  # "gdb" (py-bt) or "gdb+pystack"
+    py_bt: str | None = None  # why py-bt was not available
+    threads: list[CoreThread] | None = None
+    waiting_for_gil: int | None = None  # how many threads
+    timings: dict[str, float] | None = None
+
+
+class StallContent(EvidenceContent):
+    stall_after_s: float | None = None
+    wall_s: float | None = None
+    elapsed_s: float | None = None
+    timed_out: bool | None = None
+    phases: list[str] | None = None
+    timings: dict[str, float] | None = None
+
+
+class ProcIoContent(EvidenceContent):
+    pid: int | None = None
+    phase: str | None = None
+    elapsed_s: float | None = None
+    counters: dict[str, int] | None = None
+    bytes_per_read_syscall: float | None = None
+    bytes_per_write_syscall: float | None = None
+
+
+class TracebackThread(_Model):
+    id: str
+    current: bool
+    frames: list[PythonFrame]
+
+
+class FaulthandlerContent(EvidenceContent):
+    pid: int | None = None
+    trigger: str | None = None  # "stall", or "crash" (faulthandler also writes on SIGSEGV...)
+    stall_after_s: float | None = None
+    threads: list[TracebackThread] | None = None
+
+
+# --- -X importtime ------------------------------------------------------------------
+
+
+class ImportTiming(_Model):
+    module: str
+    cumulative_s: float
+    self_s: float
+
+
+class ImportsContent(EvidenceContent):
+    total_import_s: float | None = None
+    slowest: list[ImportTiming] | None = None
+    wall_s: float | None = None
+
+
+CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
+    EvidenceKind.strace: StraceContent,
+    EvidenceKind.pyspy: PySpyRecordContent,
+    EvidenceKind.pyspy_dump: PySpyDumpContent,
+    EvidenceKind.gdb: GdbContent,
+    EvidenceKind.stall: StallContent,
+    EvidenceKind.proc_io: ProcIoContent,
+    EvidenceKind.faulthandler: FaulthandlerContent,
+    EvidenceKind.imports: ImportsContent,
+}
+
+
+def content_model(kind: EvidenceKind | str) -> type[EvidenceContent]:
+    return CONTENT[EvidenceKind(kind)]
+
+
+def parse(kind: EvidenceKind | str, content: dict[str, Any]) -> EvidenceContent:
+    """The stored JSON of one evidence entry as its kind's model."""
+    return content_model(kind).model_validate(content)
+
+
+def dump(content: EvidenceContent) -> dict[str, Any]:
+    """What the database and the report keep: JSON types, unset optional fields left out."""
+    return content.model_dump(mode="json", exclude_none=True)
