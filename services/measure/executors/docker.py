@@ -424,7 +424,9 @@ class DockerExecutor:
         foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
         failed = measured["exit_code"] != 0 or measured["timed_out"]
         output = request.run_dir / "output.log"
-        tail = _tail(output) if failed and (output.exists() or output.is_symlink()) else None
+        # lexists: never stat through what the container left (a link into /root raises
+        # PermissionError for a worker that is not root).
+        tail = _tail(output) if failed and os.path.lexists(output) else None
         if oom_killed:
             limit = self.settings.docker_memory
             note = f"lagtrace: the kernel's OOM killer stopped the run: memory above the limit of {limit}\n"
