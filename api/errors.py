@@ -7,6 +7,7 @@ Every error body is {"error": message, "problems": [{"field", "message"}]} so cl
 from __future__ import annotations
 
 import logging
+import math
 
 from flask import Flask, jsonify
 from pydantic import ValidationError
@@ -53,7 +54,11 @@ def register(app: Flask) -> None:
         if status == 500:
             log.error("request failed: %s", exc)
             return error_response(500, f"internal error: {exc}")
-        return error_response(status, str(exc))
+        response = error_response(status, str(exc))
+        retry_after = getattr(exc, "retry_after_s", None)  # a rate limit says when to come back
+        if retry_after is not None:
+            response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
+        return response
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

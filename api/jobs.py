@@ -25,9 +25,15 @@ def _created(job):
     return response
 
 
+def _count_submission(who) -> None:
+    # Per token: one leaked or scripted token cannot fill the queue (and the workers).
+    ctx().submissions.take(f"token:{who.token_id}", "job submissions with this token")
+
+
 @bp.post("/jobs")
 def create_job():
     who = caller()
+    _count_submission(who)
     if request.mimetype == "multipart/form-data":
         if "archive" not in request.files:
             raise BadRequest(
@@ -92,6 +98,7 @@ def cancel_job(job_id: int):
 @bp.post("/jobs/<int:job_id>/rerun")
 def rerun_job(job_id: int):
     who = caller()
+    _count_submission(who)
     body = json_body(Rerun)
     parent = submissions.get_job(db(), who.project, job_id)
     job = submissions.rerun_job(

@@ -11,8 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from api.errors import BadRequest, error_response
 from api.metrics import metrics as api_metrics
 from services.context import ctx, db
-from services.github.client import signature_valid
-from services.github.webhooks import handle_delivery
+from services.github import webhooks
 from services.models import WebhookDelivery
 
 bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
@@ -21,26 +20,39 @@ bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 @bp.post("/webhooks/github")
 def github():
     settings, metrics = ctx().settings, api_metrics()
-    if settings.github_webhook_secret is None:
-        metrics.webhooks.labels(outcome="not_configured").inc()
-        return error_response(503, "GitHub webhooks are off: set LAGTRACE_GITHUB_WEBHOOK_SECRET")
     # GitHub sends at most 25 MB; anything larger is refused before it is read or verified.
     request.max_content_length = settings.webhook_max_bytes
     body = request.get_data()  # the raw bytes GitHub signed, before any parsing
-    if not signature_valid(
-        settings.github_webhook_secret.get_secret_value(), body, request.headers.get("X-Hub-Signature-256")
-    ):
+    signature = request.headers.get("X-Hub-Signature-256")
+    if not signature:
         metrics.webhooks.labels(outcome="bad_signature").inc()
         return error_response(401, "missing or wrong X-Hub-Signature-256: nothing was stored")
+    # Parsed before the check only to learn whose secret signs it (the repository's own).
+    payload = _payload(body)
+    session = db()
+    try:
+        project = webhooks.authenticate_delivery(session, settings, body, signature, payload)
+    except webhooks.WebhooksOff as exc:
+        metrics.webhooks.labels(outcome="not_configured").inc()
+        return error_response(503, str(exc))
+    except webhooks.BadSignature as exc:
+        metrics.webhooks.labels(outcome="bad_signature").inc()
+        return error_response(401, str(exc))
     delivery_id = request.headers.get("X-GitHub-Delivery", "").strip()
     event = request.headers.get("X-GitHub-Event", "").strip()
     if not delivery_id or not event or len(delivery_id) > 100 or len(event) > 64:
         raise BadRequest("X-GitHub-Delivery and X-GitHub-Event headers are required")
-    payload = _payload(body)
-    session = db()
     try:
-        outcome = handle_delivery(session, settings, delivery_id=delivery_id, event=event, payload=payload)
-        session.commit()  # the outbox sends the new job's first step now
+        outcome = webhooks.handle_delivery(
+            session, settings, delivery_id=delivery_id, event=event, payload=payload, project=project, body=body
+        )
+        session.commit()
+    except webhooks.UnknownRepository:
+        metrics.webhooks.labels(outcome="not_registered").inc()
+        raise
+    except webhooks.ReplayedDelivery:
+        metrics.webhooks.labels(outcome="replayed").inc()
+        raise
     except IntegrityError:
         # The same delivery arrived twice at once and the other request stored it first.
         session.rollback()

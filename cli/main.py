@@ -246,12 +246,53 @@ def token() -> None:
 @token.command("create")
 @click.option("--project", required=True, help="The project the token may read and submit to.")
 @click.option("--name", default="default", show_default=True, help="A label, shown as the actor in triage history.")
-def token_create(project: str, name: str) -> None:
+@click.option(
+    "--days", type=click.FloatRange(min=0, min_open=True), help="Valid this many days (default LAGTRACE_TOKEN_DAYS)."
+)
+@click.option("--no-expiry", is_flag=True, help="Never expires (revoke it with `lagtrace token revoke`).")
+def token_create(project: str, name: str, days: float | None, no_expiry: bool) -> None:
     """Print a new token. It is shown only this once; the database keeps its hash."""
     from cli.service import new_token
 
+    settings = _load_settings()
     with _exit_on_domain_errors():
-        click.echo(new_token(_load_settings(), project, name))
+        click.echo(new_token(settings, project, name, None if no_expiry else (days or settings.token_days)))
+
+
+@token.command("revoke")
+@click.argument("prefix", required=False)
+@click.option("--project", help="Revoke every token of this project instead.")
+def token_revoke(prefix: str | None, project: str | None) -> None:
+    """Revoke a token by its first characters (lt_...), or all of a project's."""
+    from cli.service import revoke
+
+    with _exit_on_domain_errors():
+        revoked = revoke(_load_settings(), prefix, project)
+    _progress(f"revoked {len(revoked)} token(s): {', '.join(revoked)}")
+
+
+@cli.group()
+def repo() -> None:
+    """GitHub repositories whose webhooks start jobs."""
+
+
+@repo.command("register")
+@click.argument("full_name", metavar="OWNER/NAME")
+@click.option("--project", help="The project its jobs go to (default: OWNER/NAME).")
+@click.option("--url", help="Clone URL (default https://github.com/OWNER/NAME.git).")
+@click.option("--secret-stdin", is_flag=True, help="Read the webhook secret from stdin (default: a new random one).")
+@click.option("--allow-forks", is_flag=True, help="Run pull requests from forks (with the base branch's config).")
+@click.option("--image", "images", multiple=True, help="A runner image its jobs may name. Repeatable.")
+def repo_register(
+    full_name: str, project: str | None, url: str | None, secret_stdin: bool, allow_forks: bool, images: tuple[str, ...]
+) -> None:
+    """Register (or update) a repository; prints the webhook secret to give GitHub."""
+    from cli.service import register
+
+    secret = sys.stdin.readline().strip() if secret_stdin else None
+    with _exit_on_domain_errors():
+        made = register(_load_settings(), project or full_name, full_name, url, secret, allow_forks, list(images))
+    click.echo(made)
 
 
 @cli.group()

@@ -11,10 +11,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate
-from services.accounts.tokens import create_token
+from services.accounts.tokens import create_token, revoke_tokens
 from services.accounts.users import create_user
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
+from services.github.repositories import register_repository
 from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
@@ -135,8 +136,37 @@ def _committed(settings: Settings, action: Callable[[Session], T]) -> T:
         engine.dispose()
 
 
-def new_token(settings: Settings, project: str, name: str) -> str:
-    return _committed(settings, lambda session: create_token(session, project, name))
+def new_token(settings: Settings, project: str, name: str, days: float | None) -> str:
+    return _committed(settings, lambda session: create_token(session, project, name, days=days))
+
+
+def revoke(settings: Settings, prefix: str | None, project: str | None) -> list[str]:
+    return _committed(settings, lambda session: revoke_tokens(session, prefix=prefix, project=project))
+
+
+def register(
+    settings: Settings,
+    project: str,
+    full_name: str,
+    url: str | None,
+    secret: str | None,
+    allow_forks: bool,
+    images: list[str],
+) -> str:
+    def action(session):
+        _, made = register_repository(
+            session,
+            settings,
+            project=project,
+            full_name=full_name,
+            url=url,
+            secret=secret,
+            allow_forks=allow_forks,
+            images=images,
+        )
+        return made
+
+    return _committed(settings, action)
 
 
 def new_user(settings: Settings, username: str, password: str, projects: list[str], admin: bool) -> None:

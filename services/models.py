@@ -79,6 +79,16 @@ class Project(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # The GitHub repository (owner/name) registered for this project: only its deliveries
+    # start jobs here, cloned from repository_url (never from a URL in the payload), and
+    # signed with webhook_secret (None: the server's LAGTRACE_GITHUB_WEBHOOK_SECRET).
+    github_repository: Mapped[str | None] = mapped_column(String(255), unique=True)
+    repository_url: Mapped[str | None] = mapped_column(Text)
+    webhook_secret: Mapped[str | None] = mapped_column(String(255))
+    # Pull requests from forks run only when allowed, and then with the base branch's config.
+    allow_fork_pull_requests: Mapped[bool] = mapped_column(default=False)
+    # Runner images a job of this project may name besides the server's default.
+    allowed_images: Mapped[list[Any]] = mapped_column(default=list)
 
     jobs: Mapped[list[Job]] = relationship(back_populates="project")
 
@@ -272,6 +282,8 @@ class JobSource(Base):
     github_repository: Mapped[str | None] = mapped_column(String(255))
     github_head_sha: Mapped[str | None] = mapped_column(String(64))
     github_check_run_id: Mapped[int | None] = mapped_column(BigInteger)
+    # A fork's pull request: .lagtrace.yml is read at this commit of the base branch.
+    config_commit_sha: Mapped[str | None] = mapped_column(String(64))
 
     job: Mapped[Job] = relationship()
 
@@ -318,6 +330,7 @@ class ApiToken(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     last_used_at: Mapped[dt.datetime | None] = mapped_column()
     revoked_at: Mapped[dt.datetime | None] = mapped_column()
+    expires_at: Mapped[dt.datetime | None] = mapped_column()
 
     project: Mapped[Project] = relationship()
 
@@ -333,6 +346,8 @@ class WebhookDelivery(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     outcome: Mapped[str] = mapped_column(Text)
     received_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # The signed body's SHA-256: the same body under a new delivery id is a replay.
+    body_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
 
 
 class TriageEvent(Base):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from services.thresholds import Thresholds
 
@@ -43,7 +45,14 @@ class Settings(BaseSettings):
     docker_memory: str = "2g"
     docker_pids_limit: int = 1024
     docker_tmpfs_size: str = "1g"
-    docker_prepare_network: str = "bridge"
+    # The prepare step runs the repository's own code (pip builds its packages), so it has
+    # no network unless the operator opts in (a network name: "bridge", or "host" where the
+    # engine has no bridge; "host" also reaches the node's own services such as the database).
+    docker_prepare_network: str = "none"
+    docker_prepare_timeout_s: float = Field(900.0, gt=0)
+    # The only index the prepare step is told about; no credentials in it (the repository's
+    # code would read them), and the worker's own PIP_* and proxy variables are never passed.
+    docker_prepare_index_url: str | None = None
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property
@@ -63,7 +72,27 @@ class Settings(BaseSettings):
     # file:// and plain paths read the server's own disk: only for tests and one-machine use.
     allow_file_repositories: bool = False
     max_archive_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    # An uploaded tarball unpacked: total bytes, members, and unpacked/packed ratio (a bomb).
+    max_archive_unpacked_bytes: int = Field(500 * 1024 * 1024, gt=0)
+    max_archive_members: int = Field(20000, gt=0)
+    max_archive_ratio: float = Field(100.0, gt=1)
     clone_timeout_s: float = Field(300.0, gt=0)
+    # A clone's checked-out tree (and any one file git writes) may not exceed this.
+    max_clone_bytes: int = Field(1024 * 1024 * 1024, gt=0)
+    # --- What a job may do (the service: API, dashboard, webhooks, workers) ----------
+    # Executors a service job may use. `local` runs the job's code on the worker itself:
+    # only for a deployment whose every submitter is trusted. `lagtrace run` ignores this.
+    allowed_executors: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["docker"])
+    # Without a timeout in the job, runs get the default; none may ask for more than the max.
+    max_repeat: int = Field(30, ge=1)
+    max_stall_after_s: float = Field(600.0, gt=0)
+    # Stored evidence artifacts of one job, compressed; past it, artifacts are left out.
+    artifact_job_quota_bytes: int = Field(1024 * 1024 * 1024, gt=0)
+    # Abuse limits, per API token and per sign-in name/address, in a sliding minute.
+    submissions_per_minute: int = Field(30, ge=1)
+    sign_in_failures_per_minute: int = Field(5, ge=1)
+    # New API tokens expire after this many days (`lagtrace token create --days` overrides).
+    token_days: float = Field(90.0, gt=0)
     # A task is killed at its hard limit, which must come before the broker hands the
     # unacknowledged message (late acks) to another worker; the ledger's lease outlives
     # the hard limit, so a reclaimed task is one whose worker is really gone.
@@ -110,6 +139,30 @@ class Settings(BaseSettings):
     # http://127.0.0.1 and localhost). Off only for a plain-HTTP deployment on another host.
     cookie_secure: bool = True
     session_hours: float = Field(12.0, gt=0)
+
+    @field_validator("allowed_executors", mode="before")
+    @classmethod
+    def _executor_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("allowed_executors")
+    @classmethod
+    def _known_executors(cls, value: list[str]) -> list[str]:
+        unknown = [name for name in value if name not in ("docker", "local")]
+        if unknown or not value:
+            raise ValueError(f"LAGTRACE_ALLOWED_EXECUTORS: a comma-separated list of docker, local (got {value})")
+        return value
+
+    @field_validator("docker_prepare_index_url")
+    @classmethod
+    def _index_without_credentials(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme != "https" or parts.username or parts.password:
+                raise ValueError("LAGTRACE_DOCKER_PREPARE_INDEX_URL: an https:// URL without user or password")
+        return value
 
     @model_validator(mode="after")
     def _time_limits_nest(self) -> Settings:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import threading
+import zipfile
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +17,7 @@ from cli.wsgi import create_app
 from services import migrate
 from services.db import make_engine
 from services.github.client import sign
+from services.github.repositories import register_repository
 from services.settings import Settings
 from tests.conftest import EXAMPLES
 
@@ -99,6 +101,32 @@ class GitHubServer:
         return [r for r in self.requests if "/check-runs" in r.path]
 
 
+def register(
+    settings: Settings,
+    session_factory,
+    url: str,
+    full_name: str = "octo/demo",
+    *,
+    secret: str | None = SECRET,
+    allow_forks: bool = False,
+    images: list[str] | None = None,
+) -> str:
+    """Register ``full_name`` (as `lagtrace repo register` does) with its clone URL and secret."""
+    with session_factory() as session:
+        _, made = register_repository(
+            session,
+            settings,
+            project=full_name,
+            full_name=full_name,
+            url=url,
+            secret=secret,
+            allow_forks=allow_forks,
+            images=images,
+        )
+        session.commit()
+    return made
+
+
 def push_payload(clone_url: str, head: str, full_name: str = "octo/demo") -> dict:
     return {
         "ref": "refs/heads/main",
@@ -127,3 +155,19 @@ def in_process_service(settings: Settings, *, run_jobs: bool, migrated: bool):
     if run_jobs:
         dispatcher.start()
     return create_app(settings, dispatcher, engine), engine, session_factory, dispatcher
+
+
+def write_wheel(directory: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel, so installing it needs no package index."""
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: lagtrace-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel

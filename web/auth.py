@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 import secrets
+from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
 
@@ -78,7 +79,19 @@ def visible_finding(finding_id: int) -> Finding:
 
 
 def safe_next(target: str | None) -> str:
-    """Only a local path: ?next= must not send a signed-in user to another site."""
-    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
-        return target
+    """Only a path on this site: ?next= must not send a signed-in user to another one.
+
+    Browsers drop tabs and newlines from URLs and read a backslash as a slash, so
+    `/\t/evil.example` and `/\\evil.example` are other sites too: any control character,
+    whitespace or backslash is refused, and the rest must parse with no scheme and no host.
+    """
+    if (
+        target
+        and target.startswith("/")
+        and not target.startswith("//")
+        and not any(char.isspace() or ord(char) < 32 or ord(char) == 127 or char == "\\" for char in target)
+    ):
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc:
+            return target
     return url_for("web.inbox")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -21,6 +22,7 @@ from flask import (
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from services.accounts.ratelimit import TooManyRequests
 from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
@@ -158,9 +160,23 @@ def sign_in_page():
     if request.method == "GET":
         return render_template("sign_in.html", next_url=next_url, error=None)
     session_ = db()
+    username = request.form.get("username", "")
+    # Failed attempts are counted per name and per address: guessing one user's password,
+    # or spraying one password over many names, both stop at the limit (a right password
+    # included, until the window has passed).
+    failures = ctx().sign_in_failures
+    keys = (f"user:{username.strip().lower()}", f"address:{request.remote_addr}")
     try:
-        user = sign_in(session_, request.form.get("username", ""), request.form.get("password", ""))
+        for key in keys:
+            failures.check(key, "failed sign-ins")
+    except TooManyRequests as exc:
+        response = render_template("sign_in.html", next_url=next_url, error=str(exc)), 429
+        return (*response, {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
+    try:
+        user = sign_in(session_, username, request.form.get("password", ""))
     except SignInFailed as exc:
+        for key in keys:
+            failures.hit(key)
         return render_template("sign_in.html", next_url=next_url, error=str(exc)), 401
     session_.commit()
     auth.start_session(user)
@@ -244,13 +260,20 @@ def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]
 def new_job():
     projects = visible_projects(db(), g.user)
     if request.method == "GET":
-        return render_template("new_job.html", projects=projects, common_configs=COMMON_CONFIGS, probes=PROBES)
+        return render_template(
+            "new_job.html",
+            projects=projects,
+            common_configs=COMMON_CONFIGS,
+            probes=PROBES,
+            executors=ctx().settings.allowed_executors,  # the server refuses the others anyway
+        )
     form = request.form
     try:
         project_id = int(form.get("project", ""))
     except ValueError:
         raise BadInput("project: choose one") from None
     project = require_project(db(), g.user, project_id)
+    ctx().submissions.take(f"user:{g.user.id}", "job submissions by this user")
     try:
         command = shlex.split(form.get("command", ""))
     except ValueError as exc:

@@ -6,6 +6,7 @@ force, and a fast hash lets every request find its token through a unique index.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import Unauthorized
+from services.errors import BadInput, NotFound, Unauthorized
 from services.jobs.lifecycle import get_or_create_project
 from services.models import ApiToken, Project, utcnow
 
@@ -24,22 +25,51 @@ TOKEN_PREFIX = "lt_"
 class Caller:
     project: Project
     token_name: str
+    token_id: int
 
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(session: Session, project: str, name: str = "default") -> str:
-    """Store a new token for ``project`` (made if new) and return it: the only time it is seen."""
+def create_token(session: Session, project: str, name: str = "default", *, days: float | None = 90.0) -> str:
+    """Store a new token for ``project`` (made if new) and return it: the only time it is seen.
+
+    It expires after ``days`` (None: never; for a CI secret that is rotated by other means).
+    """
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     session.add(
         ApiToken(
-            project=get_or_create_project(session, project), name=name, token_hash=_digest(token), prefix=token[:10]
+            project=get_or_create_project(session, project),
+            name=name,
+            token_hash=_digest(token),
+            prefix=token[:10],
+            expires_at=utcnow() + dt.timedelta(days=days) if days is not None else None,
         )
     )
     session.flush()
     return token
+
+
+def revoke_tokens(session: Session, *, prefix: str | None = None, project: str | None = None) -> list[str]:
+    """Revoke the token(s) starting with ``prefix`` (as `token list` shows it), or all of a
+    project's; returns the prefixes revoked. A revoked token is refused from the next request."""
+    if not prefix and not project:
+        raise BadInput("name a token prefix or a project")
+    query = select(ApiToken).where(ApiToken.revoked_at.is_(None))
+    if prefix:
+        if len(prefix) < 6:
+            raise BadInput("prefix: give at least 6 characters (lt_ and 3 more)")
+        query = query.where(ApiToken.prefix.startswith(prefix[:10], autoescape=True))
+    if project:
+        query = query.join(Project).where(Project.name == project)
+    found = list(session.scalars(query))
+    if not found:
+        raise NotFound("no such token (or it is revoked already)")
+    for token in found:
+        token.revoked_at = utcnow()
+    session.flush()
+    return [token.prefix for token in found]
 
 
 def authenticate(session: Session, authorization: str | None) -> Caller:
@@ -50,5 +80,12 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
     found = session.scalar(select(ApiToken).where(ApiToken.token_hash == _digest(token.strip())))
     if found is None or found.revoked_at is not None:
         raise Unauthorized("unknown or revoked token")
+    if found.expires_at is not None and _aware(found.expires_at) <= utcnow():
+        raise Unauthorized("the token has expired: make a new one with `lagtrace token create`")
     found.last_used_at = utcnow()
-    return Caller(project=found.project, token_name=found.name)
+    return Caller(project=found.project, token_name=found.name, token_id=found.id)
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    # SQLite hands back naive datetimes; they were written as UTC.
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)

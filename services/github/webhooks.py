@@ -1,31 +1,59 @@
 """GitHub deliveries: push and pull_request start a job, check_run rerequested a rerun.
 
-The signature is checked by the caller before anything here runs. A delivery id is
-stored once (primary key), so a redelivery is answered without a second job.
+Trust: a delivery is signed with the secret of the repository it names (registered with
+`lagtrace repo register`; the server-wide secret only for repositories registered
+without one), and it starts jobs only in that repository's project, cloned from the URL
+given at registration, never from one in the payload. A delivery id is stored once
+(primary key), so a redelivery is answered without a second job; the same signed body
+under another delivery id is a replay and refused. Pull requests from forks run only
+where the project allows it, and then with the base branch's `.lagtrace.yml`.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import BadInput
-from services.jobs.lifecycle import get_or_create_project
+from services.errors import BadInput, Conflict, LagtraceError, NotFound, Unauthorized
+from services.github.client import signature_valid
+from services.jobs.lifecycle import cancel_job
 from services.jobs.sources import describe_validation_error
 from services.jobs.submit import rerun_job, submit_job
-from services.models import Job, JobSource, WebhookDelivery
+from services.models import Job, JobSource, Project, WebhookDelivery
 from services.settings import Settings
 
 PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
 NULL_SHA = "0" * 40
 
 
+class WebhooksOff(LagtraceError):
+    """No secret to check a delivery against: the receiver answers 503."""
+
+    http_status = 503
+
+
+class BadSignature(Unauthorized):
+    """Missing or wrong X-Hub-Signature-256."""
+
+
+class UnknownRepository(NotFound):
+    """A correctly signed delivery for a repository no project registered."""
+
+
+class ReplayedDelivery(Conflict):
+    """A body seen before under another delivery id."""
+
+
 class Repository(BaseModel):
     full_name: str
-    clone_url: str
+
+
+class RepositoryRef(BaseModel):
+    full_name: str
 
 
 class PushEvent(BaseModel):
@@ -38,11 +66,19 @@ class PushEvent(BaseModel):
 class PullRequestHead(BaseModel):
     sha: str
     ref: str
+    # None when the fork was deleted: treated as a fork.
+    repo: RepositoryRef | None = None
+
+
+class PullRequestBase(BaseModel):
+    sha: str
+    ref: str
 
 
 class PullRequest(BaseModel):
     number: int
     head: PullRequestHead
+    base: PullRequestBase | None = None
 
 
 class PullRequestEvent(BaseModel):
@@ -76,12 +112,54 @@ def _parse(model: type[BaseModel], payload: object, event: str) -> BaseModel:
         raise BadInput(f"{event} payload: {describe_validation_error(exc)}") from None
 
 
-def handle_delivery(session: Session, settings: Settings, *, delivery_id: str, event: str, payload: object) -> Outcome:
+def authenticate_delivery(
+    session: Session, settings: Settings, body: bytes, signature: str | None, payload: object
+) -> Project | None:
+    """The registered project the signed delivery is for (None: it names no repository).
+
+    Raises WebhooksOff, BadSignature. A repository nobody registered is checked against
+    the server-wide secret, so that an unsigned caller cannot tell which are registered.
+    """
+    repository = payload.get("repository") if isinstance(payload, dict) else None
+    full_name = repository.get("full_name") if isinstance(repository, dict) else None
+    project = None
+    if isinstance(full_name, str):
+        project = session.scalar(select(Project).where(Project.github_repository == full_name))
+    secret = (
+        project.webhook_secret
+        if project is not None and project.webhook_secret
+        else (settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None)
+    )
+    if secret is None:
+        raise WebhooksOff(
+            "GitHub webhooks are off: register the repository with a secret or set LAGTRACE_GITHUB_WEBHOOK_SECRET"
+        )
+    if not signature_valid(secret, body, signature):
+        raise BadSignature("missing or wrong X-Hub-Signature-256: nothing was stored")
+    return project
+
+
+def handle_delivery(
+    session: Session,
+    settings: Settings,
+    *,
+    delivery_id: str,
+    event: str,
+    payload: object,
+    project: Project | None = None,
+    body: bytes = b"",
+) -> Outcome:
     seen = session.get(WebhookDelivery, delivery_id)
     if seen is not None:
         return Outcome(f"duplicate delivery: {seen.outcome}", seen.job_id, duplicate=True)
+    digest = hashlib.sha256(body).hexdigest()
+    earlier = session.scalar(select(WebhookDelivery).where(WebhookDelivery.body_sha256 == digest))
+    if earlier is not None:
+        raise ReplayedDelivery(
+            f"this body was delivered before as {earlier.delivery_id}: a replay under a new delivery id is refused"
+        )
     action = payload.get("action") if isinstance(payload, dict) else None
-    outcome = _dispatch(session, settings, event, payload)
+    outcome = _dispatch(session, settings, event, payload, project)
     session.add(
         WebhookDelivery(
             delivery_id=delivery_id,
@@ -89,6 +167,7 @@ def handle_delivery(session: Session, settings: Settings, *, delivery_id: str, e
             action=action if isinstance(action, str) else None,
             job_id=outcome.job_id,
             outcome=outcome.outcome,
+            body_sha256=digest,
         )
     )
     # Flushed here so a concurrent copy of the same delivery fails on the primary key.
@@ -96,30 +175,38 @@ def handle_delivery(session: Session, settings: Settings, *, delivery_id: str, e
     return outcome
 
 
-def _dispatch(session: Session, settings: Settings, event: str, payload: object) -> Outcome:
+def _registered(project: Project | None, repository: Repository) -> Project:
+    if project is None or project.github_repository != repository.full_name or not project.repository_url:
+        raise UnknownRepository(
+            f"repository {repository.full_name} is not registered here (lagtrace repo register): nothing was run"
+        )
+    return project
+
+
+def _dispatch(session: Session, settings: Settings, event: str, payload: object, project: Project | None) -> Outcome:
     if event == "ping":
         return Outcome("pong")
     if event == "push":
         push = _parse(PushEvent, payload, event)
         if push.deleted or push.after == NULL_SHA:
             return Outcome("ignored: branch deleted")
-        return _start(session, settings, push.repository, ref=push.ref, sha=push.after)
+        return _start(session, settings, _registered(project, push.repository), ref=push.ref, sha=push.after)
     if event == "pull_request":
         pull = _parse(PullRequestEvent, payload, event)
         if pull.action not in PULL_REQUEST_ACTIONS:
             return Outcome(f"ignored: pull_request {pull.action}")
+        registered = _registered(project, pull.repository)
+        head = pull.pull_request.head
+        ref = f"refs/pull/{pull.pull_request.number}/head"
+        if head.repo is None or head.repo.full_name != pull.repository.full_name:
+            return _fork(session, settings, registered, pull, ref)
         # The base repository serves every pull request's head, forks included.
-        return _start(
-            session,
-            settings,
-            pull.repository,
-            ref=f"refs/pull/{pull.pull_request.number}/head",
-            sha=pull.pull_request.head.sha,
-        )
+        return _start(session, settings, registered, ref=ref, sha=head.sha)
     if event == "check_run":
         check = _parse(CheckRunEvent, payload, event)
         if check.action != "rerequested":
             return Outcome(f"ignored: check_run {check.action}")
+        _registered(project, check.repository)
         parent = session.scalar(
             select(Job)
             .join(JobSource, JobSource.job_id == Job.id)
@@ -135,17 +222,49 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object)
     return Outcome(f"ignored: event {event}")
 
 
-def _start(session: Session, settings: Settings, repository: Repository, *, ref: str, sha: str) -> Outcome:
-    project = get_or_create_project(session, repository.full_name)
+def _start(
+    session: Session, settings: Settings, project: Project, *, ref: str, sha: str, config_commit_sha: str | None = None
+) -> Outcome:
     job = submit_job(
         session,
         settings,
         project,
         None,
-        repository_url=repository.clone_url,
+        repository_url=project.repository_url,
         ref=ref,
         commit_sha=sha,
         origin="github",
-        github_repository=repository.full_name,
+        github_repository=project.github_repository,
+        config_commit_sha=config_commit_sha,
     )
     return Outcome(f"job {job.id} for {sha[:12]}", job.id)
+
+
+def _fork(session: Session, settings: Settings, project: Project, pull: PullRequestEvent, ref: str) -> Outcome:
+    """A fork's pull request: its code may run, its configuration may not choose how."""
+    head = pull.pull_request.head
+    fork = head.repo.full_name if head.repo else "a deleted fork"
+    if project.allow_fork_pull_requests and pull.pull_request.base is not None:
+        outcome = _start(
+            session, settings, project, ref=ref, sha=head.sha, config_commit_sha=pull.pull_request.base.sha
+        )
+        outcome.outcome += f" (fork {fork}: the base branch's .lagtrace.yml)"
+        return outcome
+    # Recorded as a cancelled job so the check run on the pull request says why.
+    job = submit_job(
+        session,
+        settings,
+        project,
+        None,
+        repository_url=project.repository_url,
+        ref=ref,
+        commit_sha=head.sha,
+        origin="github",
+        github_repository=project.github_repository,
+    )
+    cancel_job(session, settings, job, "policy")
+    job.error = (
+        f"not run: pull request #{pull.pull_request.number} comes from the fork {fork}, and project "
+        f"{project.name} does not run forks' code (lagtrace repo register --allow-forks)"
+    )
+    return Outcome(f"fork {fork} not run", job.id)

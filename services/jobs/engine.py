@@ -38,6 +38,7 @@ from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import ledger, lifecycle, sources
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
 from services.jobs.report import build_report
+from services.jobs.spec import enforce_policy
 from services.measure import nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
@@ -471,7 +472,14 @@ def _progress(job: Job) -> Progress:
 
 def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
     # After prepare, job.executor is the one `auto` chose there, not `auto` again.
-    return make_executor(job.executor, settings, image=source.image, progress=_progress(job))
+    return make_executor(
+        job.executor,
+        settings,
+        image=source.image,
+        progress=_progress(job),
+        allowed=settings.allowed_executors,
+        cache_scope=f"project-{job.project_id}",
+    )
 
 
 def _evidence_option(probes: list[str] | None) -> str | None:
@@ -536,7 +544,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
             if commit:
                 source.commit_sha = commit
             if source.from_repository_config:
-                spec = sources.read_repository_config(directory)
+                spec = enforce_policy(sources.repository_config(source, settings, directory), settings, job.project)
                 job.command, job.repeat, job.timeout_s, job.executor = (
                     spec.command,
                     spec.repeat,

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from services.errors import BadInput
 from services.measure.configs import parse_spec
 from services.measure.probes import PROBES
+from services.models import Project
+from services.settings import Settings
 
 MAX_REPEAT = 100
 
@@ -112,3 +114,35 @@ class RepositoryConfig(JobSpec):
 
 
 REPOSITORY_CONFIG_FILE = ".lagtrace.yml"
+
+
+# Prepared dependency images are the engine's cache, per project: never a job's choice.
+INTERNAL_IMAGE_PREFIXES = ("lagtrace-deps",)
+
+
+def enforce_policy(spec: JobSpec, settings: Settings, project: Project) -> JobSpec:
+    """What this server lets a service job ask for, from any entry point (API, dashboard,
+    .lagtrace.yml); returns the spec with the server's defaults filled in, or BadInput."""
+    allowed = settings.allowed_executors
+    if spec.executor != "auto" and spec.executor not in allowed:
+        raise BadInput(
+            f"executor: {spec.executor} is not allowed on this server (allowed: {', '.join(allowed)}); "
+            "the service runs jobs only in containers"
+        )
+    if spec.image is not None:
+        if spec.image.split(":", 1)[0].split("/")[-1].startswith(INTERNAL_IMAGE_PREFIXES):
+            raise BadInput(f"image: {spec.image} is lagtrace's own dependency cache, not a runner image")
+        if spec.image != settings.docker_image and spec.image not in (project.allowed_images or []):
+            raise BadInput(
+                f"image: {spec.image} is not allowed for project {project.name} "
+                f"(allowed: {', '.join([settings.docker_image, *(project.allowed_images or [])])})"
+            )
+    if spec.repeat > settings.max_repeat:
+        raise BadInput(f"repeat: at most {settings.max_repeat} on this server")
+    if spec.timeout_s is not None and spec.timeout_s > settings.run_timeout_max_s:
+        raise BadInput(
+            f"timeout_s: at most {settings.run_timeout_max_s:g} s on this server (LAGTRACE_RUN_TIMEOUT_MAX_S)"
+        )
+    if spec.stall_after_s is not None and spec.stall_after_s > settings.max_stall_after_s:
+        raise BadInput(f"stall_after_s: at most {settings.max_stall_after_s:g} s on this server")
+    return spec.model_copy(update={"timeout_s": spec.timeout_s or settings.run_timeout_s})

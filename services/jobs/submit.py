@@ -18,7 +18,7 @@ from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
 from services.jobs.sources import check_archive, check_ref, check_repository_url
-from services.jobs.spec import MAX_CPU, JobSpec
+from services.jobs.spec import MAX_CPU, JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
 from services.measure.executors import EXECUTORS
 from services.measure.pytest_command import narrow_to_test
@@ -58,8 +58,10 @@ def submit_job(
     archive: bytes | None = None,
     origin: str = "api",
     github_repository: str | None = None,
+    config_commit_sha: str | None = None,
 ) -> Job:
-    """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare."""
+    """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
+    (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config)."""
     if (repository_url is None) == (archive is None):
         raise BadInput("give exactly one of repository.url and an uploaded archive")
     if repository_url is not None:
@@ -69,7 +71,9 @@ def submit_job(
     elif archive is not None:
         check_archive(archive, settings)
     configs = _check_spec(spec) if spec else []
-    if spec:
+    if spec is not None:
+        spec = enforce_policy(spec, settings, project)
+    if spec is not None:
         run_timeout(settings, spec.timeout_s)
     job = create_job(
         session,
@@ -96,6 +100,7 @@ def submit_job(
             image=spec.image if spec else None,
             github_repository=github_repository,
             github_head_sha=commit_sha,
+            config_commit_sha=config_commit_sha,
         )
     )
     session.flush()
@@ -148,6 +153,7 @@ def rerun_job(
         executor=parent.executor,
         image=source.image,
     )
+    spec = enforce_policy(spec, settings, parent.project)
     run_timeout(settings, spec.timeout_s)
     job = create_job(
         session,
@@ -174,6 +180,7 @@ def rerun_job(
             image=source.image,
             github_repository=source.github_repository,
             github_head_sha=source.github_head_sha,
+            config_commit_sha=source.config_commit_sha,
         )
     )
     session.flush()

@@ -53,9 +53,20 @@ class ArtifactStore(Protocol):
 
 
 class DirectoryArtifactStore:
-    def __init__(self, root: Path, *, max_bytes: int, retention_s: float, zstd_level: int = 3):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        retention_s: float,
+        zstd_level: int = 3,
+        job_quota_bytes: int | None = None,
+    ):
         self.root = root
         self.max_bytes = max_bytes
+        # All of one job's stored artifacts (keys "job-N/..."), compressed: a job that
+        # makes endless big cores fills its quota, not the disk.
+        self.job_quota_bytes = job_quota_bytes
         self.retention_s = retention_s
         self.zstd_level = zstd_level
 
@@ -65,9 +76,21 @@ class DirectoryArtifactStore:
             raise ValueError(f"artifact key {key!r} must be a relative path without '..'")
         return self.root / (key + SUFFIX)
 
+    def _room(self, key: str) -> tuple[int, str]:
+        """How many compressed bytes ``key`` may take, and the setting that says so."""
+        if self.job_quota_bytes is None or "/" not in key:
+            return self.max_bytes, "LAGTRACE_ARTIFACT_MAX_BYTES"
+        job_dir = self.root / key.split("/", 1)[0]
+        used = sum(path.stat().st_size for path in job_dir.rglob("*" + SUFFIX)) if job_dir.is_dir() else 0
+        left = self.job_quota_bytes - used
+        if left < self.max_bytes:
+            return max(left, 0), "LAGTRACE_ARTIFACT_JOB_QUOTA_BYTES, the job's quota left"
+        return self.max_bytes, "LAGTRACE_ARTIFACT_MAX_BYTES"
+
     def put(self, key: str, source: Path, media_type: str) -> ArtifactRef:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
+        cap, cap_name = self._room(key)
         partial = target.with_name(target.name + ".partial")
         digest = hashlib.sha256()
         size = 0
@@ -75,7 +98,9 @@ class DirectoryArtifactStore:
         # 300 MB core is the slowest step of the stall snapshot otherwise.
         compressor = zstandard.ZstdCompressor(level=self.zstd_level, threads=-1)
         try:
-            with open(source, "rb") as reader, open(partial, "wb") as raw:
+            # The source is a file the job's command wrote: never read through a link.
+            reader_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(reader_fd, "rb") as reader, open(partial, "wb") as raw:
                 # closefd=False: the size of what was written is read from `raw` after flush.
                 with compressor.stream_writer(raw, closefd=False) as writer:
                     while chunk := reader.read(CHUNK):
@@ -84,17 +109,15 @@ class DirectoryArtifactStore:
                         writer.write(chunk)
                         # Checked as it grows, so an oversized core is abandoned early
                         # instead of being compressed to the end first.
-                        if raw.tell() > self.max_bytes:
+                        if raw.tell() > cap:
                             raise ArtifactTooLarge(
-                                f"{source.name} exceeds the artifact cap of {self.max_bytes} bytes "
-                                f"even compressed (LAGTRACE_ARTIFACT_MAX_BYTES)"
+                                f"{source.name} exceeds the artifact cap of {cap} bytes even compressed ({cap_name})"
                             )
                     writer.flush(zstandard.FLUSH_FRAME)
                 stored = raw.tell()
-            if stored > self.max_bytes:
+            if stored > cap:
                 raise ArtifactTooLarge(
-                    f"{source.name} is {stored} bytes compressed, above the artifact cap of "
-                    f"{self.max_bytes} bytes (LAGTRACE_ARTIFACT_MAX_BYTES)"
+                    f"{source.name} is {stored} bytes compressed, above the artifact cap of {cap} bytes ({cap_name})"
                 )
             os.replace(partial, target)
         except BaseException:
@@ -134,4 +157,5 @@ def make_artifact_store(settings: Settings) -> ArtifactStore:
         max_bytes=settings.artifact_max_bytes,
         retention_s=settings.artifact_retention_days * 86400,
         zstd_level=settings.artifact_zstd_level,
+        job_quota_bytes=settings.artifact_job_quota_bytes,
     )

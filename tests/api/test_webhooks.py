@@ -8,7 +8,7 @@ import time
 import pytest
 
 from services.models import Job, JobSource, WebhookDelivery
-from tests.service_support import SECRET, delivery_headers, make_repository, push_payload
+from tests.service_support import SECRET, delivery_headers, make_repository, push_payload, register
 
 LAGTRACE_YML = "command: python3 steady.py\nconfigs: [cpuset=0]\nrepeat: 2\n"
 
@@ -84,6 +84,7 @@ def test_a_signed_body_that_is_not_json_is_400(sqlite_api):
 
 def test_the_same_delivery_twice_makes_one_job(sqlite_api, tmp_path):
     url, head = make_repository(tmp_path / "repo", LAGTRACE_YML)
+    register(sqlite_api.settings, sqlite_api.session_factory, url)
     first = deliver(sqlite_api, push_payload(url, head), "same-delivery")
     second = deliver(sqlite_api, push_payload(url, head), "same-delivery")
     assert first.status_code == 202 and first.get_json()["duplicate"] is False
@@ -112,6 +113,7 @@ def octo(api):
 def test_a_push_runs_the_repository_config_and_reports_a_check_run(octo, tmp_path, github_server):
     api = octo
     url, head = make_repository(tmp_path / "repo", LAGTRACE_YML + "evidence: [strace]\n")
+    register(api.settings, api.session_factory, url)
     response = deliver(api, push_payload(url, head), "push-1")
     assert response.status_code == 202, response.get_json()
     job = api.wait(response.get_json()["job_id"])
@@ -134,6 +136,7 @@ def test_a_push_runs_the_repository_config_and_reports_a_check_run(octo, tmp_pat
 def test_a_bad_repository_config_fails_the_job_and_the_check_run_says_why(octo, tmp_path, github_server):
     api = octo
     url, head = make_repository(tmp_path / "repo", "command: python3 steady.py\nrepeat: 0\n")
+    register(api.settings, api.session_factory, url)
     job = api.wait(deliver(api, push_payload(url, head), "push-bad").get_json()["job_id"])
     assert job["status"] == "failed" and "repeat" in job["error"] and ".lagtrace.yml" in job["error"]
     completed = wait_for_check_run(github_server, "completed")
@@ -143,9 +146,10 @@ def test_a_bad_repository_config_fails_the_job_and_the_check_run_says_why(octo, 
 def test_pull_request_and_check_run_rerequested_make_a_linked_rerun(octo, tmp_path, github_server):
     api = octo
     url, head = make_repository(tmp_path / "repo", LAGTRACE_YML)
+    register(api.settings, api.session_factory, url)
     pull = {
         "action": "opened",
-        "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"}},
+        "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature", "repo": {"full_name": "octo/demo"}}},
         "repository": {"full_name": "octo/demo", "clone_url": url},
     }
     parent = api.wait(deliver(api, pull, "pr-1", "pull_request").get_json()["job_id"])

@@ -59,7 +59,7 @@ class Stack:
         self.workers = workers
         self.processes: list[subprocess.Popen] = []
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 300, input: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "cli.main", *args],
             cwd=REPO,
@@ -67,7 +67,12 @@ class Stack:
             capture_output=True,
             text=True,
             timeout=timeout,
+            input=input,
         )
+
+    def register(self, url: str, full_name: str = "octo/demo") -> None:
+        done = self.cli("repo", "register", full_name, "--url", url, "--secret-stdin", input=SECRET + "\n")
+        assert done.returncode == 0, done.stderr
 
     def spawn(self, name: str, *args: str) -> Path:
         log = self.base / f"{name}.log"
@@ -288,6 +293,7 @@ def test_unsigned_and_repeated_deliveries(stack, repository):
 @pytest.mark.latency
 def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, repository):
     url, head = repository
+    stack.register(url)
     status, first = stack.deliver(push_payload(url, head), "e2e-push")
     assert status == 202, first
     status, second = stack.deliver(push_payload(url, head), "e2e-push")
@@ -376,6 +382,8 @@ def test_two_jobs_share_a_node_only_when_packing_on_disjoint_cores(
     postgres_server_url, redis_url, tmp_path, repository, packing
 ):
     options = {"LAGTRACE_PACK_DISJOINT_CORES": "true"} if packing else {}
+    # The stamps are host files: this deployment trusts its submitters with the local executor.
+    options["LAGTRACE_ALLOWED_EXECUTORS"] = "docker,local"
     with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=2, **options) as two_workers:
         stamps = tmp_path / "stamps"
         ids = [

@@ -230,7 +230,7 @@ def test_submit_form_runs_a_job_end_to_end(running_dashboard, tmp_path):
             "config": ["cpuset=0", "cpuset=0-1"],
             "repeat": "2",
             "evidence": "none",
-            "executor": "local",
+            "executor": "docker",
         },
         form_page="/jobs/new",
     )

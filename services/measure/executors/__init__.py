@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from services.errors import BadInput
 from services.measure.executors.base import Executor, RunRequest, RunResult
@@ -18,24 +18,43 @@ def make_executor(
     *,
     image: str | None = None,
     progress: Callable[[str], None] = lambda message: None,
+    allowed: Sequence[str] | None = None,
+    cache_scope: str = "",
 ) -> Executor:
-    """The executor called ``name``; ``auto`` is docker where it works, else local, and says why."""
+    """The executor called ``name``; ``auto`` is docker where it works, else local, and says why.
+
+    ``allowed`` (the service passes settings.allowed_executors; `lagtrace run` None: all)
+    limits the choice. ``auto`` then fails closed: it never falls back to an executor
+    outside the list because the engine or the image is missing.
+    ``cache_scope`` keeps docker's prepared dependency images apart (one per project).
+    """
     # Imported here: the Docker SDK is only needed when docker is asked for or tried.
     from services.measure.executors import docker
 
+    if allowed is not None and name in ("local", "docker") and name not in allowed:
+        raise BadInput(
+            f"executor {name}: not allowed on this server (LAGTRACE_ALLOWED_EXECUTORS={','.join(allowed)}); "
+            "the service runs untrusted code only in containers"
+        )
+    if name == "auto" and allowed is not None and "local" not in allowed:
+        # Fail closed: an engine that is down must not turn into running on the host.
+        try:
+            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
+        except BadInput as exc:
+            raise BadInput(f"executor auto: this server runs jobs only in containers; {exc}") from None
     if name == "local":
         if image is not None:
             raise BadInput("--image applies to the docker executor only (use --executor docker or auto)")
         return LocalExecutor(settings)
     if name == "docker":
-        return docker.DockerExecutor(settings, image, progress)
+        return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
     if name == "auto":
         problem = docker.unavailable_reason(image or settings.docker_image)
         if problem is None:
             progress(
                 f"executor auto: a Docker engine answers and {image or settings.docker_image} exists: using docker"
             )
-            return docker.DockerExecutor(settings, image, progress)
+            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
         if image is not None:
             # The user asked for an image: running on the host instead would ignore that.
             raise BadInput(f"--image {image}: {problem}")

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import sys
 import tarfile
 import tempfile
@@ -56,24 +57,12 @@ RUNNER_USER = f"{RUNNER_UID}:{RUNNER_UID}"
 CONTAINER_PYTHON = "/usr/bin/python3"
 TOOLS_DIR = "/lagtrace/tools"
 DEPS_VENV = "/lagtrace/deps/venv"
-CA_BUNDLE = "/lagtrace/ca-bundle.pem"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
 # Lock and requirements files whose content decides the prepared environment.
 LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt")
-# Forwarded to the prepare step only: how a team reaches its package index.
-PIP_ENV = (
-    "PIP_INDEX_URL",
-    "PIP_EXTRA_INDEX_URL",
-    "PIP_TRUSTED_HOST",
-    "PIP_DEFAULT_TIMEOUT",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-)
+MAX_LOCK_FILE_BYTES = 1024 * 1024
+DEPS_SCOPE_LABEL = "lagtrace.deps.scope"
 # Mounting a working tree over these would replace the image's own system.
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lagtrace", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr", "/var")
 ENGINE_TIMEOUT_S = 30
@@ -116,9 +105,18 @@ def unavailable_reason(image: str) -> str | None:
 class DockerExecutor:
     name = "docker"
 
-    def __init__(self, settings: Settings, image: str | None = None, progress: Callable[[str], None] = lambda m: None):
+    def __init__(
+        self,
+        settings: Settings,
+        image: str | None = None,
+        progress: Callable[[str], None] = lambda m: None,
+        cache_scope: str = "",
+    ):
         self.settings = settings
         self.image = image or settings.docker_image
+        # Prepared dependency images are keyed by this too (the service: the project), so
+        # one project's code never runs in an image another project's install built.
+        self.cache_scope = cache_scope
         self.client = connect()
         try:
             self._image_id = self.client.images.get(self.image).id
@@ -153,12 +151,15 @@ class DockerExecutor:
         The cache key covers the base image too, so a rebuilt runner image re-prepares.
         """
         _check_workdir(workdir)
-        lock_files = sorted({path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if path.is_file()})
+        lock_files = sorted(
+            {path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if _inside_tree(path, workdir)}
+        )
         if not lock_files:
             return
-        digest = hashlib.sha256(self._image_id.encode())
+        digest = hashlib.sha256(self._image_id.encode() + b"\0" + self.cache_scope.encode() + b"\0")
         for path in lock_files:
-            digest.update(str(path.relative_to(workdir)).encode() + b"\0" + path.read_bytes() + b"\0")
+            content = read_regular_file(path, MAX_LOCK_FILE_BYTES)
+            digest.update(str(path.relative_to(workdir)).encode() + b"\0" + content + b"\0")
         prepared = f"{DEPS_REPOSITORY}:{digest.hexdigest()[:16]}"
         names = ", ".join(str(path.relative_to(workdir)) for path in lock_files)
         try:
@@ -178,13 +179,13 @@ class DockerExecutor:
             f"{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
             f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"'
         )
-        environment = {"HOME": "/tmp", **{key: os.environ[key] for key in PIP_ENV if key in os.environ}}
+        # Built from scratch: the install runs the repository's own code (setup.py, build
+        # backends), so nothing of the worker's environment (index credentials, proxies,
+        # tokens) goes in; the operator may name one index without credentials.
+        environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1"}
+        if self.settings.docker_prepare_index_url:
+            environment["PIP_INDEX_URL"] = self.settings.docker_prepare_index_url
         mounts = [Mount(str(workdir), str(workdir), type="bind", read_only=True)]
-        # A CA bundle pip is told to trust (a company proxy or index) is a host file: mount it.
-        ca_bundle = os.environ.get("PIP_CERT")
-        if ca_bundle and os.path.isfile(ca_bundle):
-            mounts.append(Mount(CA_BUNDLE, os.path.realpath(ca_bundle), type="bind", read_only=True))
-            environment["PIP_CERT"] = CA_BUNDLE
         try:
             container = self.client.containers.create(
                 self.image,
@@ -203,7 +204,15 @@ class DockerExecutor:
                 container.start()
             except APIError as exc:
                 raise self._engine_refused("the prepare container", exc) from None
-            status = container.wait(timeout=None)
+            timeout = self.settings.docker_prepare_timeout_s
+            try:
+                status = container.wait(timeout=timeout)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                # docker-py reports a wait that ran out of time as a read timeout.
+                _kill(container)
+                raise LagtraceError(
+                    f"installing the dependencies took more than {timeout:g} s (LAGTRACE_DOCKER_PREPARE_TIMEOUT_S)"
+                ) from None
             if status.get("StatusCode") != 0:
                 log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
                 tail = "\n".join(log.splitlines()[-20:])
@@ -218,7 +227,11 @@ class DockerExecutor:
                     "Cmd": [CONTAINER_PYTHON],
                     "User": RUNNER_USER,
                     "WorkingDir": base.get("WorkingDir") or "/",
-                    "Labels": {**(base.get("Labels") or {}), DEPS_LABEL: prepared.split(":")[1]},
+                    "Labels": {
+                        **(base.get("Labels") or {}),
+                        DEPS_LABEL: prepared.split(":")[1],
+                        DEPS_SCOPE_LABEL: self.cache_scope,
+                    },
                 },
             )
         finally:
@@ -295,6 +308,9 @@ class DockerExecutor:
         finally:
             # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
             _remove(container)
+            # Only now, with no process of the job left to plant another, is what the
+            # container wrote safe to open: links and special files are removed first.
+            disarm_run_dir(request.run_dir)
 
     def _run_kwargs(self, request: RunRequest) -> dict:
         config = request.config
@@ -415,7 +431,10 @@ class DockerExecutor:
         own_cpu_s = measured["user_s"] + measured["sys_s"]
         foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
         failed = measured["exit_code"] != 0 or measured["timed_out"]
-        tail = _tail(request.run_dir / "output.log") if failed and (request.run_dir / "output.log").exists() else None
+        output = request.run_dir / "output.log"
+        # lexists: never stat through what the container left (a link into /root raises
+        # PermissionError for a worker that is not root).
+        tail = _tail(output) if failed and os.path.lexists(output) else None
         if oom_killed:
             limit = self.settings.docker_memory
             note = f"lagtrace: the kernel's OOM killer stopped the run: memory above the limit of {limit}\n"
@@ -491,8 +510,77 @@ class DockerProcessHandle:
                 member = next((m for m in archive.getmembers() if m.isfile()), None)
                 if member is None:
                     raise LagtraceError(f"{path} in the container is not a regular file")
-                with archive.extractfile(member) as data, open(host_path, "wb") as target:
+                with archive.extractfile(member) as data, _create_exclusively(host_path) as target:
                     shutil.copyfileobj(data, target)
+
+
+def _create_exclusively(host_path: Path):
+    """A new regular file at ``host_path``, never through whatever the container put there.
+
+    The run_dir is the container's to write while it runs: an entry of that name may be a
+    link to a host file (a `.pth` in site-packages runs code at the next interpreter start).
+    """
+    try:
+        host_path.unlink()
+    except FileNotFoundError:
+        pass
+    # O_EXCL with O_CREAT fails on any existing entry, a link planted since included.
+    fd = os.open(host_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    return os.fdopen(fd, "wb")
+
+
+def disarm_run_dir(run_dir: Path) -> list[str]:
+    """Remove every link, FIFO, socket and device below ``run_dir``; return what went.
+
+    Called once the container is gone. Afterwards every name under run_dir is a plain
+    file or directory of the run's own, so the probes and the artifact store may open
+    them by name. Nothing is followed while walking (scandir reports the entry itself).
+    """
+    removed: list[str] = []
+    pending = [run_dir]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                pending.append(Path(entry.path))
+            elif not stat.S_ISREG(mode):
+                try:
+                    os.unlink(entry.path)
+                except OSError as exc:
+                    # A worker that is not root cannot unlink in a directory the container
+                    # made: the run is unusable rather than read through the link.
+                    raise LagtraceError(
+                        f"the run left {entry.path}, which is not a regular file and cannot be removed ({exc})"
+                    ) from None
+                removed.append(os.path.relpath(entry.path, run_dir))
+    return removed
+
+
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """A regular file's content, not through a link and at most ``max_bytes``; else BadInput."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadInput(f"{path.name}: cannot be read ({exc.strerror}; links are not followed)") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{path.name}: not a regular file")
+        if info.st_size > max_bytes:
+            raise BadInput(f"{path.name}: {info.st_size} bytes, more than the {max_bytes} read")
+        return handle.read(max_bytes + 1)[:max_bytes]
+
+
+def _inside_tree(path: Path, tree: Path) -> bool:
+    """A regular file, reached without a link, that is really inside ``tree``."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    return path.resolve().is_relative_to(tree.resolve())
 
 
 def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:

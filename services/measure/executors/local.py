@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -25,6 +26,19 @@ from services.measure.executors.container_timer import StallClock, wait_unreaped
 from services.settings import Settings
 
 OUTPUT_TAIL_LINES = 20
+OUTPUT_TAIL_BYTES = 64 * 1024
+# What the command inherits from lagtrace's own environment: how to find programs and
+# speak the locale, nothing else. lagtrace's settings (database URL, secret key, GitHub
+# token, webhook secret) and whatever else the caller exported stay out of the child.
+INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "VIRTUAL_ENV")
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The command's environment, built from scratch rather than copied and filtered."""
+    env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
+    env.update({key: value for key, value in os.environ.items() if key.startswith("LC_")})
+    env.setdefault("PATH", os.defpath)
+    return {**env, **extra}
 
 
 class LocalExecutor:
@@ -98,7 +112,7 @@ class LocalExecutor:
                 group.join_current_process()
 
         output_path = request.run_dir / "output.log"
-        env = {**os.environ, **request.env}
+        env = child_environment(request.env)
         # The stall clock runs here, in the parent: it freezes the command's process group
         # at the deadline itself (one killpg), as the container timer does in a container.
         clock = StallClock(request.stall_clock) if request.stall_clock is not None else None
@@ -207,6 +221,19 @@ def _kill_group(pgid: int) -> None:
 
 
 def _tail(path: Path) -> str:
-    with open(path, "rb") as handle:
-        lines = deque(handle, maxlen=OUTPUT_TAIL_LINES)
+    """The last lines of a command's output, read from at most its last 64 kB.
+
+    Not through a link and only from a regular file: a container's command can replace
+    its own output file by a link to any file of the host, or by a FIFO that never ends.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return f"lagtrace: the output {path.name} could not be read safely ({exc.strerror})\n"
+    with os.fdopen(fd, "rb") as handle:
+        size = os.fstat(fd)
+        if not stat.S_ISREG(size.st_mode):
+            return f"lagtrace: the output {path.name} is not a regular file; not read\n"
+        handle.seek(max(0, size.st_size - OUTPUT_TAIL_BYTES))
+        lines = deque(handle.read(OUTPUT_TAIL_BYTES).splitlines(keepends=True), maxlen=OUTPUT_TAIL_LINES)
     return b"".join(lines).decode("utf-8", "replace")

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import zipfile
 from pathlib import Path
 
 import docker
@@ -27,6 +26,7 @@ from services.measure.executors.base import RunRequest
 from services.measure.executors.docker import OWNER_LABEL, DockerExecutor
 from services.settings import Settings
 from tests.conftest import EXAMPLES, PYTHON, REPO, require, run_cli
+from tests.service_support import write_wheel
 
 CORES = ["--config", "cpuset=0", "--config", "cpuset=0-1"]
 
@@ -264,22 +264,6 @@ def test_stall_snapshot_in_the_container_shows_threads_waiting_for_the_gil(workd
 
 
 # -- the prepare step -------------------------------------------------------------------
-
-
-def write_wheel(directory: Path, name: str, version: str) -> Path:
-    """A minimal pure-Python wheel, so installing it needs no package index."""
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: lagtrace-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in {**files, f"{info}/RECORD": record}.items():
-            archive.writestr(path, text)
-    return wheel
 
 
 def test_prepare_installs_requirements_once_and_runs_start_with_them_offline(workdir, tmp_path, engine):

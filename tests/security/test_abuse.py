@@ -1,0 +1,172 @@
+"""Abuse of the front door: oversized bodies, the sign-in redirect, password guessing,
+submission floods, credentials in /readyz, old and revoked tokens, and jobs that ask for
+images, repetitions or timeouts the server does not give."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+from urllib.parse import urljoin, urlsplit
+
+import pytest
+from sqlalchemy import select
+
+from services.models import ApiToken, Job, JobSource, Project
+from tests.conftest import REPO
+from tests.security.conftest import PASSWORD
+from tests.service_support import SECRET, delivery_headers
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+JOB = {
+    "repository": {"url": "https://example.com/octo/demo.git"},
+    "command": ["python3", "-c", "pass"],
+    "configs": ["cpuset=0"],
+    "repeat": 1,
+}
+
+
+def test_an_oversized_body_is_413_before_it_is_read(make_service):
+    service = make_service(run_jobs=False, max_archive_bytes=1024 * 1024)
+    limit = service.client.application.config["MAX_CONTENT_LENGTH"]
+    body = b"x" * (limit + 1)
+    for path, headers in (
+        ("/api/v1/jobs", {**service.auth, "Content-Type": "application/json"}),
+        ("/api/v1/webhooks/github", delivery_headers(body, "d-big")),
+    ):
+        response = service.client.post(path, data=body, headers=headers)
+        assert response.status_code == 413, (path, response.status_code)
+    assert service.count(Job) == 0
+
+
+def sign_in(client, username: str, password: str, next_url: str | None = None):
+    page = client.get("/sign-in" + (f"?next={next_url}" if next_url is not None else ""))
+    token = CSRF.search(page.get_data(as_text=True)).group(1)
+    data = {"username": username, "password": password, "csrf_token": token}
+    if next_url is not None:
+        data["next"] = next_url
+    return client.post("/sign-in", data=data)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "https://evil.example/",
+        "//evil.example/",
+        "/\\evil.example/",
+        "/\t/evil.example/",
+        "/\n/evil.example/",
+        "\\\\evil.example",
+        "/%09/evil.example",
+        "javascript:alert(1)",
+        " //evil.example",
+    ],
+)
+def test_the_redirect_after_sign_in_stays_on_the_site(front_door, target):
+    front_door.add_user("ann", ["octo/demo"])
+    response = sign_in(front_door.client, "ann", PASSWORD, target)
+    assert response.status_code == 302
+    location = response.headers["Location"]
+    # Resolved as a browser does: tabs and newlines dropped, a backslash read as a slash.
+    cleaned = location.replace("\\", "/").replace("\t", "").replace("\n", "")
+    assert urlsplit(urljoin("http://lagtrace.test/sign-in", cleaned)).netloc == "lagtrace.test", location
+
+
+def test_a_local_next_is_kept(front_door):
+    front_door.add_user("ann", ["octo/demo"])
+    assert sign_in(front_door.client, "ann", PASSWORD, "/jobs?status=done").headers["Location"] == "/jobs?status=done"
+
+
+def test_guessing_passwords_is_stopped_and_the_right_one_waits_too(front_door):
+    front_door.add_user("ann", ["octo/demo"])
+    limit = front_door.settings.sign_in_failures_per_minute
+    statuses = [sign_in(front_door.client, "ann", f"guess-{i}").status_code for i in range(limit + 3)]
+    assert statuses[:limit] == [401] * limit and set(statuses[limit:]) == {429}, statuses
+    blocked = sign_in(front_door.client, "ann", PASSWORD)
+    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
+    # Spraying the guesses over other names from the same address is stopped as well.
+    front_door.add_user("bob", ["octo/demo"])
+    assert sign_in(front_door.client, "bob", PASSWORD).status_code == 429
+
+
+def test_a_token_flooding_submissions_gets_429(make_service):
+    service = make_service(run_jobs=False, submissions_per_minute=3)
+    statuses = [service.submit(JOB).status_code for _ in range(5)]
+    assert statuses == [201, 201, 201, 429, 429], statuses
+    other = service.new_token("octo/demo")  # the limit is per token
+    assert service.submit(JOB, token=other).status_code == 201
+
+
+def test_readyz_does_not_show_the_brokers_password(front_door):
+    from worker import CeleryDispatcher, make_celery
+
+    settings = front_door.settings.model_copy(update={"broker_url": "redis://lagtrace:hunter2-pw@127.0.0.1:1/0"})
+    front_door.client.application.extensions["lagtrace"].dispatcher = CeleryDispatcher(make_celery(settings))
+    response = front_door.client.get("/readyz")
+    assert response.status_code == 503
+    text = response.get_data(as_text=True)
+    assert "hunter2-pw" not in text and "127.0.0.1:1" in text, text
+
+
+def test_expired_and_revoked_tokens_are_refused(front_door):
+    token = front_door.new_token("octo/demo")
+    assert front_door.client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    with front_door.session_factory() as session:
+        stored = session.scalar(select(ApiToken).where(ApiToken.prefix == token[:10]))
+        assert stored.expires_at is not None  # tokens expire by default
+        stored.expires_at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+        session.commit()
+    expired = front_door.client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+    assert expired.status_code == 401 and "expired" in expired.get_json()["error"]
+
+    # `lagtrace token revoke PREFIX`, as an operator runs it.
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": front_door.settings.database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "token", "revoke", front_door.token[:10]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    revoked = front_door.client.get("/api/v1/jobs", headers=front_door.auth)
+    assert revoked.status_code == 401 and "revoked" in revoked.get_json()["error"]
+
+
+def test_images_outside_the_projects_allowlist_are_refused(front_door):
+    for image in ("lagtrace-deps:0123456789abcdef", "debian:12", "attacker/escape:latest"):
+        response = front_door.submit({**JOB, "image": image})
+        assert response.status_code == 422 and "image" in response.get_json()["error"], image
+    with front_door.session_factory() as session:
+        project = session.scalar(select(Project).where(Project.name == "octo/demo"))
+        project.allowed_images = ["debian:12"]
+        session.commit()
+    assert front_door.submit({**JOB, "image": "debian:12"}).status_code == 201
+    assert front_door.submit({**JOB, "image": "lagtrace-deps:0123456789abcdef"}).status_code == 422
+
+
+def test_repeat_timeout_and_stall_time_are_capped_and_a_timeout_is_always_set(front_door):
+    settings = front_door.settings
+    for field, value in (
+        ("repeat", settings.max_repeat + 1),
+        ("timeout_s", settings.run_timeout_max_s + 1),
+        ("stall_after_s", settings.max_stall_after_s + 1),
+    ):
+        response = front_door.submit({**JOB, field: value})
+        assert response.status_code == 422 and field in response.get_json()["error"], field
+    job = front_door.submit(JOB).get_json()
+    assert job["timeout_s"] == settings.run_timeout_s
+    with front_door.session_factory() as session:
+        assert session.get(JobSource, job["id"]) is not None
+
+
+def test_webhook_secret_is_not_needed_to_learn_nothing(front_door):
+    # Unsigned: 401 whether or not the repository is registered (no registration oracle).
+    body = b'{"repository": {"full_name": "octo/demo"}}'
+    headers = {k: v for k, v in delivery_headers(body, "d-probe").items() if k != "X-Hub-Signature-256"}
+    assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=headers).status_code == 401
+    wrong = delivery_headers(body, "d-probe", secret=SECRET + "x")
+    assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=wrong).status_code == 401
