@@ -47,3 +47,10 @@ class Conflict(LagtraceError):
 
     http_status = 409
     exit_code = 2
+
+
+class ServiceUnreachable(LagtraceError):
+    """The database or the broker did not answer: the environment, not the request."""
+
+    http_status = 503
+    exit_code = 1
