@@ -10,8 +10,10 @@ import logging
 
 from flask import Flask, jsonify
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import HTTPException
 
+from services.db import unreachable
 from services.errors import LagtraceError
 from services.jobs.sources import validation_problems
 
@@ -56,6 +58,18 @@ def register(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
         return error_response(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(DBAPIError)
+    def _database(exc: DBAPIError):
+        if not unreachable(exc):
+            log.exception("database error")
+            return error_response(500, "internal error (see the server log)")
+        # Nothing was stored; the client may send the same request again (jobs started by a
+        # webhook are deduplicated by delivery id).
+        log.warning("database unreachable: %s", exc)
+        response = error_response(503, "the database is unavailable: nothing was stored; try again in a minute")
+        response.headers["Retry-After"] = "30"
+        return response
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -24,6 +24,8 @@ def github():
     if settings.github_webhook_secret is None:
         metrics.webhooks.labels(outcome="not_configured").inc()
         return error_response(503, "GitHub webhooks are off: set LAGTRACE_GITHUB_WEBHOOK_SECRET")
+    # GitHub sends at most 25 MB; anything larger is refused before it is read or verified.
+    request.max_content_length = settings.webhook_max_bytes
     body = request.get_data()  # the raw bytes GitHub signed, before any parsing
     if not signature_valid(
         settings.github_webhook_secret.get_secret_value(), body, request.headers.get("X-Hub-Signature-256")

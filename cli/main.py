@@ -218,7 +218,8 @@ def migrate(check: bool) -> None:
             sys.exit(1)
         _progress("database schema is at head")
         return
-    migrations.upgrade(settings)
+    with _exit_on_domain_errors():
+        migrations.upgrade(settings)
     _progress("database schema is at head")
 
 

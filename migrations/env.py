@@ -1,9 +1,13 @@
 """Alembic environment: online migrations only, with timeouts and a lock on Postgres."""
 
+import sys
+import time
+
 from alembic import context
 from sqlalchemy import text
 
 from services.db import make_engine
+from services.errors import MigrationLocked
 from services.models import Base
 from services.settings import Settings
 
@@ -22,8 +26,7 @@ def run_migrations_online() -> None:
             # and let two pods running `migrate` at once take turns.
             connection.execute(text("SET lock_timeout = '10s'"))
             connection.execute(text("SET statement_timeout = '300s'"))
-            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
-            connection.commit()
+            _take_lock(connection)
         try:
             context.configure(
                 connection=connection,
@@ -38,6 +41,32 @@ def run_migrations_online() -> None:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_LOCK_KEY})
                 connection.commit()
     engine.dispose()
+
+
+def _take_lock(connection) -> None:
+    """Take the migration lock, waiting up to LAGTRACE_MIGRATE_LOCK_WAIT_S for the
+    migration holding it (another pod, a Helm hook) and saying so while it waits."""
+    deadline = time.monotonic() + settings.migrate_lock_wait_s
+    told = False
+    while True:
+        taken = connection.scalar(text("SELECT pg_try_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
+        connection.commit()
+        if taken:
+            return
+        if time.monotonic() >= deadline:
+            raise MigrationLocked(
+                f"another `lagtrace migrate` held the migration lock for over {settings.migrate_lock_wait_s:g} s "
+                "(LAGTRACE_MIGRATE_LOCK_WAIT_S); nothing was changed: run it again once that one has finished"
+            )
+        if not told:
+            print(
+                f"lagtrace: another `lagtrace migrate` is running; waiting up to "
+                f"{settings.migrate_lock_wait_s:g} s for it to finish",
+                file=sys.stderr,
+                flush=True,
+            )
+            told = True
+        time.sleep(0.5)
 
 
 if context.is_offline_mode():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.settings import Settings
@@ -17,7 +18,10 @@ def make_engine(settings: Settings) -> Engine:
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, pool_pre_ping=True)
+    # A server that went away fails a connection attempt in seconds rather than the
+    # kernel's minutes, so a step or request notices the outage and says so.
+    connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
@@ -33,3 +37,21 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+# Connection exceptions (08xxx) and a server shutting down or starting up (57P0x).
+_UNREACHABLE_STATES = ("57P01", "57P02", "57P03")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """The database could not be reached (down, restarting, connection lost), as opposed
+    to a statement it refused: the first is waited out, the second is a failure."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    # No SQLSTATE: the driver never heard from a server (refused, reset, timed out).
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNREACHABLE_STATES

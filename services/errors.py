@@ -54,3 +54,10 @@ class ServiceUnreachable(LagtraceError):
 
     http_status = 503
     exit_code = 1
+
+
+class MigrationLocked(LagtraceError):
+    """Another migration held the schema lock past the wait allowed (Settings.migrate_lock_wait_s)."""
+
+    http_status = 503
+    exit_code = 1

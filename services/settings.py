@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -70,7 +71,29 @@ class Settings(BaseSettings):
     task_time_limit_s: int = Field(3500, gt=0)
     broker_visibility_timeout_s: int = Field(3600, gt=0)
     task_max_attempts: int = Field(3, ge=1)
-    reconcile_interval_s: float = Field(60.0, gt=0)
+    # Leases measure liveness, not the task limit: the process running a step renews its
+    # lease every heartbeat; a step whose process died is re-leased once its lease lapses
+    # and the reconciler next runs, so the recovery bound is step_lease_s +
+    # reconcile_interval_s (90 s by default). A queued step whose message was lost is
+    # resent within the same bound.
+    step_lease_s: float = Field(60.0, gt=0)
+    heartbeat_interval_s: float = Field(15.0, gt=0)
+    reconcile_interval_s: float = Field(30.0, gt=0)
+    # While the database is unreachable a step waits, retrying every this many seconds,
+    # instead of failing the job (which it could not record anyway).
+    database_retry_s: float = Field(2.0, gt=0)
+    # Every measured run ends: runs without a timeout get the default, and none may ask
+    # for more than the maximum (both below the task's soft time limit).
+    run_timeout_s: float = Field(1800.0, gt=0)
+    run_timeout_max_s: float = Field(3000.0, gt=0)
+    # Labels this installation's containers; the reaper removes only containers carrying
+    # it, so two installations sharing a Docker engine leave each other's runs alone.
+    # Unset: derived from the database URL (one database, one installation).
+    installation_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,63}$")
+    # `lagtrace migrate` waits this long for another migration's lock, then says so.
+    migrate_lock_wait_s: float = Field(300.0, ge=0)
+    # GitHub sends webhook payloads of at most 25 MB; a larger body is refused unread.
+    webhook_max_bytes: int = Field(25 * 1000 * 1000, gt=0, le=25 * 1000 * 1000)
     # Touched by a worker's (and beat's) main loop every few seconds; Kubernetes' liveness
     # probe reads its age. Unset: no heartbeat file.
     worker_heartbeat_file: Path | None = None
@@ -95,9 +118,28 @@ class Settings(BaseSettings):
                 "task time limits must nest: LAGTRACE_TASK_SOFT_TIME_LIMIT_S < LAGTRACE_TASK_TIME_LIMIT_S "
                 "< LAGTRACE_BROKER_VISIBILITY_TIMEOUT_S (a task outliving the visibility timeout runs twice)"
             )
+        if self.heartbeat_interval_s * 2 > self.step_lease_s:
+            raise ValueError(
+                "LAGTRACE_HEARTBEAT_INTERVAL_S must be at most half LAGTRACE_STEP_LEASE_S: "
+                "one late heartbeat must not lose a live step its lease"
+            )
+        if self.run_timeout_s > self.run_timeout_max_s:
+            raise ValueError("LAGTRACE_RUN_TIMEOUT_S must not exceed LAGTRACE_RUN_TIMEOUT_MAX_S")
         return self
 
     @property
     def lease_s(self) -> float:
-        """How long a running task owns its ledger entry: past the hard limit it is dead."""
-        return self.task_time_limit_s + 60.0
+        """How long a step owns its ledger entry without a heartbeat."""
+        return self.step_lease_s
+
+    @property
+    def recovery_bound_s(self) -> float:
+        """The longest a step of a dead worker (or a lost message) waits to be sent again."""
+        return self.step_lease_s + self.reconcile_interval_s
+
+    @property
+    def installation(self) -> str:
+        """This installation's container label value (see ``installation_id``)."""
+        if self.installation_id:
+            return self.installation_id
+        return hashlib.sha256(self.database_url.encode()).hexdigest()[:16]

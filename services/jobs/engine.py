@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import statistics
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.db import unreachable
 from services.diagnose import diagnose
 from services.diagnose.context import RuleContext
 from services.diagnose.diagnose import screen_findings
@@ -40,6 +43,7 @@ from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
+from services.measure.executors.docker import stop_job_containers
 from services.measure.screen import screen
 from services.measure.stats import Summary, median_interval
 from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
@@ -296,24 +300,170 @@ class JobCancelled(Exception):
     """Raised at a checkpoint once the job was cancelled: the step stops there."""
 
 
-def run_step(session_factory: sessionmaker[Session], settings: Settings, step: Step) -> None:
-    """One step in its own session: claim, work, commit (the outbox then sends what comes next)."""
-    handler = HANDLERS[step.kind]
-    with session_factory() as session:
-        task = ledger.claim(session, settings, step)
-        if task is None:
-            return
-        session.commit()
-        try:
-            handler(session, settings, task)
-        except Exception as exc:
-            # A bug or a lost database connection: say so on the job rather than leave
-            # the step to wait out its lease.
-            session.rollback()
-            lifecycle.fail_job(session, settings, task.job, task, f"{task.name}: {type(exc).__name__}: {exc}")
+class LeaseLost(Exception):
+    """Raised at a checkpoint once the step was re-leased to another worker (this one was
+    presumed dead: its heartbeats did not reach the database): this one stops, recording nothing."""
+
+
+_HOLDER = "lagtrace.holder"
+
+
+class StepHeartbeat:
+    """Renews the lease of the step this process runs, from a thread of its own.
+
+    The beat stops with the process (kill -9, the OOM killer, SIGTERM's default action), so
+    an expired lease means a dead worker whatever killed it. Each beat also looks at the
+    job: once it is cancelled, its containers are stopped at once, so cancel frees the
+    node within one heartbeat rather than after the current run.
+    """
+
+    def __init__(self, session_factory: sessionmaker[Session], settings: Settings, task: JobTask, executor: str):
+        self.session_factory, self.settings = session_factory, settings
+        self.task_id, self.job_id, self.worker, self.attempt = task.id, task.job_id, task.worker or "", task.attempts
+        self.executor = executor
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lagtrace-heartbeat-{task.id}", daemon=True)
+
+    def __enter__(self) -> StepHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.settings.heartbeat_interval_s + 15)
+
+    def beat(self) -> None:
+        with self.session_factory() as session:
+            ours = ledger.renew(session, self.settings, self.task_id, self.worker, self.attempt)
+            status = session.scalar(select(Job.status).where(Job.id == self.job_id))
             session.commit()
+        if not ours and not self.lost:
+            self.lost = True
+            log.warning("job %s: task %s is no longer held by %s", self.job_id, self.task_id, self.worker)
+        # "auto" may have become docker: asking the engine costs one request per cancelled job.
+        # Every beat while cancelled: a container started after the last kill is killed too.
+        if status is JobStatus.cancelled and self.executor != "local":
+            stopped = stop_job_containers(self.settings, self.job_id)
+            if stopped:
+                log.info("job %s cancelled: stopped %d running container(s)", self.job_id, len(stopped))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_interval_s):
+            try:
+                self.beat()
+            except Exception as exc:
+                # The database (or the engine) is away: the next beat tries again; the lease
+                # outlives one missed beat (Settings: interval at most half the lease).
+                log.warning("job %s: heartbeat missed: %s: %s", self.job_id, type(exc).__name__, exc)
+
+
+def _hold(session: Session, task: JobTask) -> None:
+    """Fence: lock the step's row and make sure this worker still holds it before committing."""
+    holder = session.info.get(_HOLDER)
+    if holder is None:
+        return  # a handler called outside run_step (tests): nobody else can hold it
+    worker, attempt = holder
+    # Only a claim changes the holder and the attempt; the state may be this step's own
+    # uncommitted change (done), or pending again after the reconciler resent it, in which
+    # case finishing it here leaves the resent message nothing to claim.
+    with session.no_autoflush:
+        held = session.execute(
+            select(JobTask.worker, JobTask.attempts).where(JobTask.id == task.id).with_for_update()
+        ).one()
+    if held.worker != worker or held.attempts != attempt:
+        raise LeaseLost
+
+
+def run_step(session_factory: sessionmaker[Session], settings: Settings, step: Step) -> None:
+    """One step in its own session: claim, work, commit (the outbox then sends what comes next).
+
+    While the step runs, a heartbeat renews its lease. The database going away pauses the
+    step: it waits for the database and gives the step back to the ledger, not counted as an
+    attempt. A failure is recorded on the job, and recording it is retried until it is.
+    """
+    handler = HANDLERS[step.kind]
+    worker, attempt = ledger.worker_name(settings), None
+    try:
+        with session_factory() as session:
+            task = ledger.claim(session, settings, step)
+            if task is None:
+                return
+            attempt = task.attempts
+            executor = task.job.executor
+            session.commit()
+            session.info[_HOLDER] = (worker, attempt)
+            with StepHeartbeat(session_factory, settings, task, executor):
+                try:
+                    handler(session, settings, task)
+                    _hold(session, task)
+                    session.commit()
+                except LeaseLost:
+                    session.rollback()
+                    log.warning(
+                        "%s of job %s was re-leased to another worker; this one stops", step.task_name, step.job_id
+                    )
+                except Exception as exc:
+                    if unreachable(exc):
+                        raise
+                    _rollback(session)
+                    error = f"{task.name}: {type(exc).__name__}: {exc}"
+                    _until_recorded(
+                        session_factory,
+                        settings,
+                        f"recording the failure of {step.task_name}",
+                        _failer(settings, step, error),
+                    )
+                    raise
+    except Exception as exc:
+        if not unreachable(exc):
             raise
-        session.commit()
+        log.warning(
+            "%s of job %s paused: the database is unreachable (%s); it is given back once the database answers",
+            step.task_name,
+            step.job_id,
+            exc,
+        )
+        _until_recorded(
+            session_factory,
+            settings,
+            f"giving back {step.task_name}",
+            lambda s: ledger.release(s, settings, step, worker, attempt),
+        )
+
+
+def _rollback(session: Session) -> None:
+    try:
+        session.rollback()
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+
+
+def _failer(settings: Settings, step: Step, error: str) -> Callable[[Session], None]:
+    def record(session: Session) -> None:
+        task = session.scalar(select(JobTask).where(JobTask.job_id == step.job_id, JobTask.name == step.task_name))
+        if task is not None:
+            lifecycle.fail_job(session, settings, task.job, task, error)
+
+    return record
+
+
+def _until_recorded(
+    session_factory: sessionmaker[Session], settings: Settings, what: str, action: Callable[[Session], object]
+) -> None:
+    """Run ``action`` in a fresh session and commit, retrying while the database is unreachable."""
+    while True:
+        try:
+            with session_factory() as session:
+                action(session)
+                session.commit()
+                return
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            log.warning("%s waits for the database: %s", what, exc)
+            time.sleep(settings.database_retry_s)
 
 
 def _progress(job: Job) -> Progress:
@@ -332,10 +482,12 @@ def _evidence_option(probes: list[str] | None) -> str | None:
     return ",".join(probes) or "none"
 
 
-def _stop_if_cancelled(session: Session, job: Job) -> Checkpoint:
-    """A checkpoint: commit what was measured, then stop if the job was cancelled meanwhile."""
+def _stop_if_cancelled(session: Session, job: Job, task: JobTask) -> Checkpoint:
+    """A checkpoint: commit what was measured (if the step is still ours), then stop if the
+    job was cancelled meanwhile."""
 
     def checkpoint() -> None:
+        _hold(session, task)
         session.commit()
         session.refresh(job, ["status"])
         if job.status is JobStatus.cancelled:
@@ -396,6 +548,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 specs = spec.configs
             else:
                 specs = [config.label for config in job.configs]
+            job.timeout_s = lifecycle.run_timeout(settings, job.timeout_s)
             executor = _executor(job, source, settings)
             plan = plan_job(
                 executor,
@@ -434,7 +587,7 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = _stop_if_cancelled(session, job)
+    checkpoint = _stop_if_cancelled(session, job, task)
     try:
         lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
         with _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory):
@@ -457,7 +610,7 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = _stop_if_cancelled(session, job)
+    checkpoint = _stop_if_cancelled(session, job, task)
     whole_node = lambda: nodelock.measurement_slot(settings, None, _progress(job))  # noqa: E731
     try:
         with _checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):

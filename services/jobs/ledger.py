@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from services.jobs import outbox
@@ -101,6 +101,40 @@ def claim(session: Session, settings: Settings, step: Step) -> JobTask | None:
     task.worker = worker_name(settings)
     task.lease_expires_at = lease_from_now(settings)
     return task
+
+
+def renew(session: Session, settings: Settings, task_id: int, worker: str, attempt: int) -> bool:
+    """The heartbeat: extend the lease of a step this worker still holds (this attempt of it).
+    False when it is no longer ours (finished, cancelled, or re-leased after we were presumed dead)."""
+    result = session.execute(
+        update(JobTask)
+        .where(
+            JobTask.id == task_id,
+            JobTask.state == TaskState.running,
+            JobTask.worker == worker,
+            JobTask.attempts == attempt,
+        )
+        .values(lease_expires_at=lease_from_now(settings))
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def release(session: Session, settings: Settings, step: Step, worker: str, attempt: int | None) -> bool:
+    """Give a step back without counting the attempt (the database went away under it, not the
+    job's fault) and send it again after commit. A step that is pending is sent again too (its
+    message was acknowledged); one another worker holds now is left to it."""
+    task = session.scalar(
+        select(JobTask).where(JobTask.job_id == step.job_id, JobTask.name == step.task_name).with_for_update()
+    )
+    if task is None or task.state in OVER:
+        return False
+    if task.state is TaskState.running:
+        if task.worker != worker or task.attempts != attempt:
+            return False
+        task.attempts = max(task.attempts - 1, 0)
+    resend(session, settings, task)
+    return True
 
 
 def cancel_open_tasks(session: Session, job: Job, keep: JobTask | None = None) -> None:

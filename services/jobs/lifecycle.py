@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.errors import Conflict
+from services.errors import BadInput, Conflict
 from services.jobs.ledger import cancel_open_tasks, notify_step
 from services.measure.configs import CpuConfig
 from services.models import Job, JobConfig, JobStatus, JobTask, Project, TaskState, utcnow
@@ -60,6 +60,19 @@ def create_job(
     session.add(job)
     session.flush()
     return job
+
+
+def run_timeout(settings: Settings, requested: float | None) -> float:
+    """The timeout each run of a service job gets: the one asked for, else the installation's
+    default; never above its maximum, so no run (`sleep 100000`) holds a node for good."""
+    if requested is None:
+        return settings.run_timeout_s
+    if requested > settings.run_timeout_max_s:
+        raise BadInput(
+            f"timeout {requested:g} s is above this installation's maximum of {settings.run_timeout_max_s:g} s "
+            "(LAGTRACE_RUN_TIMEOUT_MAX_S)"
+        )
+    return requested
 
 
 def config_rows(configs: list[CpuConfig]) -> list[JobConfig]:

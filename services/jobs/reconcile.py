@@ -1,8 +1,12 @@
 """The periodic reconciler: steps whose lease expired are sent again, or given up.
 
-A lease outlives the task's hard time limit (Settings.lease_s), so an expired one
-means the message was lost or the worker died; Redis redelivering an unacknowledged
-message meanwhile is harmless because every step claims its ledger entry first.
+The process running a step renews its lease every heartbeat (Settings.heartbeat_interval_s),
+so an expired lease on a running step means its process is gone (killed, OOM, node lost);
+on a pending step, that its message was lost (a Redis restart) or is still queued behind
+others, whence one more message, which claims nothing if the first arrives. Redis
+redelivering an unacknowledged message meanwhile is harmless because every step claims
+its ledger entry first. A step is sent again at most Settings.recovery_bound_s after its
+process died or its message was lost.
 """
 
 from __future__ import annotations

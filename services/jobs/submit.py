@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
-from services.jobs.lifecycle import FINISHED, create_job
+from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
 from services.jobs.sources import check_archive, check_ref, check_repository_url
 from services.jobs.spec import MAX_CPU, JobSpec
@@ -69,6 +69,8 @@ def submit_job(
     elif archive is not None:
         check_archive(archive, settings)
     configs = _check_spec(spec) if spec else []
+    if spec:
+        run_timeout(settings, spec.timeout_s)
     job = create_job(
         session,
         project=project.name,
@@ -146,6 +148,7 @@ def rerun_job(
         executor=parent.executor,
         image=source.image,
     )
+    run_timeout(settings, spec.timeout_s)
     job = create_job(
         session,
         project=parent.project.name,

@@ -4,11 +4,13 @@ screen the same interleaved sequence of configurations, on one node, under its l
 from __future__ import annotations
 
 import fcntl
+import random
 import time
 from pathlib import Path
 
 from sqlalchemy import select
 
+from services.measure.screen import round_order
 from services.models import Job, JobConfig, Run, RunKind
 from tests.conftest import run_cli
 from tests.service_support import make_repository
@@ -82,7 +84,14 @@ def test_the_service_and_lagtrace_run_screen_the_same_interleaved_sequence(api, 
     with api.session_factory() as session:
         assert session.get(Job, cli_job_id).source == "cli"
 
-    round_robin = [(label, repetition) for repetition in range(1, REPEAT + 1) for label in CONFIGS]
-    assert run_order(api, job_id) == round_robin
-    assert run_order(api, cli_job_id) == round_robin
+    # Interleaved: every configuration once per round, in the order the job's recorded
+    # seed shuffles that round into (after one warm-up round), for both entry points.
+    for screened in (job_id, cli_job_id):
+        with api.session_factory() as session:
+            seed = session.get(Job, screened).screen_seed
+        assert seed is not None
+        rounds = random.Random(seed)
+        round_order(rounds, CONFIGS)  # the warm-up round
+        expected = [(label, rep) for rep in range(1, REPEAT + 1) for label in round_order(rounds, CONFIGS)]
+        assert run_order(api, screened) == expected
     assert [c["label"] for c in local.report(out)["configs"]] == [c["label"] for c in service["report"]["configs"]]

@@ -166,9 +166,13 @@ BENCHMARKS = [
         ("runs, adaptive / fixed 10", "verdicts agree"),
         what="examples/ with --repeat 10, early stopping vs fixed 10 per configuration",
     ),
-    # Issue 12's simulation (tests/bench/bench_false_positives.py), once it is on main:
-    # Benchmark("false_positives", "tests.bench.bench_false_positives:run", ("false cpu_sensitivity per test",),
-    #           adapt=_from_false_positives, what="cpu_sensitivity on simulated identical configurations"),
+    Benchmark(
+        "false_positives",
+        "tests.bench.bench_false_positives:run",
+        ("false cpu_sensitivity per test",),
+        adapt=_from_false_positives,
+        what="cpu_sensitivity on simulated identical configurations (issue 12)",
+    ),
 ]
 
 

@@ -101,3 +101,19 @@ def test_percentile_interpolates_like_numpy():
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert percentile([10, 20, 30, 40, 50], 95) == pytest.approx(48.0)
     assert percentile([7], 95) == 7
+
+
+def test_the_false_positive_simulation_reads_as_figures():
+    result = {
+        "jobs": 1000,
+        "tests_per_job": 10,
+        "worst_false_per_test": 0.0044,
+        "target_false_per_test": 0.01,
+        "rows": [
+            {"noise": "quiet", "repeat": 5, "smallest_slowdown_80": 2.5},
+            {"noise": "bimodal", "repeat": 5, "smallest_slowdown_80": None},
+        ],
+    }
+    rate, quiet, bimodal = harness._from_false_positives(result)
+    assert (rate.value, rate.met, rate.n) == (pytest.approx(0.44), True, 10_000)
+    assert quiet.value == 2.5 and bimodal.note == "> 10x"

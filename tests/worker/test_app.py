@@ -16,14 +16,21 @@ def test_reliability_settings():
     assert conf.worker_prefetch_multiplier == 1 and conf.worker_concurrency == 1
     visibility = conf.broker_transport_options["visibility_timeout"]
     assert conf.task_soft_time_limit < conf.task_time_limit < visibility
-    # The ledger lease outlives a task's hard limit: a live task is never reclaimed.
-    assert settings.lease_s > conf.task_time_limit
+    # The lease measures liveness (heartbeats), not the task limit: a dead worker's step is
+    # sent again within minutes, and one missed heartbeat does not lose a live step.
+    assert settings.recovery_bound_s < 120
+    assert settings.heartbeat_interval_s * 2 <= settings.lease_s
     assert conf.beat_schedule["reconcile"]["task"] == "lagtrace.reconcile"
 
 
 def test_time_limits_that_do_not_nest_are_refused():
     with pytest.raises(ValidationError, match="must nest"):
         Settings(task_time_limit_s=4000, broker_visibility_timeout_s=3600)
+
+
+def test_a_heartbeat_slower_than_half_the_lease_is_refused():
+    with pytest.raises(ValidationError, match="HEARTBEAT_INTERVAL_S"):
+        Settings(step_lease_s=20, heartbeat_interval_s=15)
 
 
 def test_a_worker_needs_a_broker():

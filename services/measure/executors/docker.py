@@ -10,9 +10,11 @@
 - Paths: the working tree (read-only) and each run_dir (writable) are mounted at their
   host paths, so a path means the same inside and outside and ``visible_path`` is the
   identity; absolute paths in the user's command keep working too.
-- Cleanup: containers carry ``lagtrace.job`` and ``lagtrace.owner`` (host, pid and start
-  time of the lagtrace process) labels; each run's container is removed when the run
-  ends however it ends, and ``reap_orphans`` removes what a killed lagtrace left behind.
+- Cleanup: containers carry ``lagtrace.job``, ``lagtrace.installation`` (Settings.installation)
+  and ``lagtrace.owner`` (host, pid and start time of the lagtrace process) labels; each
+  run's container is removed when the run ends however it ends, ``reap_orphans`` removes
+  what a killed lagtrace of this installation left behind (never another installation's),
+  and ``stop_job_containers`` kills a cancelled job's runs at once.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from services.settings import Settings
 
 JOB_LABEL = "lagtrace.job"
 OWNER_LABEL = "lagtrace.owner"
+INSTALLATION_LABEL = "lagtrace.installation"
 DEPS_LABEL = "lagtrace.deps"
 DEPS_REPOSITORY = "lagtrace-deps"
 RUNNER_UID = 1000  # the runner image's non-root user; custom images keep this uid
@@ -129,7 +132,7 @@ class DockerExecutor:
         self._owner = owner_id()
         self._py_spy = _host_py_spy()
         self._tools: dict[str, str | None] = {}
-        reaped = reap_orphans(self.client)
+        reaped = reap_orphans(self.client, settings.installation)
         if reaped:
             progress(f"removed {len(reaped)} container(s) left by a lagtrace process that was killed")
 
@@ -331,7 +334,11 @@ class DockerExecutor:
         settings = self.settings
         return dict(
             name=f"lagtrace-{job_id if job_id is not None else 'x'}-{uuid.uuid4().hex[:10]}",
-            labels={JOB_LABEL: str(job_id) if job_id is not None else "", OWNER_LABEL: self._owner},
+            labels={
+                JOB_LABEL: str(job_id) if job_id is not None else "",
+                OWNER_LABEL: self._owner,
+                INSTALLATION_LABEL: settings.installation,
+            },
             user=RUNNER_USER,
             read_only=read_only,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}"},
@@ -488,15 +495,17 @@ class DockerProcessHandle:
                     shutil.copyfileobj(data, target)
 
 
-def reap_orphans(client: docker.DockerClient) -> list[str]:
-    """Remove containers whose lagtrace process on this host no longer exists.
+def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:
+    """Remove this installation's containers whose lagtrace process on this host no longer exists.
 
-    Containers of lagtrace processes that are alive (other jobs on this node) and of
-    other hosts sharing the engine are left alone.
+    Containers of lagtrace processes that are alive (other jobs on this node), of other
+    hosts sharing the engine, and of other installations (another lagtrace, say a staging
+    one, on the same engine) are left alone.
     """
     host = socket.gethostname()
     removed = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+    mine = {"label": [OWNER_LABEL, f"{INSTALLATION_LABEL}={installation}"]}
+    for container in client.containers.list(all=True, filters=mine):
         owner_host, _, process = container.labels.get(OWNER_LABEL, "").partition(":")
         pid, _, start_time = process.partition(":")
         if owner_host != host or not pid.isdigit():
@@ -506,6 +515,26 @@ def reap_orphans(client: docker.DockerClient) -> list[str]:
         _remove(container)
         removed.append(container.name)
     return removed
+
+
+def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
+    """Kill the running containers of one job of this installation (a cancelled job): the
+    run ends at once, its container is then removed by the run that started it."""
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+    except (DockerException, requests.RequestException):
+        return []  # no engine here: nothing of ours can be running on it
+    labels = [f"{JOB_LABEL}={job_id}", f"{INSTALLATION_LABEL}={settings.installation}"]
+    stopped = []
+    try:
+        for container in client.containers.list(filters={"label": labels, "status": "running"}):
+            _kill(container)
+            stopped.append(container.name)
+    except (DockerException, requests.RequestException):
+        pass  # the engine is busy: the next heartbeat tries again
+    finally:
+        client.close()
+    return stopped
 
 
 def owner_id(pid: int | None = None) -> str:

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from services.accounts.tokens import Unauthorized, authenticate, create_token
 from services.jobs import outbox
 from services.jobs.dispatch import PREPARE, Step
-from services.jobs.ledger import claim
+from services.jobs.ledger import claim, release, renew, worker_name
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.reconcile import reconcile
 from services.jobs.spec import JobSpec
@@ -75,6 +75,35 @@ def test_the_reconciler_resends_expired_steps_and_gives_up_after_the_last_attemp
     session.commit()
     assert task.state is TaskState.failed and job.status is JobStatus.failed
     assert "never finished" in job.error
+
+
+def test_a_heartbeat_renews_only_the_holders_lease(session):
+    settings = session.settings
+    _job, [step] = queued_job(session)
+    task = claim(session, settings, step)
+    session.commit()
+    expire(session, task)
+    assert renew(session, settings, task.id, worker_name(settings), task.attempts)
+    session.commit()
+    session.refresh(task)
+    assert task.lease_expires_at.replace(tzinfo=dt.UTC) > utcnow()
+    assert reconcile(session, settings) == []  # a beating step is not resent
+    # A stale holder (an earlier attempt, another worker) renews nothing.
+    assert not renew(session, settings, task.id, worker_name(settings), task.attempts - 1)
+    assert not renew(session, settings, task.id, "elsewhere/1", task.attempts)
+
+
+def test_a_step_given_back_in_an_outage_keeps_its_attempt_and_is_sent_again(session):
+    settings = session.settings
+    _job, [step] = queued_job(session)
+    task = claim(session, settings, step)
+    session.commit()
+    assert not release(session, settings, step, "elsewhere/1", task.attempts)  # not its holder
+    assert outbox.pending(session) == []
+    assert release(session, settings, step, worker_name(settings), task.attempts)
+    assert outbox.pending(session) == [step]
+    session.commit()
+    assert task.state is TaskState.pending and task.attempts == 0
 
 
 def test_orphaned_steps_are_resent_when_the_embedded_server_restarts(session):

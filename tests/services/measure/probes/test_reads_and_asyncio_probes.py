@@ -26,14 +26,15 @@ def test_reads_probe_sees_socket_reads_and_their_size(executor, tmp_path):
     require_tool(executor, "strace")
     command = python_program(tmp_path, SOCKET_READER)
     _, _, drafts = run_probe(executor, "reads", [*command, "2"], tmp_path / "tiny")
-    socket = drafts["reads"].content["by_fd_type"]["socket"]
-    assert socket["reads_with_data"] == 10_000
-    assert socket["median_bytes"] == 2 and socket["mode_bytes"] == 2
+    by_type = drafts["reads"].content.by_fd_type
+    socket = by_type["socket"]
+    assert socket.reads_with_data == 10_000
+    assert socket.median_bytes == 2 and socket.mode_bytes == 2
     # The interpreter's own start-up reads are files, kept apart.
-    assert drafts["reads"].content["by_fd_type"]["file"]["median_bytes"] > 64
+    assert by_type["file"].median_bytes > 64
 
     _, _, drafts = run_probe(executor, "reads", [*command, "65536"], tmp_path / "large")
-    assert drafts["reads"].content["by_fd_type"]["socket"]["reads_with_data"] < 20
+    assert drafts["reads"].content.by_fd_type["socket"].reads_with_data < 20
 
 
 BLOCKED_LOOP = textwrap.dedent("""
@@ -53,14 +54,14 @@ BLOCKED_LOOP = textwrap.dedent("""
 def test_asyncio_loop_probe_names_the_blocking_call(executor, tmp_path):
     _, _, drafts = run_probe(executor, "asyncio_loop", python_program(tmp_path, BLOCKED_LOOP), tmp_path / "run")
     content = drafts["asyncio_loop"].content
-    assert content["status"] == "ok"
-    assert content["slow_callbacks"] == 8
-    assert 0.35 <= content["blocked_s"] <= 1.0
-    [top] = content["blocking_calls"][:1]
-    assert top["call"].startswith("slow_lookup (") and "program.py:4" in top["call"]
-    assert top["count"] == 8
+    assert content.ok
+    assert content.slow_callbacks == 8
+    assert 0.35 <= content.blocked_s <= 1.0
+    [top] = content.blocking_calls[:1]
+    assert top.call.startswith("slow_lookup (") and "program.py:4" in top.call
+    assert top.count == 8
 
 
 def test_asyncio_loop_probe_says_when_no_loop_ran(executor, tmp_path):
     _, _, drafts = run_probe(executor, "asyncio_loop", python_program(tmp_path, "print(1)\n"), tmp_path / "run")
-    assert drafts["asyncio_loop"].content["status"] == "unavailable"
+    assert drafts["asyncio_loop"].content.status == "unavailable"
