@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services.errors import LagtraceError
+from services.errors import LagtraceError, ServiceUnreachable
 from services.settings import Settings
 
 
@@ -44,7 +44,44 @@ def _progress(message: str) -> None:
     click.echo(f"lagtrace: {message}", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _unreachable(exc: BaseException) -> str | None:
+    """What a connection failure could not reach, or None when `exc` is something else.
+
+    Only failures to connect count: a query that fails on a reachable database (a missing
+    table, say) keeps its traceback, since it is a bug rather than the environment."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(exc, DBAPIError) and (exc.statement is None or exc.connection_invalidated):
+        url = make_url(_load_settings().database_url).render_as_string(hide_password=True)
+        return f"the database at {url}"
+    try:
+        from kombu.exceptions import OperationalError as BrokerError
+        from redis.exceptions import ConnectionError as RedisConnectionError
+    except ImportError:  # pragma: no cover - both come with celery[redis]
+        return None
+    if isinstance(exc, (BrokerError, RedisConnectionError)):
+        broker = _load_settings().broker_url or "(LAGTRACE_BROKER_URL not set)"
+        return f"the broker at {make_url(broker).render_as_string(hide_password=True) if '://' in broker else broker}"
+    return None
+
+
+class _Group(click.Group):
+    """Turns "the database or the broker is down" into one line and exit 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            what = _unreachable(exc)
+            if what is None:
+                raise
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise ServiceUnreachable(f"cannot reach {what}: {reason}") from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lagtrace", prog_name="lagtrace")
 def cli() -> None:
     """lagtrace: find out why a test is slow on some CPU configurations and not others."""
 
@@ -436,7 +473,8 @@ def submit(
 
 
 def main() -> None:
-    cli(prog_name="lagtrace")
+    with _exit_on_domain_errors():
+        cli(prog_name="lagtrace")
 
 
 if __name__ == "__main__":

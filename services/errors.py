@@ -49,6 +49,13 @@ class Conflict(LagtraceError):
     exit_code = 2
 
 
+class ServiceUnreachable(LagtraceError):
+    """The database or the broker did not answer: the environment, not the request."""
+
+    http_status = 503
+    exit_code = 1
+
+
 class MigrationLocked(LagtraceError):
     """Another migration held the schema lock past the wait allowed (Settings.migrate_lock_wait_s)."""
 

@@ -106,6 +106,14 @@ def number(value: Any) -> str:
 
 
 @bp.app_template_filter()
+def fixed(value: float | None, digits: int = 1) -> str:
+    """A number with fixed decimals; a missing one (a test that failed to collect) as a dash."""
+    if value is None:
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+@bp.app_template_filter()
 def when(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "–"
 

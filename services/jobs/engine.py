@@ -90,6 +90,7 @@ def plan_job(
     evidence: str | None = None,
     stall_after_s: float | None = None,
     progress: Progress = _quiet,
+    machine: str = "this machine",
 ) -> JobPlan:
     """Check everything the user gave before anything is stored; BadInput says what is wrong."""
     if repeat < 1:
@@ -111,10 +112,10 @@ def plan_job(
     quota_problem = executor.quota_unsupported_reason()
     notes = []
     if specs:
-        configs = parse_specs(specs, available)
+        configs = parse_specs(specs, available, machine)
         for config in configs:
             if config.cpus is not None and quota_problem:
-                raise BadInput(f"--config {config.label}: CPU quotas cannot be enforced here: {quota_problem}")
+                raise BadInput(f"{config.label}: CPU quotas cannot be enforced on {machine}: {quota_problem}")
     else:
         configs = default_matrix(available, quota_supported=quota_problem is None)
         if quota_problem:
@@ -567,6 +568,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 evidence=_evidence_option(job.probes),
                 stall_after_s=job.stall_after_s,
                 progress=_progress(job),
+                machine="this worker",
             )
         finally:
             sources.remove(directory)

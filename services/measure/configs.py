@@ -68,8 +68,11 @@ def format_cpulist(cpus: tuple[int, ...] | list[int] | set[int]) -> str:
     return ",".join(ranges)
 
 
-def parse_spec(spec: str, available_cpus: tuple[int, ...]) -> CpuConfig:
-    """Turn one SPEC into a CpuConfig, checking it against the CPUs this executor has."""
+def parse_spec(spec: str, available_cpus: tuple[int, ...], machine: str = "this machine") -> CpuConfig:
+    """Turn one SPEC into a CpuConfig, checking it against the CPUs this executor has.
+
+    Messages name the configuration, not a CLI flag: a service job's author never typed
+    ``--config``; ``machine`` says where the CPUs were counted (a worker, this machine)."""
     spec = spec.strip()
     if not spec:
         raise BadInput("empty --config: write key=value[,key=value] with keys cpus and cpuset")
@@ -81,28 +84,28 @@ def parse_spec(spec: str, available_cpus: tuple[int, ...]) -> CpuConfig:
         if sep:
             key = key.strip()
             if key not in KEYS:
-                raise BadInput(f"--config {spec}: unknown key {key!r} (known keys: {', '.join(KEYS)})")
+                raise BadInput(f"{spec}: unknown key {key!r} (known keys: {', '.join(KEYS)})")
             if key in values:
-                raise BadInput(f"--config {spec}: {key} given twice")
+                raise BadInput(f"{spec}: {key} given twice")
             values[key] = value.strip()
             current = key
         elif current == "cpuset":
             values["cpuset"] += "," + piece.strip()
         else:
-            raise BadInput(f"--config {spec}: {piece!r} is not key=value (keys: {', '.join(KEYS)})")
+            raise BadInput(f"{spec}: {piece!r} is not key=value (keys: {', '.join(KEYS)})")
 
     cpus = None
     if "cpus" in values:
         try:
             cpus = float(values["cpus"])
         except ValueError:
-            raise BadInput(f"--config {spec}: cpus={values['cpus']!r} is not a number") from None
+            raise BadInput(f"{spec}: cpus={values['cpus']!r} is not a number") from None
         if not math.isfinite(cpus) or cpus <= 0:
-            raise BadInput(f"--config {spec}: cpus must be a positive number of CPUs, such as 0.5 or 2")
+            raise BadInput(f"{spec}: cpus must be a positive number of CPUs, such as 0.5 or 2")
         if cpus > len(available_cpus):
             raise BadInput(
-                f"--config {spec}: a quota of {cpus:g} CPUs is more than the "
-                f"{len(available_cpus)} CPUs available ({format_cpulist(available_cpus)})"
+                f"{spec}: a quota of {cpus:g} CPUs is more than the "
+                f"{len(available_cpus)} CPUs on {machine} (CPUs {format_cpulist(available_cpus)})"
             )
     cpuset = None
     if "cpuset" in values:
@@ -110,18 +113,18 @@ def parse_spec(spec: str, available_cpus: tuple[int, ...]) -> CpuConfig:
         missing = sorted(set(cpuset) - set(available_cpus))
         if missing:
             raise BadInput(
-                f"--config {spec}: CPU {format_cpulist(missing)} does not exist here; "
-                f"this machine has CPUs {format_cpulist(available_cpus)}"
+                f"{spec}: CPU {format_cpulist(missing)} does not exist on {machine} "
+                f"(CPUs {format_cpulist(available_cpus)})"
             )
     return CpuConfig(label=spec, cpus=cpus, cpuset=cpuset)
 
 
-def parse_specs(specs: list[str], available_cpus: tuple[int, ...]) -> list[CpuConfig]:
-    configs = [parse_spec(spec, available_cpus) for spec in specs]
+def parse_specs(specs: list[str], available_cpus: tuple[int, ...], machine: str = "this machine") -> list[CpuConfig]:
+    configs = [parse_spec(spec, available_cpus, machine) for spec in specs]
     labels = [config.label for config in configs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
-        raise BadInput(f"--config {duplicates[0]} is given more than once")
+        raise BadInput(f"{duplicates[0]} is given more than once")
     return configs
 
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
 from cli.submit import pack_directory
+from services.measure.configs import format_cpulist
 from services.models import Finding, Job, TriageStatus
 from tests.conftest import EXAMPLES
 from tests.service_support import make_repository
 
 STEADY = ["python3", "steady.py"]
+CPUS = tuple(sorted(os.sched_getaffinity(0)))
+MISSING_CPU = max(CPUS) + 8  # cpuset=9 on a 2-CPU machine
 
 
 def create(api, **body):
@@ -60,7 +64,10 @@ def test_a_job_on_an_uploaded_directory(api):
     "body,message",
     [
         ({"command": ["no-such-program-here"]}, "not found on PATH"),
-        ({"command": STEADY, "configs": ["cpuset=4000"]}, "does not exist here"),
+        (
+            {"command": STEADY, "configs": [f"cpuset={MISSING_CPU}"]},
+            f"cpuset={MISSING_CPU}: CPU {MISSING_CPU} does not exist on this worker (CPUs {format_cpulist(CPUS)})",
+        ),
     ],
 )
 def test_what_only_the_worker_can_check_fails_the_job_with_a_reason(api, tmp_path, body, message):

@@ -20,3 +20,20 @@ def test_check_fails_on_an_empty_database_and_passes_after_migrate(postgres_url)
 def test_check_fails_when_the_database_is_unreachable(tmp_path):
     result = run_cli(["migrate", "--check"], "postgresql+psycopg://nobody@127.0.0.1:1/none")
     assert result.returncode == 1 and "not reachable" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["migrate"], ["token", "create", "--project", "demo"]])
+def test_a_command_with_the_database_down_says_so_in_one_line(args):
+    result = run_cli(args, "postgresql+psycopg://nobody:hunter2@127.0.0.1:1/none")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "cannot reach the database at postgresql+psycopg://nobody:***@127.0.0.1:1/none" in lines[0]
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    result = run_cli(["--version"], "sqlite://")
+    assert result.returncode == 0 and result.stdout.strip() == f"lagtrace, version {version('lagtrace')}"

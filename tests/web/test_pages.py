@@ -10,7 +10,7 @@ import time
 from sqlalchemy import select
 
 from services.jobs.submit import _rerun_command
-from services.models import Finding, Job, JobStatus, TriageEvent
+from services.models import Finding, Job, JobStatus, TestResult, TriageEvent
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 
@@ -242,3 +242,31 @@ def test_submit_form_runs_a_job_end_to_end(running_dashboard, tmp_path):
     assert 'class="matrix"' in html, html
     assert "(whole command)" in html and "cpuset=0-1" in html
     assert PASSWORD not in html
+
+
+def test_a_failed_job_page_does_not_claim_latency_was_healthy(dashboard):
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        job = session.get(Job, job_id)
+        for finding in session.scalars(select(Finding).where(Finding.job_id == job_id)):
+            session.delete(finding)
+        job.status, job.error, job.repeat = JobStatus.failed, "the checkout could not be read", 1
+        session.commit()
+    html = dashboard.page(f"/jobs/{job_id}")
+    assert "the checkout could not be read" in html
+    assert "latency did not depend" not in html and "nothing stalled" not in html
+    assert "did not finish" in html
+    assert "up to 1 run per configuration" in html and "up to 1 runs" not in html
+
+
+def test_a_test_that_failed_to_collect_shows_a_dash_not_an_error(dashboard):
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    broken = "tests/test_broken.py"
+    with dashboard.session_factory() as session:
+        for config in session.get(Job, job_id).configs:
+            for run in config.runs:
+                run.test_results.append(TestResult(test_id=broken, duration_s=0.0, outcome="passed"))
+        session.commit()
+    html = dashboard.page(f"/jobs/{job_id}")
+    row = html[html.index(broken) :].split("</tr>")[0]
+    assert "–" in row and "×" not in row

@@ -24,7 +24,7 @@ def test_valid_specs_keep_their_label(spec, cpus, cpuset):
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ("cpuset=5", "this machine has CPUs 0-1"),
+        ("cpuset=5", r"^cpuset=5: CPU 5 does not exist on this machine \(CPUs 0-1\)$"),
         ("cpuset=0-3", "CPU 2-3 does not exist"),
         ("cpus=0", "positive number"),
         ("cpus=-1", "positive number"),

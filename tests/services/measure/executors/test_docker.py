@@ -353,7 +353,7 @@ def test_auto_says_it_chose_docker(tmp_path):
     "args, env, message",
     [
         (["--image", "lagtrace-no-such-image:1"], {}, "does not exist in the Docker engine"),
-        (["--config", "cpuset=0-63"], {}, "does not exist here"),
+        (["--config", "cpuset=0-63"], {}, "does not exist on this machine"),
         (["--config", "cpus=64"], {}, "more than the"),
         ([], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, "no Docker engine answers"),
         (["--workdir", "/usr/lib"], {}, "cannot be mounted into a container"),
