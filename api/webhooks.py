@@ -20,8 +20,10 @@ bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 @bp.post("/webhooks/github")
 def github():
     settings, metrics = ctx().settings, api_metrics()
-    # GitHub sends at most 25 MB; anything larger is refused before it is read or verified.
-    request.max_content_length = settings.webhook_max_bytes
+    # GitHub sends at most 25 MB; anything larger is refused before it is read or verified
+    # (never more than the app's own limit on request bodies).
+    app_limit = request.max_content_length
+    request.max_content_length = min(settings.webhook_max_bytes, app_limit or settings.webhook_max_bytes)
     body = request.get_data()  # the raw bytes GitHub signed, before any parsing
     signature = request.headers.get("X-Hub-Signature-256")
     if not signature:
