@@ -121,6 +121,9 @@ def test_the_local_executors_child_gets_an_environment_built_from_scratch(tmp_pa
         "LAGTRACE_GITHUB_TOKEN": GITHUB_TOKEN_CANARY,
         "AWS_SECRET_ACCESS_KEY": "aws-canary-55e0",
         "LC_ALL": "C.UTF-8",
+        # Its own database: never the user's default one under ~/.local/share.
+        "LAGTRACE_DATABASE_URL": f"sqlite:///{tmp_path / 'lagtrace.db'}",
+        "LAGTRACE_ARTIFACT_DIR": str(tmp_path / "artifacts"),
     }
     options = ["--executor", "local", "--config", "cpuset=0", "--repeat", "1", "--evidence", "none"]
     done = subprocess.run(
