@@ -364,9 +364,12 @@ def overlapping(spans: list[tuple[float, float]]) -> int:
     return sum(1 for i, a in enumerate(spans) for b in spans[i + 1 :] if a[0] < b[1] and b[0] < a[1])
 
 
-def test_a_celery_worker_screens_a_job_interleaved_on_one_node(stack, repository, tmp_path):
+def test_a_celery_worker_screens_a_job_interleaved_on_one_node(postgres_server_url, redis_url, repository, tmp_path):
     stamps = tmp_path / "stamps"
-    job = stack.wait(submit_stamped(stack, repository[0], stamps, "a", ["cpuset=0", "cpuset=1"]))
+    # The stamps are host files: this deployment trusts its submitters with the local executor.
+    options = {"LAGTRACE_ALLOWED_EXECUTORS": "docker,local"}
+    with running_stack(postgres_server_url, redis_url, tmp_path / "stack", **options) as stack:
+        job = stack.wait(submit_stamped(stack, repository[0], stamps, "a", ["cpuset=0", "cpuset=1"]))
     assert job["status"] == "done", job["error"]
     workers = {config["worker"] for config in job["progress"]["configs"]}
     assert len(workers) == 1, job["progress"]  # one screen step, one node, for every configuration
