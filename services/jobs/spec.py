@@ -141,7 +141,8 @@ def enforce_policy(spec: JobSpec, settings: Settings, project: Project) -> JobSp
         raise BadInput(f"repeat: at most {settings.max_repeat} on this server")
     if spec.timeout_s is not None and spec.timeout_s > settings.run_timeout_max_s:
         raise BadInput(
-            f"timeout_s: at most {settings.run_timeout_max_s:g} s on this server (LAGTRACE_RUN_TIMEOUT_MAX_S)"
+            f"timeout_s: {spec.timeout_s:g} s is above the maximum of {settings.run_timeout_max_s:g} s on this server "
+            "(LAGTRACE_RUN_TIMEOUT_MAX_S)"
         )
     if spec.stall_after_s is not None and spec.stall_after_s > settings.max_stall_after_s:
         raise BadInput(f"stall_after_s: at most {settings.max_stall_after_s:g} s on this server")

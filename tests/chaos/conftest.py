@@ -228,6 +228,7 @@ class ChaosStack(Stack):
 
     def push(self, repository: tuple[str, str]) -> int:
         url, head = repository
+        self.register(url)  # deliveries are accepted only for a registered repository (its secret)
         body = json.dumps(push_payload(url, head)).encode()
         status, answer = self.request(
             "POST", "/api/v1/webhooks/github", body, delivery_headers(body, f"chaos-{uuid.uuid4().hex}")
