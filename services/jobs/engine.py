@@ -161,6 +161,9 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
         # Every run hit the timeout: no statistic, but where it hangs is what the drill's
         # last snapshot before the kill shows.
         wall = {label: median_interval(values) for label, values in _timed_out_walls(job).items()}
+    elif not wall and job.probes:
+        # Every run failed, and evidence was asked for by name: trace the failing command.
+        wall = {label: median_interval(values) for label, values in _failed_walls(job).items()}
     if not wall:
         return []
     flagged = screen_findings(context)
@@ -196,6 +199,14 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
         if sys_s >= limits.drill_syscall_heavy_min_s and share >= limits.drill_syscall_heavy_share:
             return True
     return False
+
+
+def _failed_walls(job: Job) -> dict[str, list[float]]:
+    walls = {
+        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and run.exit_code != 0]
+        for config in job.configs
+    }
+    return {label: values for label, values in walls.items() if values}
 
 
 def _timed_out_walls(job: Job) -> dict[str, list[float]]:
