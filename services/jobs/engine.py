@@ -47,7 +47,7 @@ from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
 from services.measure.screen import screen
 from services.measure.stats import Summary, median_interval
-from services.models import Job, JobSource, JobStatus, JobTask, RunKind, TaskState, utcnow
+from services.models import Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.engine")
@@ -156,14 +156,14 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
-    hung = not wall and _timed_out_walls(job)
+    hung = not wall and bool(_walls_of(job, lambda run: run.timed_out))
     if hung:
         # Every run hit the timeout: no statistic, but where it hangs is what the drill's
         # last snapshot before the kill shows.
-        wall = {label: median_interval(values) for label, values in _timed_out_walls(job).items()}
+        wall = _walls_of(job, lambda run: run.timed_out)
     elif not wall and job.probes:
         # Every run failed, and evidence was asked for by name: trace the failing command.
-        wall = {label: median_interval(values) for label, values in _failed_walls(job).items()}
+        wall = _walls_of(job, lambda run: run.exit_code != 0)
     if not wall:
         return []
     flagged = screen_findings(context)
@@ -201,20 +201,13 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
     return False
 
 
-def _failed_walls(job: Job) -> dict[str, list[float]]:
+def _walls_of(job: Job, unsuccessful: Callable[[Run], bool]) -> dict[str, Summary]:
+    """Per configuration, the median interval of the timing runs that ``unsuccessful`` picks."""
     walls = {
-        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and run.exit_code != 0]
+        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and unsuccessful(run)]
         for config in job.configs
     }
-    return {label: values for label, values in walls.items() if values}
-
-
-def _timed_out_walls(job: Job) -> dict[str, list[float]]:
-    walls = {
-        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and run.timed_out]
-        for config in job.configs
-    }
-    return {label: values for label, values in walls.items() if values}
+    return {label: median_interval(values) for label, values in walls.items() if values}
 
 
 def drill_phase(
