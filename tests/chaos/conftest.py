@@ -229,7 +229,10 @@ class ChaosStack(Stack):
     def push(self, repository: tuple[str, str]) -> int:
         url, head = repository
         self.register(url)  # deliveries are accepted only for a registered repository (its secret)
-        body = json.dumps(push_payload(url, head)).encode()
+        payload = push_payload(url, head)
+        # Each real push carries its own time; an identical body under a new delivery id is a replay.
+        payload["repository"]["pushed_at"] = time.time_ns()
+        body = json.dumps(payload).encode()
         status, answer = self.request(
             "POST", "/api/v1/webhooks/github", body, delivery_headers(body, f"chaos-{uuid.uuid4().hex}")
         )
