@@ -308,6 +308,53 @@ def token_revoke(prefix: str | None, project: str | None) -> None:
     _progress(f"revoked {len(revoked)} token(s): {', '.join(revoked)}")
 
 
+@token.command("list")
+@click.option("--project", help="Only this project's tokens.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per token instead of a table.")
+def token_list(project: str | None, as_json: bool) -> None:
+    """Every token: its prefix (what `token revoke` takes), project, name, expiry, last use
+    and state. The secret itself is never stored, so never shown."""
+    from cli.service import tokens
+
+    with _exit_on_domain_errors():
+        listed = tokens(_load_settings(), project)
+    if as_json:
+        for token in listed:
+            fields = {
+                key: value.isoformat() if hasattr(value, "isoformat") else value for key, value in vars(token).items()
+            }
+            click.echo(json.dumps(fields))
+        return
+    if not listed:
+        _progress(
+            "no tokens" + (f" for project {project}" if project else "") + ": make one with `lagtrace token create`"
+        )
+        return
+    rows = [
+        [
+            t.prefix,
+            t.project,
+            t.name,
+            _when(t.created_at),
+            _when(t.expires_at) if t.expires_at else "never",
+            _when(t.last_used_at) if t.last_used_at else "never",
+            t.state,
+        ]
+        for t in listed
+    ]
+    _echo_table(["prefix", "project", "name", "created", "expires", "last used", "state"], rows)
+
+
+def _when(moment) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def _echo_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
+
+
 @cli.group()
 def repo() -> None:
     """GitHub repositories whose webhooks start jobs."""
@@ -365,6 +412,23 @@ def user_create(username: str, projects: tuple[str, ...], admin: bool, password_
     with _exit_on_domain_errors():
         new_user(_load_settings(), username, password, list(projects), admin)
     _progress(f"user {username} created" + (" (admin)" if admin else f" with access to {', '.join(projects)}"))
+
+
+@user.command("list")
+def user_list() -> None:
+    """Every dashboard account: name, admin, projects, last sign-in (never the password hash)."""
+    from cli.service import users
+
+    with _exit_on_domain_errors():
+        listed = users(_load_settings())
+    if not listed:
+        _progress("no users: make one with `lagtrace user create NAME --project P`")
+        return
+    rows = [
+        [name, "yes" if admin else "no", ", ".join(projects) or "-", signed_in or "never"]
+        for name, admin, projects, signed_in in listed
+    ]
+    _echo_table(["user", "admin", "projects", "last sign-in"], rows)
 
 
 @cli.command()
@@ -448,7 +512,7 @@ def submit(
     }
     try:
         job = submit_and_wait(
-            ApiClient(url, api_token),
+            ApiClient(url, api_token, progress=_progress),
             spec,
             repository={"url": repo, "ref": ref} if repo else None,
             directory=None if repo else (directory or Path.cwd()),
@@ -470,6 +534,23 @@ def submit(
     if job["status"] != "done":
         click.echo(f"lagtrace: job {job['id']} {job['status']}: {job['error']}", err=True)
         sys.exit(1)
+    failed = _failed_everywhere(report)
+    if failed is not None:
+        click.echo(f"lagtrace: failed: job {job['id']}: {failed}", err=True)
+        sys.exit(1)
+
+
+def _failed_everywhere(report: dict) -> str | None:
+    """Why nothing was measured, when the command failed in every run of every configuration.
+
+    Such a job is done (its report says what happened) but measured nothing: a script
+    that submits and checks the exit status must not read it as a clean result."""
+    for finding in report.get("findings", []):
+        if finding["kind"] == "command_failed" and finding["config"] is None:
+            tail = (finding.get("metrics") or {}).get("output_tail") or ""
+            last = tail.strip().splitlines()[-1:] if tail.strip() else []
+            return finding["title"] + (f"; last output: {last[0]}" if last else "")
+    return None
 
 
 def main() -> None:

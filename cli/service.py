@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate
-from services.accounts.tokens import create_token, revoke_tokens
-from services.accounts.users import create_user
+from services.accounts.tokens import TokenListing, create_token, list_tokens, revoke_tokens
+from services.accounts.users import create_user, list_users
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
 from services.github.repositories import register_repository
@@ -20,7 +20,7 @@ from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
-from services.settings import Settings
+from services.settings import Settings, prepare_work_dir
 
 log = logging.getLogger("lagtrace.serve")
 T = TypeVar("T")
@@ -70,6 +70,7 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
         dispatcher: Dispatcher = CeleryDispatcher(make_celery(settings))
         log.info("jobs go to the Celery workers at %s", settings.broker_url)
     else:
+        prepare_work_dir(settings)  # this process checks out and runs the jobs
         embedded, session_factory = in_process_dispatcher(settings, engine)
         dispatcher = embedded.start()
         # Nothing else ever ran these steps: whatever is unfinished was cut off by our last exit.
@@ -96,6 +97,7 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
 def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> None:
     from worker import make_celery
 
+    prepare_work_dir(settings)
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
     argv = [
@@ -107,7 +109,6 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> N
         "--without-mingle",
     ]
     if beat:
-        settings.work_dir.mkdir(parents=True, exist_ok=True)
         argv += ["--beat", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"]
     app.worker_main(argv)
 
@@ -171,3 +172,24 @@ def register(
 
 def new_user(settings: Settings, username: str, password: str, projects: list[str], admin: bool) -> None:
     _committed(settings, lambda session: create_user(session, username, password, projects=projects, admin=admin))
+
+
+def tokens(settings: Settings, project: str | None) -> list[TokenListing]:
+    return _committed(settings, lambda session: list_tokens(session, project=project))
+
+
+def users(settings: Settings) -> list[tuple[str, bool, list[str], str | None]]:
+    """Each account's name, admin flag, projects and last sign-in (read inside the session)."""
+
+    def action(session):
+        return [
+            (
+                user.username,
+                user.is_admin,
+                [project.name for project in user.projects],
+                user.last_sign_in_at.strftime("%Y-%m-%d %H:%M") if user.last_sign_in_at else None,
+            )
+            for user in list_users(session)
+        ]
+
+    return _committed(settings, action)

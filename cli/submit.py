@@ -35,10 +35,21 @@ class ApiError(Exception):
 
 
 class ApiClient:
-    def __init__(self, base_url: str, token: str, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        timeout_s: float = 30.0,
+        connect_wait_s: float = 30.0,
+        progress: Callable[[str], None] = lambda message: None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        # A server that refuses connections may still be starting (`lagtrace serve &` just
+        # before `submit` in a script): a refused connection sent nothing, so it is retried.
+        self.connect_wait_s = connect_wait_s
+        self.progress = progress
 
     def request(
         self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
@@ -47,13 +58,23 @@ class ApiClient:
         if body is not None:
             headers["Content-Type"] = content_type
         request = urllib.request.Request(self.base_url + path, data=body, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise ApiError(exc.code, _error_message(exc)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise ApiError(0, f"cannot reach {self.base_url}: {exc}") from None
+        deadline = time.monotonic() + self.connect_wait_s
+        waited = False
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                raise ApiError(exc.code, _error_message(exc)) from None
+            except (urllib.error.URLError, OSError) as exc:
+                refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
+                if refused and time.monotonic() < deadline:
+                    if not waited:
+                        self.progress(f"waiting up to {self.connect_wait_s:g} s for {self.base_url} to answer")
+                        waited = True
+                    time.sleep(0.5)
+                    continue
+                raise ApiError(0, f"cannot reach {self.base_url}: {exc}") from None
 
     def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", path, json.dumps(payload).encode())
@@ -75,9 +96,9 @@ class ApiClient:
 def _error_message(exc: urllib.error.HTTPError) -> str:
     try:
         body = json.loads(exc.read())
-        return body.get("error") or str(body)
     except ValueError:
         return f"HTTP {exc.code} {exc.reason}"
+    return body.get("error") or str(body) if isinstance(body, dict) else str(body)
 
 
 def pack_directory(directory: Path) -> bytes:

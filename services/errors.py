@@ -56,6 +56,13 @@ class ServiceUnreachable(LagtraceError):
     exit_code = 1
 
 
+class Misconfigured(LagtraceError):
+    """A LAGTRACE_* setting names something this process cannot use; the message names it."""
+
+    http_status = 500
+    exit_code = 1
+
+
 class MigrationLocked(LagtraceError):
     """Another migration held the schema lock past the wait allowed (Settings.migrate_lock_wait_s)."""
 

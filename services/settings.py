@@ -11,7 +11,11 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from services.errors import Misconfigured
 from services.thresholds import Thresholds
+
+# The runner image's user (services/measure/executors/docker.py): it reads the checkouts.
+RUNNER_UID = 1000
 
 
 def _data_dir() -> Path:
@@ -67,7 +71,8 @@ class Settings(BaseSettings):
     # A token allowed to write check runs (a GitHub App installation token or a PAT).
     github_token: SecretStr | None = None
     github_check_name: str = "lagtrace"
-    # Checkouts and unpacked archives of service jobs, one directory per task.
+    # Checkouts and unpacked archives of service jobs, one directory per task, each
+    # bind-mounted into the run containers (whose uid 1000 must read it, not its parents).
     work_dir: Path = Field(default_factory=lambda: _data_dir() / "work")
     # file:// and plain paths read the server's own disk: only for tests and one-machine use.
     allow_file_repositories: bool = False
@@ -196,3 +201,36 @@ class Settings(BaseSettings):
         if self.installation_id:
             return self.installation_id
         return hashlib.sha256(self.database_url.encode()).hexdigest()[:16]
+
+
+def prepare_work_dir(settings: Settings) -> Path:
+    """Make the work directory and check, at start-up, that a job's checkout made there can
+    be read by the run containers' user; otherwise every job would fail, one by one, later.
+
+    Checkouts are made with plain mkdir under the process's umask, so a probe directory
+    made the same way has the mode a checkout gets. Only the checkout itself matters: it is
+    bind-mounted, so its parents (a home of mode 0700) are never walked in the container.
+    """
+    directory = settings.work_dir
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe-{os.getpid()}"
+        probe.mkdir(exist_ok=True)
+        try:
+            mode = probe.stat().st_mode
+        finally:
+            probe.rmdir()
+    except OSError as exc:
+        raise Misconfigured(
+            f"LAGTRACE_WORK_DIR={directory}: cannot make a checkout there ({exc.strerror}); "
+            "set LAGTRACE_WORK_DIR to a directory this user may write"
+        ) from None
+    if "docker" in settings.allowed_executors and os.geteuid() != RUNNER_UID and mode & 0o005 != 0o005:
+        umask = os.umask(0)
+        os.umask(umask)
+        raise Misconfigured(
+            f"LAGTRACE_WORK_DIR={directory}: checkouts made there (mode {mode & 0o777:04o} under umask "
+            f"{umask:04o}) cannot be read by the run containers' user (uid {RUNNER_UID}); start with "
+            "umask 022, or run as uid 1000"
+        )
+    return directory

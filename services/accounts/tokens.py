@@ -89,3 +89,44 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
 def _aware(moment: dt.datetime) -> dt.datetime:
     # SQLite hands back naive datetimes; they were written as UTC.
     return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class TokenListing:
+    """What `lagtrace token list` shows of a token: never its secret or its hash."""
+
+    prefix: str
+    project: str
+    name: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+    state: str  # active, expired, revoked
+
+
+def list_tokens(session: Session, *, project: str | None = None) -> list[TokenListing]:
+    """Every token (of ``project``), oldest first, with whether it still works."""
+    query = select(ApiToken).join(Project).order_by(ApiToken.created_at, ApiToken.id)
+    if project:
+        query = query.where(Project.name == project)
+    now = utcnow()
+    listed = []
+    for token in session.scalars(query):
+        if token.revoked_at is not None:
+            state = "revoked"
+        elif token.expires_at is not None and _aware(token.expires_at) <= now:
+            state = "expired"
+        else:
+            state = "active"
+        listed.append(
+            TokenListing(
+                prefix=token.prefix,
+                project=token.project.name,
+                name=token.name,
+                created_at=_aware(token.created_at),
+                expires_at=_aware(token.expires_at) if token.expires_at else None,
+                last_used_at=_aware(token.last_used_at) if token.last_used_at else None,
+                state=state,
+            )
+        )
+    return listed

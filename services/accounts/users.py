@@ -100,3 +100,8 @@ def require_project(session: Session, user: User, project_id: int) -> Project:
     if project is None or not (user.is_admin or project in user.projects):
         raise NotFound(f"project {project_id} does not exist or is not yours")
     return project
+
+
+def list_users(session: Session) -> list[User]:
+    """Every dashboard account by name, its projects loaded."""
+    return list(session.scalars(select(User).order_by(User.username)).unique())

@@ -183,6 +183,12 @@ def _evidence_run(
             durations = [case.duration_s for case in cases if case.test_id == target.test_id]
             observed = durations[0] if durations else result.wall_s
         drafts = probe.collect(result)
+        nothing = pytest_command.nothing_ran(result.exit_code, target.test_id) if target.test_id else None
+        if nothing is not None:  # whatever the tool saw, it was not the test: never "ok"
+            for draft in drafts:
+                draft.content.status, draft.content.reason = FAILED, nothing
+            stall = None
+            break
         stall = next((d for d in drafts if d.kind == "stall"), None)
         if stall is None or stall.status != NO_STALL or len(earlier) + 1 >= MAX_STALL_ATTEMPTS:
             break

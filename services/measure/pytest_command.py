@@ -3,7 +3,9 @@ JUnit XML and reading the per-test durations back, node ids, narrowing to one te
 
 from __future__ import annotations
 
+import configparser
 import os
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,11 @@ JUNIT_FILE = "junit.xml"
 JUNIT_RESOLUTION_S = 0.001
 # pytest's exit status when the suite ran and some tests failed (ExitCode.TESTS_FAILED).
 PYTEST_TESTS_FAILED = 1
+# pytest's exit statuses when no test ran at all: a usage error (a node id that does not
+# exist) and nothing collected (ExitCode.USAGE_ERROR, ExitCode.NO_TESTS_COLLECTED).
+PYTEST_NOTHING_RAN = {4: "a usage error (is the node id right?)", 5: "no tests collected"}
+# Where pytest finds its configuration, in its own order (_pytest/config/findpaths.py).
+CONFIG_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
 
 # pytest options whose value is a path: the value must stay when the command's own test
 # paths are swapped for one node id.
@@ -80,6 +87,8 @@ def narrow_to_test(
     before its code is fetched) paths are told apart by name: the node's own file, a
     directory holding it, or any other test module; ``is_test_path`` overrides both.
     """
+    if workdir is not None:
+        node_id = invocation_node_id(node_id, command, workdir)
     if is_test_path is None:
         is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
     kept: list[str] = []
@@ -93,6 +102,103 @@ def narrow_to_test(
         kept.append(argument)
         previous = argument
     return [*kept, node_id]
+
+
+def invocation_node_id(node_id: str, command: list[str], workdir: Path) -> str:
+    """``node_id`` as an argument given in ``workdir``: pytest's node ids (and its JUnit
+    file attribute) are relative to its rootdir, which is not the working directory when a
+    pytest.ini (or another configuration file) sits in a subfolder the command names."""
+    root = rootdir(command, workdir)
+    if root == workdir.resolve():
+        return node_id
+    path, sep, rest = node_id.partition("::")
+    return os.path.relpath(root / path, workdir.resolve()) + sep + rest
+
+
+def rootdir(command: list[str], workdir: Path) -> Path:
+    """The rootdir pytest will pick for ``command`` run in ``workdir``, by pytest's own rules
+    (--rootdir, -c, the first configuration file above the arguments' common ancestor,
+    setup.py, the working directory), reading files only: no code of the job runs here.
+    The search stops at ``workdir``: above it, the container's directories are not the host's."""
+    top = workdir.resolve()
+    arguments = _arguments(command)
+    named = _option(arguments, "--rootdir")
+    if named is not None:
+        return _inside(top, top / os.path.expandvars(named))
+    config = _option(arguments, "-c", "--config-file", "--inifile")
+    if config is not None and (top / config).is_file():
+        return _inside(top, (top / config).parent)
+    dirs = []
+    previous = ""
+    for argument in arguments:
+        if not argument.startswith("-") and previous not in _PATH_OPTIONS:
+            path = _inside(top, top / argument.split("::", 1)[0])
+            if path.exists():
+                dirs.append(path if path.is_dir() else path.parent)
+        previous = argument
+    ancestor = Path(os.path.commonpath(dirs)) if dirs else top
+    bases = [ancestor, *(parent for parent in ancestor.parents if parent.is_relative_to(top))]
+    pyproject = None
+    for base in bases:
+        for name in CONFIG_FILES:
+            if _has_pytest_config(base / name):
+                return base
+            if name == "pyproject.toml" and pyproject is None and (base / name).is_file():
+                pyproject = base
+    if pyproject is not None:
+        return pyproject
+    for base in bases:
+        if (base / "setup.py").is_file():
+            return base
+    return top
+
+
+def _arguments(command: list[str]) -> list[str]:
+    program = os.path.basename(command[0]) if command else ""
+    return command[1:] if program in ("pytest", "py.test") else command[3:]
+
+
+def _option(arguments: list[str], *names: str) -> str | None:
+    found = None
+    for index, argument in enumerate(arguments):
+        for name in names:
+            if argument == name and index + 1 < len(arguments):
+                found = arguments[index + 1]
+            elif argument.startswith(name + "="):
+                found = argument[len(name) + 1 :]
+    return found
+
+
+def _inside(top: Path, path: Path) -> Path:
+    """``path`` resolved, or ``top`` when it leads out of the checkout (a hostile link)."""
+    resolved = path.resolve()
+    return resolved if resolved.is_relative_to(top) else top
+
+
+def _has_pytest_config(path: Path) -> bool:
+    if not path.is_file() or path.is_symlink():
+        return False
+    if path.name in ("pytest.ini", ".pytest.ini"):
+        return True  # even empty: pytest takes these whatever they hold
+    try:
+        text = path.read_text(errors="replace")
+        if path.name == "pyproject.toml":
+            tool = tomllib.loads(text).get("tool", {})
+            return isinstance(tool, dict) and isinstance(tool.get("pytest"), dict)
+        parser = configparser.ConfigParser(interpolation=None, strict=False)
+        parser.read_string(text)
+    except (tomllib.TOMLDecodeError, configparser.Error, OSError, UnicodeDecodeError):
+        return False
+    return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
+
+
+def nothing_ran(exit_code: int | None, test_id: str) -> str | None:
+    """Why a pytest run narrowed to ``test_id`` observed nothing of it (pytest stopped
+    before running any test), or None. A run that timed out or crashed is not this: its
+    snapshots show where the test was."""
+    if exit_code in PYTEST_NOTHING_RAN:
+        return f"pytest exited {exit_code}, {PYTEST_NOTHING_RAN[exit_code]}: {test_id} did not run"
+    return None
 
 
 def _exists_in(workdir: Path) -> Callable[[str], bool]:

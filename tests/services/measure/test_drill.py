@@ -30,7 +30,8 @@ def test_narrow_to_test_swaps_test_paths_for_the_node_id(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "conf").mkdir()
     command = ["python", "-m", "pytest", "-x", "tests", "--rootdir", "conf", "-k", "tests"]
-    assert narrow_to_test(command, "tests/test_a.py::test_b", tmp_path) == [
+    # Node ids are relative to the rootdir (conf); the narrowed command names the test from the workdir.
+    assert narrow_to_test(command, "../tests/test_a.py::test_b", tmp_path) == [
         "python",
         "-m",
         "pytest",
@@ -169,3 +170,44 @@ def test_stall_clock_counts_from_the_test_start_not_from_pytest_start_up(tmp_pat
     assert [f["function"] for f in main["frames"][:2]] == ["hold_up", "test_stalls"]
     assert "1.0" in finding["detail"] and "into the test" in finding["detail"]
     assert "py-spy dump of 1 of 1 Python process(es)" in finding["detail"]
+
+
+# One test 15x slower when it may use two CPUs than when pinned to one: the screen flags it
+# whatever the machine's noise, so the drill narrows the command to it.
+CPU_DEPENDENT_TEST = (
+    "import os, time\n\n\ndef test_depends_on_cpus():\n"
+    "    time.sleep(0.3 if len(os.sched_getaffinity(0)) > 1 else 0.02)\n\n\n"
+    "def test_steady():\n    time.sleep(0.01)\n"
+)
+
+
+@pytest.mark.latency
+def test_per_test_evidence_runs_the_test_when_pytest_ini_sits_in_a_subfolder(tmp_path):
+    project = tmp_path / "checkout" / "service"
+    (project / "tests").mkdir(parents=True)
+    (project / "pytest.ini").write_text("[pytest]\n")  # rootdir: service/, not the checkout
+    (project / "tests" / "test_cpus.py").write_text(CPU_DEPENDENT_TEST)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
+    report = run_job(
+        settings,
+        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "service/tests"],
+        executor_name="local",
+        specs=["cpuset=0", "cpuset=0-1"],
+        repeat=5,
+        timeout_s=30,
+        workdir=tmp_path / "checkout",
+        project="subfolder-ini",
+        evidence="strace",
+        stall_after_s=None,
+        progress=lambda message: None,
+    )
+    test_id = "tests/test_cpus.py::test_depends_on_cpus"
+    assert any(f["kind"] == "cpu_sensitivity" and f["test"] == test_id for f in report["findings"]), report["findings"]
+    per_test = [e for e in report["evidence"] if e["test"] == test_id]
+    assert per_test, [(e["kind"], e["test"]) for e in report["evidence"]]
+    for entry in per_test:
+        # Before: the narrowed run named tests/test_cpus.py from the checkout, exited 4
+        # (no such file) and its strace of pytest's usage error was stored as "ok".
+        assert entry["content"]["run"]["exit_code"] == 0, entry["content"]
+        assert entry["content"]["status"] == "ok", entry["content"]
+        assert entry["content"]["run"]["observed_s"] < entry["content"]["run"]["wall_s"]  # the test's own time

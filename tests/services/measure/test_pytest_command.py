@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from services.measure import pytest_command as junit
 
 
@@ -46,3 +48,61 @@ def test_missing_or_empty_junit_means_no_cases(tmp_path):
     assert junit.parse(tmp_path / "absent.xml") == []
     (tmp_path / "empty.xml").write_text("")
     assert junit.parse(tmp_path / "empty.xml") == []
+
+
+SUITE = "def test_a():\n    pass\n\n\nclass TestB:\n    def test_c(self):\n        pass\n"
+CONFIGS = {
+    "pytest.ini": "[pytest]\n",
+    "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-q'\n",
+    "tox.ini": "[tox]\nenvlist = py\n\n[pytest]\n",
+    "setup.cfg": "[metadata]\nname = x\n\n[tool:pytest]\n",
+    "setup.py": "",
+}
+
+
+def _junit_ids(command: list[str], cwd, xml) -> tuple[int, list[str]]:
+    done = subprocess.run(junit.with_junit(command, str(xml)), cwd=cwd, capture_output=True, text=True)
+    return done.returncode, [case.test_id for case in junit.parse(xml)]
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_narrowed_node_ids_run_when_pytest_s_rootdir_is_a_subfolder(config, tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "service" / "tests").mkdir(parents=True)
+    (checkout / "service" / config).write_text(CONFIGS[config])
+    (checkout / "service" / "tests" / "test_suite.py").write_text(SUITE)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "service/tests"]
+    code, ids = _junit_ids(command, checkout, tmp_path / "all.xml")
+    assert code == 0 and ids == ["tests/test_suite.py::test_a", "tests/test_suite.py::TestB::test_c"]
+    assert junit.rootdir(command, checkout) == (checkout / "service").resolve()
+    for test_id in ids:
+        narrowed = junit.narrow_to_test(command, test_id, checkout)
+        code, ran = _junit_ids(narrowed, checkout, tmp_path / "one.xml")
+        # Before: the rootdir-relative id was given from the checkout: exit 4, nothing ran.
+        assert (code, ran) == (0, [test_id]), narrowed
+        assert junit.nothing_ran(code, test_id) is None
+
+
+def test_without_a_config_file_the_rootdir_is_the_working_directory(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_suite.py").write_text(SUITE)
+    (tmp_path / "tests" / "pyproject.toml").write_text("[project]\nname = 'x'\n")  # no pytest section: ignored
+    (tmp_path / "tox.ini").write_text("[tox]\n")  # no [pytest] section
+    command = ["pytest", "-q", "tests"]
+    assert junit.rootdir(command, tmp_path) == (tmp_path / "tests").resolve()  # pytest's fallback to a pyproject
+    assert junit.rootdir(["pytest", "-q", "--rootdir=tests"], tmp_path) == (tmp_path / "tests").resolve()
+    assert junit.rootdir(["pytest", "--rootdir", "../.."], tmp_path) == tmp_path.resolve()  # not out of the checkout
+    (tmp_path / "tests" / "pyproject.toml").unlink()
+    assert junit.rootdir(command, tmp_path) == tmp_path.resolve()
+    assert junit.narrow_to_test(command, "tests/test_suite.py::test_a", tmp_path)[-1] == "tests/test_suite.py::test_a"
+
+
+def test_a_narrowed_run_that_ran_no_test_is_reported_as_such(tmp_path):
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_suite.py::test_gone"]
+    code, ran = _junit_ids(command, tmp_path, tmp_path / "one.xml")
+    assert code == 4 and ran == []
+    assert "pytest exited 4" in junit.nothing_ran(code, "test_suite.py::test_gone")
+    empty = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "nothing"], cwd=tmp_path)
+    assert "no tests collected" in junit.nothing_ran(empty.returncode, "test_suite.py::test_a")
+    assert junit.nothing_ran(1, "test_suite.py::test_a") is None  # it ran and failed: that is evidence

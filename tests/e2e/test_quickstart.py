@@ -1,0 +1,169 @@
+"""The README's service quickstart, its commands read from the README itself, run as a new
+user would: as root (whose home is mode 0700) and as an ordinary user in the docker group,
+against the real PostgreSQL, Redis and Docker engine. A README that drifts from what works
+breaks this test."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+
+from tests.conftest import REPO, require
+
+SECTION = "## The service: API, workers, GitHub"
+# The first line of the quickstart. `make install` runs as written (as root a no-op here, as
+# the user a venv of their own); `.ci/provision.sh` (apt, services) is root's, and the
+# session running this test was provisioned by it (.state/test.env).
+SETUP = "make install && .ci/provision.sh"
+USER = "lagtrace-quickstart"
+QUICKSTART_TIMEOUT_S = 240
+
+
+def quickstart_commands() -> list[str]:
+    """The first shell block of the README's service section, one command per line."""
+    section = (REPO / "README.md").read_text().split(SECTION, 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, f"no ```sh block under {SECTION!r} in README.md"
+    commands = []
+    for raw in block.group(1).replace("\\\n", " ").splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()  # the README's comments
+        if line:
+            commands.append(line)
+    return commands
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def same_server(readme_url: str, test_url: str) -> bool:
+    return urlsplit(readme_url).netloc.split("@")[-1] == urlsplit(test_url).netloc.split("@")[-1]
+
+
+def script(commands: list[str], database_url: str, broker_url: str, port: int, test_pg: str, test_redis: str) -> str:
+    """The README's commands with what a shared test machine needs changed: a database and
+    a Redis database of the test's own (on the servers the README names) and a free port."""
+    assert commands[0] == SETUP, f"the quickstart no longer starts with {SETUP!r}: {commands[0]!r}"
+    lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "make install"]
+    for written in commands[1:]:
+        command = written
+        match = re.fullmatch(r"export (LAGTRACE_DATABASE_URL|LAGTRACE_BROKER_URL)=(\S+)", command)
+        if match:
+            name, value = match.groups()
+            own, server = (database_url, test_pg) if name == "LAGTRACE_DATABASE_URL" else (broker_url, test_redis)
+            assert same_server(value, server), f"README's {name}={value} is not the provisioned server {server}"
+            command = f"export {name}={shlex.quote(own)}"
+        assert "8080" not in command or "--port 8080" in command or "127.0.0.1:8080" in command, command
+        lines.append(command.replace("--port 8080", f"--port {port}").replace("127.0.0.1:8080", f"127.0.0.1:{port}"))
+    return "\n".join(lines) + "\n"
+
+
+def ordinary_user() -> pwd.struct_passwd:
+    """A user made as the README's Security section says (home directory, docker group)."""
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--groups", "docker", USER], check=True)
+        account = pwd.getpwnam(USER)
+        # As adduser makes homes on Debian 12: the default work directory sits below it.
+        Path(account.pw_dir).chmod(0o700)
+        return account
+
+
+def user_checkout(home: Path) -> Path:
+    """The user's own clone of this tree (tracked and new files, as `git clone` of the
+    branch would give): `make install` then makes the user's .venv on the system Python."""
+    checkout = home / "lagtrace"
+    shutil.rmtree(checkout, ignore_errors=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True
+    )
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, checkout / name)
+    owner = home.stat()
+    for path in [checkout, *checkout.rglob("*")]:
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    return checkout
+
+
+@pytest.fixture
+def services(postgres_server_url, redis_url):
+    name = f"lagtrace_quickstart_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    # Redis databases 1-15 go round the e2e stacks; this one picks from the same range.
+    broker_url = f"{redis_url.rsplit('/', 1)[0]}/{15 - os.getpid() % 8}"
+    redis.Redis.from_url(broker_url).flushdb()
+    try:
+        yield f"{postgres_server_url.rsplit('/', 1)[0]}/{name}", broker_url
+    finally:
+        redis.Redis.from_url(broker_url).flushdb()
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("who", ["root", "ordinary-user"])
+def test_the_readme_service_quickstart_reports_a_finding(who, services, postgres_server_url, redis_url, tmp_path):
+    require(os.geteuid() == 0, "running as root and as another user needs root")
+    require(shutil.which("docker") is not None, "no docker CLI")
+    database_url, broker_url = services
+    port = free_port()
+    body = script(quickstart_commands(), database_url, broker_url, port, postgres_server_url, redis_url)
+    if who == "root":
+        # root's own home, mode 0700 as on a fresh machine, but not this machine's /root.
+        home = tmp_path / "root-home"
+        home.mkdir(mode=0o700)
+        cwd, run_as = REPO, []
+    else:
+        account = ordinary_user()
+        home = Path(account.pw_dir)
+        cwd, run_as = user_checkout(home), [shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--"]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    # Files, not pipes: on a timeout the logs so far are still there to read.
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("w") as out_file, err_path.open("w") as err_file:
+        process = subprocess.Popen(
+            [*run_as, "/bin/bash", "-s"],  # the script on stdin: pytest's tmp dirs are root-only
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=out_file,
+            stderr=err_file,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            process.communicate(body, timeout=QUICKSTART_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+    out, err = out_path.read_text(), err_path.read_text()
+    assert process.returncode == 0, f"{body}\n--- stdout\n{out}\n--- stderr\n{err[-6000:]}"
+    findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
+    assert findings and int(findings.group(1)) >= 1, out
+    assert "command_failed" not in out, out
