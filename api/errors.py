@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import HTTPException
@@ -30,7 +30,28 @@ class BadRequest(Exception):
         self.problems = problems or []
 
 
+def _request_field(status: int) -> str | None:
+    """The part of the request a 4xx without a field of its own is about: the token's
+    header, the id in the path, the body; None for a 5xx (nothing the client sent)."""
+    if status == 401:
+        # A GitHub delivery is signed, not authorised with a token.
+        return "header.X-Hub-Signature-256" if "X-GitHub-Event" in request.headers else "header.Authorization"
+    if status in (404, 409) and request.view_args:
+        return "path." + next(iter(request.view_args))
+    return {
+        404: "path",
+        405: "method",
+        413: "(body)",
+        415: "header.Content-Type",
+        429: "header.Authorization",  # the limit counts per token (or per address)
+    }.get(status, "(body)" if status == 400 else None)
+
+
 def error_response(status: int, message: str, problems: list[dict] | None = None):
+    if not problems and 400 <= status < 500:
+        # Every 4xx names what to change (the README promises it); clients read problems[].
+        field = _request_field(status)
+        problems = [{"field": field, "message": message}] if field else []
     response = jsonify({"error": message, "problems": problems or []})
     response.status_code = status
     if status == 401:
@@ -54,7 +75,8 @@ def register(app: Flask) -> None:
         if status == 500:
             log.error("request failed: %s", exc)
             return error_response(500, f"internal error: {exc}")
-        response = error_response(status, str(exc))
+        field = getattr(exc, "field", None)
+        response = error_response(status, str(exc), [{"field": field, "message": str(exc)}] if field else None)
         retry_after = getattr(exc, "retry_after_s", None)  # a rate limit says when to come back
         if retry_after is not None:
             response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))

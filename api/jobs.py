@@ -41,7 +41,7 @@ def create_job():
                 422,
                 [{"field": "archive", "message": "missing"}],
             )
-        spec = parse_json_text(JobCreate, request.form.get("job", ""), "form field `job`")
+        spec = parse_json_text(JobCreate, request.form.get("job", ""), "form field `job`", "job")
         if spec.repository is not None:
             raise BadRequest(
                 "repository: give either a repository or an archive, not both",

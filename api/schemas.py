@@ -6,7 +6,7 @@ import json
 from typing import Literal, TypeVar
 
 from flask import request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from api.errors import BadRequest
 from services.diagnose.findings import Severity
@@ -40,12 +40,18 @@ class Triage(BaseModel):
     assignee: str | None = Field(None, max_length=200)
     note: str | None = Field(None, max_length=10000)
 
+    @field_validator("status")
+    @classmethod
+    def _status_not_null(cls, value: str | None) -> str | None:
+        # Runs only when status is sent, so the error is the field's, not the body's.
+        if value is None:
+            raise ValueError("cannot be null (new, acknowledged, muted, fixed)")
+        return value
+
     @model_validator(mode="after")
     def _something_to_change(self) -> Triage:
         if not self.model_fields_set:
             raise ValueError("send at least one of status, assignee, note")
-        if "status" in self.model_fields_set and self.status is None:
-            raise ValueError("status cannot be null (new, acknowledged, muted, fixed)")
         return self
 
 
@@ -70,15 +76,17 @@ class FindingListQuery(BaseModel):
 
 def json_body(model: type[M]) -> M:
     if request.mimetype != "application/json":
-        raise BadRequest(f"send the body as application/json, not {request.mimetype or 'nothing'}", 415)
+        message = f"send the body as application/json, not {request.mimetype or 'nothing'}"
+        raise BadRequest(message, 415, [{"field": "header.Content-Type", "message": message}])
     return parse_json_text(model, request.get_data(), "body")
 
 
-def parse_json_text(model: type[M], raw: bytes | str, what: str) -> M:
+def parse_json_text(model: type[M], raw: bytes | str, what: str, field: str = "(body)") -> M:
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc}") from None
+        message = f"{what} is not valid JSON: {exc}"
+        raise BadRequest(message, 400, [{"field": field, "message": message}]) from None
     return model.model_validate(data)
 
 

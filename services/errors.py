@@ -6,6 +6,12 @@ means "change what you asked for" (every 4xx, as `lagtrace submit` maps the API'
 answers), 1 "it failed".
 """
 
+import re
+
+# A message that starts with the field it is about, as this project writes them:
+# "repository.url 'ftp://x': only https://", "image: applies to ...".
+_LEADING_FIELD = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*)(?::| '| \")")
+
 
 class LagtraceError(Exception):
     """Something went wrong that is not the user's input."""
@@ -15,10 +21,17 @@ class LagtraceError(Exception):
 
 
 class BadInput(LagtraceError):
-    """The request cannot be run as given; the message says what to change."""
+    """The request cannot be run as given; the message says what to change, and ``field``
+    which part of the request (the API's `problems[].field`): given, or the field the
+    message starts with."""
 
     http_status = 422
     exit_code = 2
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        match = _LEADING_FIELD.match(message)
+        self.field = field or (match.group(1) if match else None)
 
 
 class Unauthorized(LagtraceError):

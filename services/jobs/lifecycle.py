@@ -70,7 +70,8 @@ def run_timeout(settings: Settings, requested: float | None) -> float:
     if requested > settings.run_timeout_max_s:
         raise BadInput(
             f"timeout {requested:g} s is above this installation's maximum of {settings.run_timeout_max_s:g} s "
-            "(LAGTRACE_RUN_TIMEOUT_MAX_S)"
+            "(LAGTRACE_RUN_TIMEOUT_MAX_S)",
+            field="timeout_s",
         )
     return requested
 

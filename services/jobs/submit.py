@@ -63,7 +63,7 @@ def submit_job(
     """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
     (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config)."""
     if (repository_url is None) == (archive is None):
-        raise BadInput("give exactly one of repository.url and an uploaded archive")
+        raise BadInput("give exactly one of repository.url and an uploaded archive", field="repository")
     if repository_url is not None:
         check_repository_url(repository_url, settings)
         if ref is not None:
