@@ -89,6 +89,8 @@ def narrow_to_test(
     """
     if workdir is not None:
         node_id = invocation_node_id(node_id, command, workdir)
+    else:
+        node_id = _guessed_invocation_node_id(node_id, command)
     if is_test_path is None:
         is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
     kept: list[str] = []
@@ -113,6 +115,38 @@ def invocation_node_id(node_id: str, command: list[str], workdir: Path) -> str:
         return node_id
     path, sep, rest = node_id.partition("::")
     return os.path.relpath(root / path, workdir.resolve()) + sep + rest
+
+
+def _guessed_invocation_node_id(node_id: str, command: list[str]) -> str:
+    """``node_id`` as an argument, without the checkout (a rerun is planned before its code
+    is fetched): the rootdir is what --rootdir or -c names, or the part of a test path the
+    command names that comes before the node's own path ("service/tests" and
+    "tests/test_x.py::t": rootdir "service"). Otherwise the rootdir is taken to be the
+    working directory."""
+    arguments = _arguments(command)
+    path, sep, rest = node_id.partition("::")
+    named = _option(arguments, "--rootdir")
+    config = _option(arguments, "-c", "--config-file", "--inifile")
+    root = named if named is not None else os.path.dirname(config) if config is not None else None
+    if root is None:
+        node_parts = Path(path).parts
+        previous = ""
+        for argument in arguments:
+            if argument.startswith("-") or previous in _PATH_OPTIONS:
+                previous = argument
+                continue
+            previous = argument
+            parts = Path(argument.split("::", 1)[0]).parts
+            for cut in range(1, len(parts)):  # parts[cut:] is where the node's path begins
+                tail = parts[cut:]
+                if tail == node_parts[: len(tail)]:
+                    root = str(Path(*parts[:cut]))
+                    break
+            if root is not None:
+                break
+    if not root or os.path.normpath(root) == ".":
+        return node_id
+    return os.path.normpath(os.path.join(root, path)) + sep + rest
 
 
 def rootdir(command: list[str], workdir: Path) -> Path:

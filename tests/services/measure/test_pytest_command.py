@@ -76,11 +76,14 @@ def test_narrowed_node_ids_run_when_pytest_s_rootdir_is_a_subfolder(config, tmp_
     assert code == 0 and ids == ["tests/test_suite.py::test_a", "tests/test_suite.py::TestB::test_c"]
     assert junit.rootdir(command, checkout) == (checkout / "service").resolve()
     for test_id in ids:
-        narrowed = junit.narrow_to_test(command, test_id, checkout)
-        code, ran = _junit_ids(narrowed, checkout, tmp_path / "one.xml")
-        # Before: the rootdir-relative id was given from the checkout: exit 4, nothing ran.
-        assert (code, ran) == (0, [test_id]), narrowed
-        assert junit.nothing_ran(code, test_id) is None
+        # With the checkout (the drill) and without it ("Rerun this test", planned before
+        # its code is fetched).
+        for workdir in (checkout, None):
+            narrowed = junit.narrow_to_test(command, test_id, workdir)
+            code, ran = _junit_ids(narrowed, checkout, tmp_path / "one.xml")
+            # Before: the rootdir-relative id was given from the checkout: exit 4, nothing ran.
+            assert (code, ran) == (0, [test_id]), narrowed
+            assert junit.nothing_ran(code, test_id) is None
 
 
 def test_without_a_config_file_the_rootdir_is_the_working_directory(tmp_path):
