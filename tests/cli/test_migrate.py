@@ -37,3 +37,31 @@ def test_version_prints_the_installed_version():
 
     result = run_cli(["--version"], "sqlite://")
     assert result.returncode == 0 and result.stdout.strip() == f"lagtrace, version {version('lagtrace')}"
+
+
+def test_a_command_whose_broker_is_down_says_so_in_one_line(monkeypatch):
+    """No shipped command stops on the broker (the worker retries: Redis may come back), so a
+    command of the same group that sends to a real, unreachable Redis stands for one."""
+    import click
+    from click.testing import CliRunner
+
+    from cli.main import _Group
+    from services.settings import Settings
+    from worker import make_celery
+
+    monkeypatch.setenv("LAGTRACE_BROKER_URL", "redis://:s3cret@127.0.0.1:1/0")
+
+    @click.group(cls=_Group)
+    def group() -> None:
+        pass
+
+    @group.command()
+    def send() -> None:
+        with make_celery(Settings()).connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1)
+
+    result = CliRunner().invoke(group, ["send"])
+    assert result.exit_code == 1 and type(result.exception).__name__ == "ServiceUnreachable"
+    message = str(result.exception)
+    assert message.startswith("cannot reach the broker at redis://:***@127.0.0.1:1/0") and "\n" not in message
+    assert "s3cret" not in message
