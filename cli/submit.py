@@ -124,6 +124,8 @@ def submit_and_wait(
 ) -> dict[str, Any]:
     if repository is not None:
         job = client.post_json("/api/v1/jobs", {**spec, "repository": repository})
+    elif directory is None:
+        raise ValueError("submit: give a repository or a directory to upload")
     else:
         archive = pack_directory(directory)
         progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
