@@ -25,9 +25,10 @@ from sqlalchemy import create_engine, text
 from tests.conftest import REPO, require
 
 SECTION = "## The service: API, workers, GitHub"
-# The first line of the quickstart. `make install` runs as written (as root a no-op here, as
-# the user a venv of their own); `.ci/provision.sh` (apt, services) is root's, and the
-# session running this test was provisioned by it (.state/test.env).
+# The first line of the quickstart. The session running this test ran it in this tree
+# (`make test` installs, then provisions: .state/test.env), so root goes on from there;
+# the ordinary user runs `make install` in a clone of their own (a venv on the system
+# Python). `.ci/provision.sh` (apt, services) is root's alone.
 SETUP = "make install && .ci/provision.sh"
 USER = "lagtrace-quickstart"
 QUICKSTART_TIMEOUT_S = 240
@@ -56,11 +57,15 @@ def same_server(readme_url: str, test_url: str) -> bool:
     return urlsplit(readme_url).netloc.split("@")[-1] == urlsplit(test_url).netloc.split("@")[-1]
 
 
-def script(commands: list[str], database_url: str, broker_url: str, port: int, test_pg: str, test_redis: str) -> str:
+def script(
+    commands: list[str], database_url: str, broker_url: str, port: int, test_pg: str, test_redis: str, install: bool
+) -> str:
     """The README's commands with what a shared test machine needs changed: a database and
     a Redis database of the test's own (on the servers the README names) and a free port."""
     assert commands[0] == SETUP, f"the quickstart no longer starts with {SETUP!r}: {commands[0]!r}"
-    lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT", "make install"]
+    lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT"]
+    if install:
+        lines.append("make install")
     for written in commands[1:]:
         command = written
         match = re.fullmatch(r"export (LAGTRACE_DATABASE_URL|LAGTRACE_BROKER_URL)=(\S+)", command)
@@ -130,7 +135,8 @@ def test_the_readme_service_quickstart_reports_a_finding(who, services, postgres
     require(shutil.which("docker") is not None, "no docker CLI")
     database_url, broker_url = services
     port = free_port()
-    body = script(quickstart_commands(), database_url, broker_url, port, postgres_server_url, redis_url)
+    install = who != "root"
+    body = script(quickstart_commands(), database_url, broker_url, port, postgres_server_url, redis_url, install)
     if who == "root":
         # root's own home, mode 0700 as on a fresh machine, but not this machine's /root.
         home = tmp_path / "root-home"
