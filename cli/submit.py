@@ -127,6 +127,8 @@ def submit_and_wait(
     elif directory is None:
         raise ValueError("submit: give a repository or a directory to upload")
     else:
+        if directory is None:
+            raise ValueError("submit needs a repository URL or a directory to upload")
         archive = pack_directory(directory)
         progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
         job = client.post_archive("/api/v1/jobs", spec, archive)
