@@ -173,3 +173,19 @@ def test_the_readme_service_quickstart_reports_a_finding(who, services, postgres
     findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
     assert findings and int(findings.group(1)) >= 1, out
     assert "command_failed" not in out, out
+
+
+def test_the_dashboard_section_follows_on_from_the_quickstart():
+    """The dashboard user sees the project the quickstart's token submits to, and every
+    command there calls the lagtrace that `make install` made (a bare `lagtrace` is on no
+    PATH)."""
+    token = next(c for c in quickstart_commands() if "token create" in c)
+    project = re.search(r"--project ([^\s)]+)", token)
+    dashboard = (REPO / "README.md").read_text().split("## Dashboard", 1)[1].split("\n## ", 1)[0]
+    commands = [line.strip() for line in dashboard.splitlines() if line.startswith("    ") and "lagtrace " in line]
+    assert project and commands
+    user = next(c for c in commands if " user create " in c and "--admin" not in c)
+    assert f"--project {project.group(1)}" in user, (token, user)
+    for command in commands:
+        program = next(word for word in shlex.split(command) if word.endswith("lagtrace"))
+        assert program == ".venv/bin/lagtrace", command
