@@ -46,7 +46,9 @@ class Thresholds(BaseModel):
 
     # latency_flaky: judged once a configuration has flaky_min_runs runs (a spread-out
     # configuration is never stopped early: it runs up to --repeat). Multi-modal: two groups
-    # of runs, each at least a fifth of them, whose medians differ by flaky_gap_ratio.
+    # of runs, each at least a fifth of them, with an empty gap between them: the nearest
+    # runs across it flaky_gap_ratio apart, and the gap wider (log scale) than either
+    # group's own spread (a long tail fills that gap; services/diagnose/latency_flaky.py).
     # Widely dispersed: interquartile range at least flaky_dispersion x the median.
     # Either only counts when the slow runs lose at least flaky_min_spread_s.
     flaky_min_runs: int = Field(5, ge=4)
