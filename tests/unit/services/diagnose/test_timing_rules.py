@@ -64,7 +64,9 @@ def test_an_even_spread_is_dispersed_not_two_modes():
 
 def _rate(draw, runs: int, trials: int, seed: int) -> float:
     rng = random.Random(seed)
-    return sum(latency_flaky.modes([draw(rng) for _ in range(runs)], LIMITS) is not None for _ in range(trials)) / trials
+    return (
+        sum(latency_flaky.modes([draw(rng) for _ in range(runs)], LIMITS) is not None for _ in range(trials)) / trials
+    )
 
 
 def test_unimodal_noise_is_rarely_called_two_latencies():
