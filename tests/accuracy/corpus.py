@@ -213,6 +213,33 @@ def staged_for_docker(side: Side) -> Path:
     return stage
 
 
+def prepare_images(sides: list[Side]) -> None:
+    """Build each staged side's lagtrace-deps image before the timing starts, outside the
+    CPU lock: a pip install is not a measurement (as python_for's venvs are built outside).
+
+    The image is keyed by the project (the engine's cache scope, ``project-<id>``), so
+    this only applies to cases that already have a project in the corpus database; the
+    others are prepared by their first `lagtrace run`, which does the same."""
+    os.environ["XDG_DATA_HOME"] = str(STATE / "data")
+    sys.path.insert(0, str(REPO))
+    from sqlalchemy import select
+
+    from services.db import make_engine, make_session_factory
+    from services.measure.executors.docker import DockerExecutor
+    from services.models import Project
+    from services.settings import Settings
+
+    settings = Settings()
+    with make_session_factory(make_engine(settings))() as session:
+        projects = dict(session.execute(select(Project.name, Project.id)).tuples().all())
+    for side in sides:
+        stage = staged_for_docker(side)
+        if side.case not in projects or not (stage / "requirements.txt").exists():
+            continue
+        executor = DockerExecutor(settings, cache_scope=f"project-{projects[side.case]}")
+        executor.prepare(stage, lambda line, name=side.name: print(f"accuracy: {name}: {line}", file=sys.stderr))
+
+
 def command_for(side: Side, executor: str) -> tuple[list[str], Path]:
     """The command as a user would type it, and its working directory, per executor."""
     if executor == "docker":
@@ -305,10 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         for side in cases[name][1]:
             # Installs outside the lock: pip is not a measurement.
-            if args.executor == "docker":
-                staged_for_docker(side)
-            else:
+            if args.executor == "local":
                 python_for(side)
+    if args.executor == "docker":
+        prepare_images([side for name in chosen for side in cases[name][1]])
     outcomes = []
     pending = list(chosen)
     while pending:
