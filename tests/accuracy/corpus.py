@@ -231,7 +231,7 @@ def prepare_images(sides: list[Side]) -> None:
 
     settings = Settings()
     with make_session_factory(make_engine(settings))() as session:
-        projects = dict(session.execute(select(Project.name, Project.id)).tuples().all())
+        projects = {name: id_ for name, id_ in session.execute(select(Project.name, Project.id))}
     for side in sides:
         stage = staged_for_docker(side)
         if side.case not in projects or not (stage / "requirements.txt").exists():
