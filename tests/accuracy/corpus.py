@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -237,7 +238,11 @@ def prepare_images(sides: list[Side]) -> None:
         if side.case not in projects or not (stage / "requirements.txt").exists():
             continue
         executor = DockerExecutor(settings, cache_scope=f"project-{projects[side.case]}")
-        executor.prepare(stage, lambda line, name=side.name: print(f"accuracy: {name}: {line}", file=sys.stderr))
+        executor.prepare(stage, functools.partial(_say, side.name))
+
+
+def _say(name: str, line: str) -> None:
+    print(f"accuracy: {name}: {line}", file=sys.stderr)
 
 
 def command_for(side: Side, executor: str) -> tuple[list[str], Path]:
@@ -402,8 +407,13 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
             side = next(s for s in cases[entry["case"]][1] if s.variant == entry["variant"])
             report = json.loads((run_dir / f"{side.case}-{side.variant}.json").read_text())
             job = session.get(Job, report["job"]["id"])
-            found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
-            outcomes.append(Outcome(side, found, entry["seconds"]))
+            if job is None:  # the corpus database was reset since that run
+                outcomes.append(
+                    Outcome(side, [], entry["seconds"], f"job {report['job']['id']} is not in {STATE / 'data'}")
+                )
+            else:
+                found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
+                outcomes.append(Outcome(side, found, entry["seconds"]))
             _print_outcome(outcomes[-1])
         session.rollback()  # the stored findings stay those of the run
     return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")
