@@ -190,7 +190,8 @@ class TestResult(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    test_id: Mapped[str] = mapped_column(Text)
+    # Indexed: the test catalogue reads one test's history across jobs.
+    test_id: Mapped[str] = mapped_column(Text, index=True)
     duration_s: Mapped[float] = mapped_column(Float)
     outcome: Mapped[str] = mapped_column(String(16))
 
@@ -388,3 +389,34 @@ class ProjectMember(Base):
 
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+
+
+class CatalogueEntry(Base):
+    """One test in one configuration on one branch, summed over the jobs the dashboard's
+    test catalogue has read (web/catalogue.py brings it up to date): the catalogue lists
+    and filters this small table instead of grouping every test result."""
+
+    __tablename__ = "test_catalogue"
+    __table_args__ = (UniqueConstraint("project_id", "test_id", "config_label", "branch"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    test_id: Mapped[str] = mapped_column(Text)
+    config_label: Mapped[str] = mapped_column(String(200))
+    branch: Mapped[str] = mapped_column(String(255))  # "" when the job had no branch (an archive)
+    runs: Mapped[int] = mapped_column(Integer)  # timing runs that ran the test
+    jobs: Mapped[int] = mapped_column(Integer)
+    first_job_id: Mapped[int] = mapped_column(Integer)
+    last_job_id: Mapped[int] = mapped_column(Integer)
+    # The newest job's median and 95th percentile, for the list (the entry page has the history).
+    last_p50_s: Mapped[float | None] = mapped_column(Float)
+    last_p95_s: Mapped[float | None] = mapped_column(Float)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class CataloguedJob(Base):
+    """A finished job whose test results are in the catalogue (read once)."""
+
+    __tablename__ = "catalogued_jobs"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)

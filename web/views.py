@@ -20,6 +20,7 @@ from flask import (
     url_for,
 )
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
@@ -37,9 +38,9 @@ from services.measure.artifacts import make_artifact_store
 from services.measure.probes import PROBES
 from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus
-from web import auth
+from web import auth, catalogue
 from web.matrix import build_matrix
-from web.plots import strip_plot, trend_plot
+from web.plots import percentile_trend_plot, strip_plot, trend_plot
 
 bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
 bp.before_request(auth.load_user)
@@ -372,6 +373,71 @@ def test(job_id: int):
         common_configs=COMMON_CONFIGS,
         probes=PROBES,
     )
+
+
+# --- Test catalogue ----------------------------------------------------------------------
+
+
+def _refresh_catalogue() -> None:
+    session_ = db()
+    try:
+        catalogue.refresh(session_, auth.project_ids())
+        session_.commit()
+    except IntegrityError:
+        session_.rollback()  # another request catalogued the same jobs first
+
+
+NO_BRANCH = "(none)"  # the filter's name for jobs without a branch (an uploaded archive)
+
+
+def _branch_arg() -> str | None:
+    value = request.args.get("branch") or None
+    return "" if value == NO_BRANCH else value
+
+
+@bp.get("/tests")
+def tests():
+    _refresh_catalogue()
+    ids = auth.project_ids()
+    filters = {
+        "project_id": _int_arg("project"),
+        "branch": _branch_arg(),
+        "config": request.args.get("config") or None,
+        "open_only": request.args.get("open") == "1",
+        "search": request.args.get("q", "").strip()[:200] or None,
+    }
+    page = _int_arg("page") or 0
+    rows, more = catalogue.catalogue(db(), ids, page=page, **filters)
+    return render_template(
+        "tests.html",
+        rows=rows,
+        more=more,
+        page=page,
+        filters=filters,
+        args=request.args.to_dict(),
+        projects=visible_projects(db(), g.user),
+        choices=catalogue.choices(db(), ids),
+        no_branch=NO_BRANCH,
+    )
+
+
+@bp.get("/tests/entry")
+def test_entry():
+    project_id = _int_arg("project")
+    test_id = request.args.get("id") or ""
+    if project_id is None or project_id not in auth.project_ids():
+        raise NotFound(f"project {request.args.get('project')!r} does not exist or you cannot see it")
+    if not test_id:
+        raise BadInput("id: name a test (its pytest node id)")
+    project = require_project(db(), g.user, project_id)
+    entry = catalogue.test_entry(db(), project, test_id)
+    if not entry.points and not entry.findings:
+        raise NotFound(f"test {test_id!r} has no finished job in {project.name}")
+    plots = [
+        (branch, percentile_trend_plot(entry.for_branch(branch), entry.labels, f"{test_id} on {branch or 'no branch'}"))
+        for branch in entry.branches
+    ]
+    return render_template("test_entry.html", entry=entry, plots=plots)
 
 
 @bp.post("/jobs/<int:job_id>/rerun")
