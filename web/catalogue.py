@@ -17,12 +17,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, exists, func, select
+from sqlalchemy import ColumnElement, and_, exists, func, select
 from sqlalchemy.orm import Session
 
 from services.models import (
-    CatalogueEntry,
     CataloguedJob,
+    CatalogueEntry,
     Finding,
     Job,
     JobConfig,
@@ -87,7 +87,13 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
         return 0
     rows = session.execute(
         select(
-            Job.id, Job.project_id, Job.created_at, JobSource.ref, JobConfig.label, TestResult.test_id, TestResult.duration_s
+            Job.id,
+            Job.project_id,
+            Job.created_at,
+            JobSource.ref,
+            JobConfig.label,
+            TestResult.test_id,
+            TestResult.duration_s,
         )
         .select_from(TestResult)
         .join(Run, Run.id == TestResult.run_id)
@@ -114,9 +120,9 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
     for key, per_job in seen.items():
         newest = max(per_job)
         durations = per_job[newest]
-        entry = existing.get(key)
-        if entry is None:
-            entry = CatalogueEntry(
+        found = existing.get(key)
+        if found is None:
+            found = CatalogueEntry(
                 project_id=key[0],
                 test_id=key[1],
                 config_label=key[2],
@@ -126,10 +132,11 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
                 first_job_id=min(per_job),
                 last_job_id=0,
             )
-            session.add(entry)
+            session.add(found)
+        entry = found
         entry.runs += sum(len(v) for v in per_job.values())
         entry.jobs += len(per_job)
-        entry.first_job_id = min(entry.first_job_id, min(per_job))
+        entry.first_job_id = min(entry.first_job_id, *per_job)
         if newest > entry.last_job_id:
             entry.last_job_id = newest
             entry.last_p50_s = percentile(durations, 0.5)
@@ -205,7 +212,7 @@ def catalogue(
 ) -> tuple[list[CatalogueRow], bool]:
     """One page of tests, most recently run first; and whether there is a next page."""
     visible = project_ids if project_id is None else [p for p in project_ids if p == project_id]
-    conditions = [CatalogueEntry.project_id.in_(visible)]
+    conditions: list[ColumnElement[bool]] = [CatalogueEntry.project_id.in_(visible)]
     if branch is not None:
         conditions.append(CatalogueEntry.branch == branch)
     if config:
@@ -407,7 +414,10 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
         if finding.kind == FLAKY_KIND and finding.job_id in values:
             flaky.add(finding.job_id)
     findings = sorted(
-        ({"finding": g["finding"], "jobs": len(g["jobs"]), "open": g["finding"].status in OPEN} for g in newest.values()),
+        (
+            {"finding": g["finding"], "jobs": len(g["jobs"]), "open": g["finding"].status in OPEN}
+            for g in newest.values()
+        ),
         key=lambda g: (not g["open"], -g["finding"].id),
     )
     return TestEntry(

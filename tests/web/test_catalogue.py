@@ -7,7 +7,7 @@ import datetime as dt
 import re
 
 from services.diagnose.findings import fingerprint
-from services.models import CatalogueEntry, CataloguedJob, Finding, JobSource, TriageStatus
+from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 from web.catalogue import percentile
 
