@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, exists, func, select
+from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
 from sqlalchemy.orm import Session
 
 from services.models import (
@@ -279,27 +279,32 @@ def catalogue(
 
 
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
-    """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict."""
-    found = session.execute(
+    """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
+    aggregated in SQL: a test seen in every job has thousands of findings."""
+    scope = (
+        Job.project_id.in_({p for p, _ in rows}),
+        Finding.test_id.in_({t for _, t in rows}),
+    )
+    latest = (
+        select(func.max(Finding.id)).join(Job, Job.id == Finding.job_id).where(*scope).group_by(Finding.fingerprint)
+    )
+    for project_id, finding in session.execute(
         select(Job.project_id, Finding)
         .join(Job, Job.id == Finding.job_id)
-        .where(Job.project_id.in_({p for p, _ in rows}), Finding.test_id.in_({t for _, t in rows}))
+        .where(Finding.id.in_(latest), Finding.status.in_(OPEN))
         .order_by(Finding.id)
-    )
-    newest: dict[str, tuple[tuple[int, str], Finding]] = {}
-    flaky: dict[tuple[int, str], set[int]] = defaultdict(set)
-    for project_id, finding in found:
-        key = (project_id, finding.test_id)
-        if key not in rows:
-            continue
-        newest[finding.fingerprint] = (key, finding)
-        if finding.kind == FLAKY_KIND:
-            flaky[key].add(finding.job_id)
-    for key, finding in newest.values():
-        if finding.status in OPEN:
+    ):
+        key = (project_id, finding.test_id or "")
+        if key in rows:
             rows[key].open_findings.append(finding)
-    for key, job_ids in flaky.items():
-        rows[key].flaky_jobs = len(job_ids)
+    for project_id, test_id, count in session.execute(
+        select(Job.project_id, Finding.test_id, func.count(distinct(Finding.job_id)))
+        .join(Job, Job.id == Finding.job_id)
+        .where(*scope, Finding.kind == FLAKY_KIND)
+        .group_by(Job.project_id, Finding.test_id)
+    ):
+        if (project_id, test_id or "") in rows:
+            rows[(project_id, test_id or "")].flaky_jobs = count
 
 
 def choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
