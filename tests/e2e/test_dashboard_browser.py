@@ -223,8 +223,7 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     assert flame.count() >= 1, page.content()[-3000:]
     page.screenshot(path=shots / "05-finding.png")
     # Evidence the finding does not cite is folded: unfold it all, as a reader would.
-    for summary in page.locator("details.pair:not([open]) > summary").all():
-        summary.click()
+    page.eval_on_selector_all("details.pair", "folded => folded.forEach((d) => { d.open = true; })")
     page.locator("section.evidence:has(.thread)").first.screenshot(path=shots / "06-finding-stacks.png")
     # The py-spy profile as the interactive flame graph (the static SVG is its fallback).
     interactive = page.locator(".flame[data-ready=true]").first
