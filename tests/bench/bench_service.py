@@ -41,6 +41,7 @@ PASSWORD = "bench-password"
 SECRET = "bench-webhook-secret"
 # A Redis database of its own (the e2e stacks go round 1-15 from 1), flushed afterwards.
 REDIS_DATABASE = 15
+CLONE_URL = "https://git.example/octo/api.git"
 
 
 def _free_port() -> int:
@@ -109,7 +110,8 @@ def _deliver(base: str) -> Callable[[requests.Session, int], None]:
                 "ref": "refs/heads/main",
                 "after": uuid.uuid4().hex + uuid.uuid4().hex[:8],
                 "deleted": False,
-                "repository": {"full_name": "octo/api", "clone_url": "https://git.example/octo/api.git"},
+                # Each real push carries its own time; an identical body is refused as a replay.
+                "repository": {"full_name": "octo/api", "clone_url": CLONE_URL, "pushed_at": time.time_ns()},
             }
         ).encode()
         headers = {
@@ -180,6 +182,8 @@ def run(quick: bool = False) -> dict:
         seeded_s = time.perf_counter() - started
         token = _cli(env, "token", "create", "--project", "octo/api")
         _cli(env, "user", "create", "bench", "--admin", "--password-stdin", stdin=PASSWORD + "\n")
+        # Deliveries start jobs only for a registered repository, signed with its secret.
+        _cli(env, "repo", "register", "octo/api", "--url", CLONE_URL, "--secret-stdin", stdin=SECRET + "\n")
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
         log = home / "serve.log"
