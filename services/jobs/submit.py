@@ -10,7 +10,7 @@ import statistics
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs.dispatch import PREPARE, SCREEN
@@ -198,12 +198,27 @@ def get_job(session: Session, project: Project, job_id: int) -> Job:
 def list_jobs(
     session: Session, project: Project, *, status: str | None, limit: int, before_id: int | None
 ) -> list[Job]:
-    query = select(Job).where(Job.project_id == project.id).order_by(Job.id.desc()).limit(limit)
+    # job_summary reads each job's configurations, project and source: load them for the
+    # whole page in three queries, not three per job.
+    query = (
+        select(Job)
+        .where(Job.project_id == project.id)
+        .options(selectinload(Job.configs), selectinload(Job.project))
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
     if status:
         query = query.where(Job.status == JobStatus(status))
     if before_id:
         query = query.where(Job.id < before_id)
     return list(session.scalars(query))
+
+
+def job_summaries(session: Session, jobs: list[Job]) -> list[dict[str, Any]]:
+    """job_summary of each job, their sources read in one query (most jobs have none)."""
+    ids = [job.id for job in jobs]
+    sources = {s.job_id: s for s in session.scalars(select(JobSource).where(JobSource.job_id.in_(ids)))} if ids else {}
+    return [job_summary(session, job, sources) for job in jobs]
 
 
 def progress(session: Session, job: Job) -> dict[str, Any]:
@@ -248,8 +263,9 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
     }
 
 
-def job_summary(session: Session, job: Job) -> dict[str, Any]:
-    source = session.get(JobSource, job.id)
+def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None = None) -> dict[str, Any]:
+    """``sources``: the job's source among those read already (job_summaries)."""
+    source = sources.get(job.id) if sources is not None else session.get(JobSource, job.id)
     return {
         "id": job.id,
         "project": job.project.name,
@@ -280,6 +296,12 @@ def job_detail(session: Session, job: Job) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
+        # The report walks every run's test results: read them in two queries, not one per run.
+        session.scalars(
+            select(JobConfig)
+            .where(JobConfig.job_id == job.id)
+            .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
+        ).all()
         detail["report"] = build_report(job)
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:
