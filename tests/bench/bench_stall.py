@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 from services.measure.configs import CpuConfig
-from services.measure.drill import RETRY_FRACTION
+from services.measure.drill import MAX_STALL_ATTEMPTS, RETRY_FRACTION
 from services.measure.evidence import GdbContent, StallContent
 from services.measure.executors.base import RunRequest
 from services.measure.probes import PROBES, ProbeContext
@@ -43,6 +44,7 @@ from services.thresholds import Thresholds
 PINNED = CpuConfig("cpuset=0", cpuset=(0,))
 BOTH = CpuConfig("cpuset=0-1", cpuset=(0, 1))
 ROUND_TRIPS = 2000
+QUICK_ROUND_TRIPS = 800  # the smoke run: shorter runs, the same code
 BALLAST_MB = 150
 TARGET_WITNESSED = 0.95
 TARGET_DELAY_S = 0.010
@@ -89,8 +91,10 @@ def make_executor(name: str):
     return LocalExecutor(settings)
 
 
-def _request(workdir: Path, run_dir: Path, config: CpuConfig, timeout_s: float | None, probe=None) -> RunRequest:
-    command = ["python3", str(workdir / "handoff_ballast.py"), str(ROUND_TRIPS), str(BALLAST_MB)]
+def _request(
+    workdir: Path, run_dir: Path, config: CpuConfig, timeout_s: float | None, probe=None, round_trips: int = ROUND_TRIPS
+) -> RunRequest:
+    command = ["python3", str(workdir / "handoff_ballast.py"), str(round_trips), str(BALLAST_MB)]
     return RunRequest(
         command=command,
         workdir=workdir,
@@ -103,7 +107,7 @@ def _request(workdir: Path, run_dir: Path, config: CpuConfig, timeout_s: float |
     )
 
 
-def bench_executor(name: str, runs: int, timing_runs: int, workdir: Path) -> dict:
+def bench_executor(name: str, runs: int, timing_runs: int, workdir: Path, round_trips: int = ROUND_TRIPS) -> dict:
     executor = make_executor(name)
     thresholds = Thresholds()
     # The default threshold, as the drill derives it from the fast configuration.
@@ -112,23 +116,33 @@ def bench_executor(name: str, runs: int, timing_runs: int, workdir: Path) -> dic
         for config in (PINNED, BOTH):  # interleaved, so drift hits both alike
             run_dir = workdir / f"{name}-timing{number}-{config.label}"
             run_dir.mkdir()
-            walls[config.label].append(executor.run(_request(workdir, run_dir, config, 60.0)).wall_s)
+            walls[config.label].append(executor.run(_request(workdir, run_dir, config, 60.0, None, round_trips)).wall_s)
     fast_median = statistics.median(walls[PINNED.label])
     slow_low = min(walls[BOTH.label])
     default_after = max(thresholds.stall_min_s, thresholds.stall_multiple * fast_median)
     stall_after = max(thresholds.stall_min_s, min(default_after, RETRY_FRACTION * slow_low))
-    # A bound on each run's length: the snapshot comes at stall_after, the rest is waiting.
-    timeout = stall_after + 3.0
+    # Each run ends 3 s after its deadline (the timeout): the snapshot comes at the
+    # deadline, the rest would be waiting.
     witnessed = 0
-    delays, stopped, frozen, rss_mb, missed = [], [], [], [], []
+    delays, stopped, frozen, rss_mb, missed, attempts = [], [], [], [], [], []
     for number in range(runs):
-        run_dir = workdir / f"{name}-core{number}"
-        run_dir.mkdir()
-        context = ProbeContext(executor, run_dir, stall_after, timeout, thresholds.last_snapshot_lead_s)
-        probe = PROBES["core"](context)
-        result = executor.run(_request(workdir, run_dir, BOTH, timeout, probe))
-        drafts = probe.collect(result)
-        stall = drafts[0].content
+        # As the drill does: a run that ended before its deadline is tried again with a
+        # deadline inside it (half its length), at most MAX_STALL_ATTEMPTS times.
+        after, observed = stall_after, []
+        for attempt in range(MAX_STALL_ATTEMPTS):
+            run_dir = workdir / f"{name}-core{number}-{attempt}"
+            run_dir.mkdir()
+            context = ProbeContext(executor, run_dir, after, after + 3.0, thresholds.last_snapshot_lead_s)
+            probe = PROBES["core"](context)
+            result = executor.run(_request(workdir, run_dir, BOTH, after + 3.0, probe, round_trips))
+            drafts = probe.collect(result)
+            stall = drafts[0].content
+            if isinstance(stall, StallContent) and stall.ok:
+                break
+            observed.append(result.wall_s)
+            after = max(thresholds.stall_min_s, RETRY_FRACTION * min(observed))
+            shutil.rmtree(run_dir, ignore_errors=True)
+        attempts.append(attempt + 1)
         if not isinstance(stall, StallContent) or not stall.ok:
             missed.append(stall.reason)
             continue
@@ -159,6 +173,7 @@ def bench_executor(name: str, runs: int, timing_runs: int, workdir: Path) -> dic
         "frozen_max_s": max(frozen) if frozen else None,
         "rss_mb_median": round(statistics.median(rss_mb)) if rss_mb else None,
         "missed": missed,
+        "attempts": attempts,
     }
 
 
@@ -202,7 +217,9 @@ def run(quick: bool = False, executors: tuple[str, ...] = ("local", "docker"), r
         workdir.chmod(0o755)  # the docker executor's uid 1000 reads it
         (workdir / "handoff_ballast.py").write_text(PROGRAM)
         for name in executors:
-            results.append(bench_executor(name, runs, timing_runs, workdir))
+            results.append(
+                bench_executor(name, runs, timing_runs, workdir, QUICK_ROUND_TRIPS if quick else ROUND_TRIPS)
+            )
     for r in results:
         r["met"] = bool(
             r["witnessed_gil_wait"] >= TARGET_WITNESSED * r["runs"]
