@@ -145,7 +145,7 @@ def _signed_in(base: str) -> requests.Session:
 
 
 def run(quick: bool = False) -> dict:
-    jobs = 1_000 if quick else 10_000
+    jobs = 400 if quick else 10_000
     seconds = 2.0 if quick else 20.0
     broker = f"{redis_server_url().rsplit('/', 1)[0]}/{REDIS_DATABASE}"
     with scratch_database("service") as database_url, scratch_dir("service") as home:

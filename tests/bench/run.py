@@ -167,7 +167,7 @@ BENCHMARKS = [
     Benchmark(
         "adaptive",
         "tests.bench.bench_adaptive:run",
-        ("runs, adaptive / fixed", "verdicts agree, adaptive vs fixed", "verdicts agree, fixed vs fixed"),
+        ("runs, adaptive / fixed", "verdicts agree, adaptive vs fixed"),
         what="examples/ with --repeat 10, early stopping vs fixed 10 per configuration, twice",
     ),
     Benchmark(
