@@ -109,7 +109,7 @@ def _plain_docker(settings: Settings, workdir: Path) -> float:
 
 
 def _compare(executor: str, quick: bool, plain: Callable[[Path], float]) -> dict:
-    rounds = 2 if quick else 12
+    rounds = 1 if quick else 12
     per_round = 3
     measured: list[float] = []
     baseline: list[float] = []

@@ -44,7 +44,7 @@ from services.thresholds import Thresholds
 PINNED = CpuConfig("cpuset=0", cpuset=(0,))
 BOTH = CpuConfig("cpuset=0-1", cpuset=(0, 1))
 ROUND_TRIPS = 2000
-QUICK_ROUND_TRIPS = 800  # the smoke run: shorter runs, the same code
+QUICK_ROUND_TRIPS = 400  # the smoke run: shorter runs, the same code
 BALLAST_MB = 150
 TARGET_WITNESSED = 0.95
 TARGET_DELAY_S = 0.010
