@@ -10,6 +10,7 @@ from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.jobs import pull_requests
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import evidence as evidence_models
 from services.measure import hostload
@@ -77,12 +78,15 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
                 "wall_s": _summary(wall.get(config.label)),
             }
         )
+    # Where each test is defined (JUnit's line attribute): check-run annotations point there.
+    lines = {r.test_id: r.line for c in job.configs for run in c.runs for r in run.test_results if r.line}
     tests = []
     for test_id, per_config in samples.tests.items():
         summaries = samples.test_summaries(test_id)
         tests.append(
             {
                 "id": test_id,
+                "line": lines.get(test_id),
                 "configs": [
                     {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
                     for label, values in per_config.items()
@@ -218,6 +222,8 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "findings": finding_dicts,
         # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
         "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
+        # A pull request's job: each test head against base (services/jobs/pull_requests.py).
+        "base_comparison": pull_requests.comparison_view(job),
     }
     return validated(report)
 
