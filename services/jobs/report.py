@@ -305,6 +305,25 @@ def render_text(report: dict[str, Any]) -> str:
             rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
         out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
 
+    comparison = report.get("base_comparison")
+    if comparison:
+        out += ["", f"Compared with base {comparison['base_commit'][:12]} (head median / base median, 95 % interval)"]
+        rows = [
+            [
+                row["test"] or "(whole command)",
+                row["config"],
+                _seconds(row["base_median_s"]),
+                _seconds(row["head_median_s"]),
+                f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
+                f"{row['ratio_low']:.2f} .. {row['ratio_high']:.2f}" if row["ratio_low"] is not None else "-",
+                row["verdict"].replace("_", " "),
+            ]
+            for row in comparison["tests"]
+        ]
+        out += [
+            "  " + line for line in _table(["test", "config", "base", "head", "change", "interval", "verdict"], rows)
+        ]
+
     if report["failed_runs"]:
         out += [
             "",

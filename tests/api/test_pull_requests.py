@@ -36,6 +36,15 @@ def completed_check_run(github_server, job_id: int, timeout_s: float = 60):
     raise AssertionError(f"no completed check run for job {job_id}: {github_server.requests}")
 
 
+def wait_for(found, timeout_s: float = 60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result := found():
+            return result
+        time.sleep(0.1)
+    raise AssertionError("not reached in time")
+
+
 def check_run_id(github_server, job_id: int) -> int:
     [created] = [r for r in github_server.check_runs() if r.method == "POST" and r.body["external_id"] == str(job_id)]
     patched = [r for r in github_server.check_runs() if r.method == "PATCH" and r.body["external_id"] == str(job_id)]
@@ -90,9 +99,19 @@ def test_a_pull_request_that_slows_one_test_5x_fails_until_its_finding_is_muted(
         f"/api/v1/findings/{slower['id']}", json={"status": "muted", "note": "intended: it now waits"}, headers=api.auth
     )
     assert muted.status_code == 200, muted.get_json()
+    # The muting reaches the check run GitHub shows at once: it is updated, and passes.
+    first_check = check_run_id(github_server, job["id"])
+    updated = wait_for(
+        lambda: [
+            r
+            for r in github_server.check_runs()
+            if r.method == "PATCH" and r.path.endswith(f"/{first_check}") and r.body.get("conclusion") == "success"
+        ]
+    )
+    assert "| muted |" in updated[0].body["output"]["summary"]
     rerequest = {
         "action": "rerequested",
-        "check_run": {"id": check_run_id(github_server, job["id"]), "head_sha": repository.head},
+        "check_run": {"id": first_check, "head_sha": repository.head},
         "repository": {"full_name": "octo/demo"},
     }
     response = deliver(api, rerequest, "rerun-1", "check_run")
