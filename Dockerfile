@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# The lagtrace service image: one image for every role, chosen by the command
-# (image/entrypoint.sh): api (waitress serving the API and dashboard), worker, beat,
-# migrate, or any other lagtrace command.
+# The lagtrace service image: one image for every role, each a lagtrace command: serve
+# (waitress serving the API and dashboard), worker, beat, migrate, alive (the liveness
+# probe), or any other. tini runs lagtrace as its child, so SIGTERM reaches it directly.
 #
 #   docker build -t lagtrace:dev .
 #
@@ -62,8 +62,6 @@ RUN apt-get update \
  && mkdir -p /srv/lagtrace/work /srv/lagtrace/artifacts \
  && chown -R 10001:10001 /srv/lagtrace
 COPY --from=build /opt/lagtrace /opt/lagtrace
-COPY image/entrypoint.sh /usr/local/bin/lagtrace-entrypoint
-COPY image/alive.sh /usr/local/bin/lagtrace-alive
 # The root filesystem may be read-only (the chart mounts volumes at /srv/lagtrace and
 # /tmp): everything lagtrace writes goes below these two settings' directories.
 ENV PATH=/opt/lagtrace/venv/bin:/opt/lagtrace/tools:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -73,12 +71,13 @@ ENV PATH=/opt/lagtrace/venv/bin:/opt/lagtrace/tools:/usr/local/sbin:/usr/local/b
     HOME=/srv/lagtrace \
     LAGTRACE_WORK_DIR=/srv/lagtrace/work \
     LAGTRACE_ARTIFACT_DIR=/srv/lagtrace/artifacts \
-    LAGTRACE_WORKER_HEARTBEAT_FILE=/srv/lagtrace/work/heartbeat
+    LAGTRACE_WORKER_HEARTBEAT_FILE=/srv/lagtrace/work/heartbeat \
+    LAGTRACE_HOST=0.0.0.0
 LABEL org.opencontainers.image.title="lagtrace" \
       org.opencontainers.image.source="https://github.com/lagtrace/lagtrace" \
       org.opencontainers.image.licenses="Apache-2.0"
 USER 10001:10001
 WORKDIR /srv/lagtrace
 EXPOSE 8080
-ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/lagtrace-entrypoint"]
-CMD ["api"]
+ENTRYPOINT ["/usr/bin/tini", "--", "lagtrace"]
+CMD ["serve"]

@@ -22,7 +22,7 @@ SUDO=""
 HOST_CAS=$(find /usr/local/share/ca-certificates -name '*.crt' -type f 2>/dev/null | LC_ALL=C sort)
 BASE="lagtrace-trixie:$( { cat .ci/build-service-image.sh; [ -z "$HOST_CAS" ] || cat $HOST_CAS; } | sha256sum | cut -c1-12)"
 # Exactly what .dockerignore lets into the context, minus bytecode.
-CONTEXT_FILES=$(find Dockerfile .dockerignore image pyproject.toml README.md services api web worker cli migrations \
+CONTEXT_FILES=$(find Dockerfile .dockerignore pyproject.toml README.md services api web worker cli migrations \
     -type f ! -name '*.pyc' ! -path '*/__pycache__/*' | LC_ALL=C sort)
 TAG=$( { echo "$BASE"; echo "$CONTEXT_FILES" | xargs sha256sum; } | sha256sum | cut -c1-12)
 IMAGE="$NAME:$TAG"

@@ -84,6 +84,10 @@ class _Group(click.Group):
 @click.version_option(package_name="lagtrace", prog_name="lagtrace")
 def cli() -> None:
     """lagtrace: find out why a test is slow on some CPU configurations and not others."""
+    # Run directories are made under TMPDIR (tempfile.mkdtemp), which silently falls back to
+    # /tmp when TMPDIR does not exist; the chart points it into a volume that starts empty.
+    if os.environ.get("TMPDIR"):
+        Path(os.environ["TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": False})
@@ -224,9 +228,9 @@ def migrate(check: bool) -> None:
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=8080, show_default=True)
-@click.option("--threads", type=int, default=8, show_default=True, help="Request threads.")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="LAGTRACE_HOST")
+@click.option("--port", type=int, default=8080, show_default=True, envvar="LAGTRACE_PORT")
+@click.option("--threads", type=int, default=8, show_default=True, help="Request threads.", envvar="LAGTRACE_THREADS")
 def serve(host: str, port: int, threads: int) -> None:
     """Serve the API (/api/v1) and the dashboard (/). Without LAGTRACE_BROKER_URL jobs run in
     this process, one at a time."""
@@ -243,6 +247,7 @@ def serve(host: str, port: int, threads: int) -> None:
     type=int,
     default=1,
     show_default=True,
+    envvar="LAGTRACE_WORKER_CONCURRENCY",
     help="Tasks at once. Above 1 only with LAGTRACE_PACK_DISJOINT_CORES (runs then share the node).",
 )
 @click.option("--beat/--no-beat", default=False, help="Also run the periodic reconciler here (one per cluster).")
@@ -272,6 +277,28 @@ def beat(loglevel: str) -> None:
         run_beat(settings, loglevel)
     except LagtraceError as exc:
         click.echo(f"lagtrace: failed: {exc}", err=True)
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("max_age_s", metavar="MAX_AGE", type=float, default=60.0)
+def alive(max_age_s: float) -> None:
+    """Liveness of a worker or beat: exit 0 when its heartbeat file
+    (LAGTRACE_WORKER_HEARTBEAT_FILE) was touched within MAX_AGE seconds. The worker touches it
+    from its main loop, so one stuck on a lost broker goes stale while one busy with a long
+    measured run stays fresh."""
+    import time
+
+    name = os.environ.get("LAGTRACE_WORKER_HEARTBEAT_FILE")
+    if not name:
+        raise click.UsageError("LAGTRACE_WORKER_HEARTBEAT_FILE is not set")
+    try:
+        age = time.time() - Path(name).stat().st_mtime
+    except FileNotFoundError:
+        click.echo(f"lagtrace: no heartbeat file {name}", err=True)
+        sys.exit(1)
+    if age > max_age_s:
+        click.echo(f"lagtrace: heartbeat {name} is {age:.0f} s old (limit {max_age_s:g} s)", err=True)
         sys.exit(1)
 
 

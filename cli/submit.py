@@ -104,6 +104,8 @@ def submit_and_wait(
     if repository is not None:
         job = client.post_json("/api/v1/jobs", {**spec, "repository": repository})
     else:
+        if directory is None:
+            raise ValueError("submit needs a repository URL or a directory to upload")
         archive = pack_directory(directory)
         progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
         job = client.post_archive("/api/v1/jobs", spec, archive)

@@ -141,7 +141,7 @@ class DirectoryArtifactStore:
 
     def purge_expired(self, now: float | None = None) -> list[str]:
         cutoff = (time.time() if now is None else now) - self.retention_s
-        removed = []
+        removed: list[str] = []
         if not self.root.is_dir():
             return removed
         for path in sorted(self.root.rglob("*" + SUFFIX)):

@@ -54,7 +54,8 @@ def parse_cpulist(text: str) -> tuple[int, ...]:
 def format_cpulist(cpus: tuple[int, ...] | list[int] | set[int]) -> str:
     ordered = sorted(cpus)
     ranges: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = -2
     for cpu in ordered:
         if start is None:
             start = prev = cpu

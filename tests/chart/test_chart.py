@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -156,6 +157,26 @@ def test_every_container_has_resources_and_every_long_running_one_probes(rendere
             assert "readinessProbe" in container, f"{where}: no readiness probe"
 
 
+def test_containers_of_the_lagtrace_image_run_lagtrace_commands(rendered):
+    # The image's entrypoint is `lagtrace`: args name one of its commands; anything else
+    # (a shell, cp) must replace the entrypoint with `command`.
+    from cli.main import cli
+
+    for workload in rendered.workloads():
+        for container in all_containers(workload):
+            if not re.match(r"lagtrace[:@]", container["image"].split("/")[-1]) or "command" in container:
+                continue
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert container.get("args"), f"{where}: no lagtrace command"
+            assert container["args"][0] in cli.commands, f"{where}: `lagtrace {container['args'][0]}` is no command"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        for workload in rendered.workloads():
+            for container in all_containers(workload):
+                command = (container.get(probe) or {}).get("exec", {}).get("command", [])
+                if command[:1] == ["lagtrace"]:
+                    assert command[1] in cli.commands, f"{container['name']}: {command}"
+
+
 def test_only_the_dind_engine_is_privileged_and_everything_else_is_locked_down(rendered):
     privileged = []
     for workload in rendered.workloads():
@@ -211,7 +232,7 @@ def test_the_worker_and_its_engine_see_checkouts_and_tools_at_the_same_paths(hel
     assert _mounts(worker)[socket_dir] == _mounts(dind)[socket_dir]
     assert f"--host=unix://{socket_dir}/docker.sock" in dind["args"]
     # py-spy at the worker's path inside the engine (the image keeps it in /opt/lagtrace/tools).
-    assert tools["args"][1] == "/opt/lagtrace/tools/py-spy"
+    assert tools["command"][1] == "/opt/lagtrace/tools/py-spy"
     assert _mounts(dind)["/opt/lagtrace/tools"] == _mounts(tools)["/engine-tools"]
     # The socket's group is the worker's, so the non-root worker may use it.
     assert f"--group={worker['securityContext']['runAsGroup']}" in dind["args"]
@@ -298,7 +319,7 @@ def test_with_an_in_chart_database_the_app_waits_for_the_migration(helm):
     for workload in rendered.of_kind("Deployment"):
         first = pod_spec(workload)["initContainers"][0]
         assert first["name"] == "wait-for-schema"
-        assert "lagtrace migrate --check" in " ".join(first["args"])
+        assert "lagtrace migrate --check" in " ".join(first["command"])
 
 
 def test_an_existing_secret_is_used_everywhere_and_none_is_made(helm):
@@ -467,11 +488,11 @@ def test_probes_point_at_real_endpoints_and_the_heartbeat(helm):
     rules = {rule.rule for rule in app.url_map.iter_rules()}
     assert {"/healthz", "/readyz"} <= rules
     worker = pod_spec(rendered.one("Deployment", "-worker"))["containers"][0]
-    assert worker["livenessProbe"]["exec"]["command"][0] == "lagtrace-alive"
+    assert worker["livenessProbe"]["exec"]["command"][:2] == ["lagtrace", "alive"]
     # Several missed beats (worker/app.py touches it every HEARTBEAT_INTERVAL_S) before a restart.
     from worker.app import HEARTBEAT_INTERVAL_S
 
-    assert int(worker["livenessProbe"]["exec"]["command"][1]) >= 3 * HEARTBEAT_INTERVAL_S
+    assert float(worker["livenessProbe"]["exec"]["command"][2]) >= 3 * HEARTBEAT_INTERVAL_S
 
 
 def test_network_policies_close_workers_and_the_trial_databases(helm):

@@ -26,7 +26,7 @@ from tests.conftest import EXAMPLES, REPO, require
 
 DOCKERFILE = REPO / "Dockerfile"
 ROLES = {
-    "api": "Serve the API",
+    "serve": "Serve the API",
     "worker": "Run a Celery worker",
     "beat": "Run only the periodic reconciler's scheduler",
     "migrate": "Bring the database at LAGTRACE_DATABASE_URL to the newest schema",
@@ -98,7 +98,8 @@ def test_each_role_is_its_lagtrace_command(image, role):
 
 def test_the_image_runs_as_a_non_root_user_with_signals_forwarded_by_tini(image):
     script = "id -u; id -g; cat /proc/1/comm; command -v py-spy; debian=$(cat /etc/debian_version); echo ${debian%%.*}"
-    done = _run(image, "sh", "-c", script)
+    # The entrypoint is `tini -- lagtrace`; a shell replaces lagtrace, tini stays PID 1.
+    done = _run(image, "--", "sh", "-c", script, docker_args=("--entrypoint", "/usr/bin/tini"))
     assert done.returncode == 0, done.stderr
     uid, gid, pid1, py_spy, debian = done.stdout.split()
     assert (uid, gid) == ("10001", "10001")
@@ -107,7 +108,9 @@ def test_the_image_runs_as_a_non_root_user_with_signals_forwarded_by_tini(image)
     assert py_spy == "/opt/lagtrace/tools/py-spy"
     assert debian == "13"  # trixie, as debian:trixie-slim
     # Uploaded archives are unpacked with tarfile's "data" filter (not in bookworm's 3.11.2).
-    filters = _run(image, "python3", "-c", "import tarfile; print(tarfile.data_filter.__name__)")
+    filters = _run(
+        image, "-c", "import tarfile; print(tarfile.data_filter.__name__)", docker_args=("--entrypoint", "python3")
+    )
     assert filters.stdout.strip() == "data_filter", filters.stderr
 
 
@@ -164,7 +167,7 @@ class Stack:
 
     def start(self) -> Stack:
         self.once("migrate")
-        self.token = self.once("lagtrace", "token", "create", "--project", "octo/demo").strip()
+        self.token = self.once("token", "create", "--project", "octo/demo").strip()
         socket_gid = os.stat("/var/run/docker.sock").st_gid
         work = self.shared / "work"
         self.containers["worker"] = self.run(
@@ -189,7 +192,7 @@ class Stack:
         )
         self.containers["beat"] = self.run("beat", name=f"{self.prefix}-beat")
         self.containers["api"] = self.run(
-            "api",
+            "serve",
             name=f"{self.prefix}-api",
             environment={"LAGTRACE_PORT": str(self.port), "LAGTRACE_ARTIFACT_DIR": str(self.shared / "artifacts")},
             volumes={str(self.shared / "artifacts"): {"bind": str(self.shared / "artifacts"), "mode": "rw"}},
@@ -220,7 +223,7 @@ class Stack:
         container = self.containers[role]
         container.reload()
         assert container.status == "running", f"{role} exited:\n{self.logs(role)[-3000:]}"
-        return container.exec_run(["lagtrace-alive", "60"]).exit_code
+        return container.exec_run(["lagtrace", "alive", "60"]).exit_code
 
     def stop(self) -> None:
         for container in self.containers.values():

@@ -136,7 +136,7 @@ Call with (dict "ctx" $ "secret" NAME "key" KEY "length" N).
   image: {{ include "lagtrace.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
   # Polls until the post-install migration Job has brought the schema to head.
-  args: ["sh", "-c", "until lagtrace migrate --check; do sleep 5; done"]
+  command: ["sh", "-c", "until lagtrace migrate --check; do sleep 5; done"]
   envFrom:
     {{- include "lagtrace.envFrom" . | nindent 4 }}
   env:

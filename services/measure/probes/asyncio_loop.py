@@ -12,12 +12,12 @@ threshold, which is the blocking call itself (a synchronous logging handler, a
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 
 from services.measure.evidence import AsyncioLoopContent, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, unavailable
+from services.measure.probes.hooks import install_hook
 
 KIND = EvidenceKind.asyncio_loop
 HOOK_DIR = "asyncio-hook"
@@ -142,21 +142,6 @@ if "asyncio.events" in sys.modules:
     _patch(sys.modules["asyncio.events"])
 else:
     sys.meta_path.insert(0, _AsyncioHook())
-
-# Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
-_here = os.path.dirname(os.path.abspath(__file__))
-_self = sys.modules.pop("sitecustomize")
-_saved = list(sys.path)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-try:
-    import sitecustomize  # noqa: F401
-except ImportError:
-    pass
-finally:
-    sys.path[:] = _saved
-    # Without a shadowed sitecustomize (pyenv builds ship none), the import system
-    # still expects this module under its name when it finishes loading it.
-    sys.modules.setdefault("sitecustomize", _self)
 '''
 
 
@@ -205,14 +190,8 @@ class AsyncioLoopProbe(Probe):
     kind = KIND
 
     def env(self) -> dict[str, str]:
-        hook_dir = self.context.run_dir / HOOK_DIR
-        hook_dir.mkdir(exist_ok=True)
-        (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        python_path = self.visible(HOOK_DIR)
-        if os.environ.get("PYTHONPATH"):
-            python_path += os.pathsep + os.environ["PYTHONPATH"]
         return {
-            "PYTHONPATH": python_path,
+            **install_hook(self.context.run_dir / HOOK_DIR, self.visible(HOOK_DIR), SITECUSTOMIZE),
             "LAGTRACE_ASYNCIO_SLOW_S": str(SLOW_CALLBACK_S),
             "LAGTRACE_ASYNCIO_PREFIX": self.visible(OUTPUT_PREFIX),
         }

@@ -156,6 +156,13 @@ class TracerProbe(Probe):
             return missing_tool(self.kind, self.tool, self.context.executor)
         return None
 
+    @property
+    def found_tool(self) -> str:
+        """The tool's path; the drill asks unavailable() before it builds the command."""
+        if self.tool_path is None:
+            raise RuntimeError(f"{self.tool} is not available: unavailable() was not asked first")
+        return self.tool_path
+
     def watcher(self) -> StopBeforeTimeout:
         self._stopper = StopBeforeTimeout(
             self.context.executor.tool_path("kill"),

@@ -9,12 +9,12 @@ ships one) is still imported afterwards.
 
 from __future__ import annotations
 
-import os
 import re
 
 from services.measure.evidence import EvidenceKind, FaulthandlerContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import NO_STALL, EvidenceDraft, Probe, unavailable
+from services.measure.probes.hooks import install_hook
 
 KIND = EvidenceKind.faulthandler
 HOOK_DIR = "faulthandler-hook"
@@ -32,20 +32,6 @@ _path = "%s.%d.txt" % (os.environ["LAGTRACE_FAULTHANDLER_PREFIX"], os.getpid())
 _file = open(_path, "w")
 faulthandler.enable(file=_file, all_threads=True)
 faulthandler.dump_traceback_later(_after, repeat=False, file=_file, exit=False)
-
-# Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
-_here = os.path.dirname(os.path.abspath(__file__))
-_me = sys.modules.pop("sitecustomize")
-_saved = list(sys.path)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-try:
-    import sitecustomize  # noqa: F401
-except ImportError:
-    pass
-finally:
-    sys.path[:] = _saved
-    # importlib takes this module back out of sys.modules once it has run.
-    sys.modules.setdefault("sitecustomize", _me)
 '''
 
 _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-f]+) \(most recent call first\):")
@@ -72,16 +58,9 @@ class FaulthandlerProbe(Probe):
     kind = KIND
 
     def env(self) -> dict[str, str]:
-        hook_dir = self.context.run_dir / HOOK_DIR
-        hook_dir.mkdir(exist_ok=True)
-        (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        python_path = self.visible(HOOK_DIR)
-        # The user's own PYTHONPATH still applies, behind the hook directory.
-        if os.environ.get("PYTHONPATH"):
-            python_path += os.pathsep + os.environ["PYTHONPATH"]
         return {
+            **install_hook(self.context.run_dir / HOOK_DIR, self.visible(HOOK_DIR), SITECUSTOMIZE),
             "PYTHONFAULTHANDLER": "1",
-            "PYTHONPATH": python_path,
             "LAGTRACE_FAULTHANDLER_AFTER": f"{self.context.stall_after_s:.3f}",
             "LAGTRACE_FAULTHANDLER_PREFIX": self.visible(OUTPUT_PREFIX),
         }

@@ -23,7 +23,7 @@ _LINE = re.compile(r"^import time:\s+(?P<self>\d+) \|\s+(?P<cumulative>\d+) \|(?
 
 def parse(text: str) -> tuple[float, list[dict]]:
     """Total seconds spent in top-level imports, and the slowest of them."""
-    top_level = []
+    top_level: list[dict] = []
     for line in text.splitlines():
         match = _LINE.match(line)
         if match and len(match["indent"]) == 1:  # one space after '|': imported by the program itself

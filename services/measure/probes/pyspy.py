@@ -44,7 +44,7 @@ class PySpyRecordProbe(TracerProbe):
         # latency problem the waiting is the story. --threads gives each thread its tower.
         # --subprocesses follows pytest-xdist workers and shell wrappers.
         return [
-            self.tool_path,
+            self.found_tool,
             "record",
             "--idle",
             "--threads",

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from services.measure.executors.base import ProcessHandle
+from services.measure.probes.hooks import install_hook
 
 PLUGIN_MODULE = "lagtrace_stall_clock"
 HOOK_DIR = "stall-clock-hook"
@@ -101,37 +102,17 @@ def _install():
 
 
 _install()
-
-# Hand over to the sitecustomize this one shadows, as if lagtrace were not there.
-_here = os.path.dirname(os.path.abspath(__file__))
-_me = sys.modules.pop("sitecustomize")
-_saved = list(sys.path)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-try:
-    import sitecustomize  # noqa: F401
-except ImportError:
-    pass
-finally:
-    sys.path[:] = _saved
-    # importlib takes this module back out of sys.modules once it has run.
-    sys.modules.setdefault("sitecustomize", _me)
 '''
 
 
 def install_plugin(run_dir: Path, visible_dir: str, fifo: str) -> dict[str, str]:
     """Write the crash hook and the pytest plugin under run_dir; the environment that
     loads them (visible_dir is the hook directory as the command sees it)."""
-    hook = run_dir / HOOK_DIR
-    hook.mkdir(exist_ok=True)
-    (hook / "sitecustomize.py").write_text(CRASH_HOOK)
-    (hook / f"{PLUGIN_MODULE}.py").write_text(PLUGIN)
-    python_path = visible_dir
-    if os.environ.get("PYTHONPATH"):
-        python_path += os.pathsep + os.environ["PYTHONPATH"]
+    environment = install_hook(run_dir / HOOK_DIR, visible_dir, CRASH_HOOK, **{PLUGIN_MODULE: PLUGIN})
     plugins = PLUGIN_MODULE
     if os.environ.get("PYTEST_PLUGINS"):
         plugins += "," + os.environ["PYTEST_PLUGINS"]
-    return {"PYTHONPATH": python_path, "PYTEST_PLUGINS": plugins, "LAGTRACE_STALL_FIFO": fifo}
+    return {**environment, "PYTEST_PLUGINS": plugins, "LAGTRACE_STALL_FIFO": fifo}
 
 
 class StopBeforeTimeout:

@@ -55,7 +55,7 @@ class StraceProbe(TracerProbe):
         # -f follows threads and children, where the futex traffic is. -I 2 lets SIGTERM
         # through (strace blocks it by default with -o FILE PROG), which the watcher
         # sends before the hard timeout so a stalled run still gets its summary.
-        return [self.tool_path, "-f", "-c", "-I", "2", "-o", self.visible(SUMMARY_FILE), "--", *command]
+        return [self.found_tool, "-f", "-c", "-I", "2", "-o", self.visible(SUMMARY_FILE), "--", *command]
 
     def collect(self, result: RunResult) -> list[EvidenceDraft]:
         path = self.context.run_dir / SUMMARY_FILE
