@@ -58,6 +58,10 @@ class RunKind(str, enum.Enum):
     # The first run of each configuration: stored for the record, never in a statistic
     # (cold page cache, first import compiles .pyc files).
     warmup = "warmup"
+    # A pull request's base commit, screened interleaved with the head (its timing runs
+    # and its warm-up): compared with the head, never in the head's own statistics.
+    base = "base"
+    base_warmup = "base_warmup"
 
 
 class TriageStatus(str, enum.Enum):
@@ -101,6 +105,8 @@ class Job(Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     source: Mapped[str] = mapped_column(String(32), default="cli")
+    # What started it: push, pull_request, api, dashboard, rerun or cli (None: before 0010).
+    trigger: Mapped[str | None] = mapped_column(String(32))
     command: Mapped[list[Any]] = mapped_column()
     executor: Mapped[str] = mapped_column(String(32))
     workdir: Mapped[str | None] = mapped_column(Text)
@@ -194,6 +200,8 @@ class TestResult(Base):
     test_id: Mapped[str] = mapped_column(Text, index=True)
     duration_s: Mapped[float] = mapped_column(Float)
     outcome: Mapped[str] = mapped_column(String(16))
+    # Where the test is defined (JUnit's line attribute, 1-based), for check-run annotations.
+    line: Mapped[int | None] = mapped_column(Integer)
 
     run: Mapped[Run] = relationship(back_populates="test_results")
 
@@ -285,8 +293,38 @@ class JobSource(Base):
     github_check_run_id: Mapped[int | None] = mapped_column(BigInteger)
     # A fork's pull request: .lagtrace.yml is read at this commit of the base branch.
     config_commit_sha: Mapped[str | None] = mapped_column(String(64))
+    # The branch pushed or proposed; for a pull request its number, page and base commit
+    # (screened interleaved with the head: services/jobs/pull_requests.py).
+    branch: Mapped[str | None] = mapped_column(String(255))
+    base_ref: Mapped[str | None] = mapped_column(String(255))
+    base_commit_sha: Mapped[str | None] = mapped_column(String(64))
+    pull_request_number: Mapped[int | None] = mapped_column(Integer)
+    pull_request_url: Mapped[str | None] = mapped_column(Text)
+    # What fails the check run (.lagtrace.yml `fail_on`; None: the default policy).
+    fail_on: Mapped[list[Any] | None] = mapped_column(JSON)
 
     job: Mapped[Job] = relationship()
+
+
+class BaseComparison(Base):
+    """One test (None: the whole command) in one configuration, head against base."""
+
+    __tablename__ = "base_comparisons"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    config_label: Mapped[str] = mapped_column(String(200))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    base_median_s: Mapped[float] = mapped_column(Float)
+    head_median_s: Mapped[float] = mapped_column(Float)
+    base_n: Mapped[int] = mapped_column(Integer)
+    head_n: Mapped[int] = mapped_column(Integer)
+    # head median / base median, and its bootstrap interval; None when a median is 0.
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ratio_low: Mapped[float | None] = mapped_column(Float)
+    ratio_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))  # regressed, improved, unchanged, too_noisy
 
 
 class JobTask(Base):

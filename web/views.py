@@ -31,7 +31,7 @@ from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
-from services.jobs import lifecycle
+from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
@@ -548,6 +548,7 @@ def triage_finding(finding_id: int):
         note=note,
         fields={"status", "assignee", "note"},
     )
+    check_runs.refresh_after_triage(session_, ctx().settings, found)
     session_.commit()
     flash(f"Finding {found.id} is now {found.status.value}.")
     return redirect(url_for("web.finding", finding_id=finding_id))
