@@ -1,7 +1,7 @@
 """pages: the test catalogue's summary table, and an index on a test's results
 
 Revision ID: 0011_pages
-Revises: 0009_security
+Revises: 0010_daily
 Create Date: 2026-11-22
 
 New tables only and one index: existing rows keep working. The catalogue fills itself
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 
 revision = '0011_pages'
-down_revision = '0009_security'
+down_revision = '0010_daily'
 branch_labels = None
 depends_on = None
 
