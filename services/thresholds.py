@@ -28,6 +28,10 @@ class Thresholds(BaseModel):
     # successful runs than this, and the screen never stops a configuration before it:
     # at 3 runs a 75 % interval doubled the false cpu_sensitivity rate on bimodal tests.
     min_repetitions: int = Field(5, ge=3)
+    # A pull request against its base: a test's head/base median ratio from which it
+    # counts as regressed (or, inverted, improved), when a rank test and the ratio's
+    # interval both say it moved; the cpu_sensitivity_min_s floor applies too.
+    base_change_ratio: float = Field(1.2, gt=1.0)
 
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
