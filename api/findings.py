@@ -6,8 +6,9 @@ from flask import Blueprint, jsonify
 
 from api.auth import caller
 from api.schemas import FindingListQuery, Triage, json_body, query
-from services.context import db
+from services.context import ctx, db
 from services.diagnose import triage
+from services.jobs import check_runs
 
 bp = Blueprint("findings", __name__, url_prefix="/api/v1")
 
@@ -52,5 +53,6 @@ def triage_finding(finding_id: int):
         note=body.note,
         fields=set(body.model_fields_set),
     )
+    check_runs.refresh_after_triage(session, ctx().settings, finding)
     session.commit()
     return jsonify(triage.finding_view(session, finding, history=True))

@@ -73,7 +73,7 @@ def list_jobs():
     )
     return jsonify(
         {
-            "jobs": [submissions.job_summary(db(), job) for job in jobs],
+            "jobs": submissions.job_summaries(db(), jobs),
             "next_before_id": jobs[-1].id if len(jobs) == params.limit else None,
         }
     )

@@ -58,6 +58,10 @@ class RunKind(str, enum.Enum):
     # The first run of each configuration: stored for the record, never in a statistic
     # (cold page cache, first import compiles .pyc files).
     warmup = "warmup"
+    # A pull request's base commit, screened interleaved with the head (its timing runs
+    # and its warm-up): compared with the head, never in the head's own statistics.
+    base = "base"
+    base_warmup = "base_warmup"
 
 
 class TriageStatus(str, enum.Enum):
@@ -101,6 +105,8 @@ class Job(Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     source: Mapped[str] = mapped_column(String(32), default="cli")
+    # What started it: push, pull_request, api, dashboard, rerun or cli (None: before 0010).
+    trigger: Mapped[str | None] = mapped_column(String(32))
     command: Mapped[list[Any]] = mapped_column()
     executor: Mapped[str] = mapped_column(String(32))
     workdir: Mapped[str | None] = mapped_column(Text)
@@ -190,9 +196,12 @@ class TestResult(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    test_id: Mapped[str] = mapped_column(Text)
+    # Indexed: the test catalogue reads one test's history across jobs.
+    test_id: Mapped[str] = mapped_column(Text, index=True)
     duration_s: Mapped[float] = mapped_column(Float)
     outcome: Mapped[str] = mapped_column(String(16))
+    # Where the test is defined (JUnit's line attribute, 1-based), for check-run annotations.
+    line: Mapped[int | None] = mapped_column(Integer)
 
     run: Mapped[Run] = relationship(back_populates="test_results")
 
@@ -284,8 +293,38 @@ class JobSource(Base):
     github_check_run_id: Mapped[int | None] = mapped_column(BigInteger)
     # A fork's pull request: .lagtrace.yml is read at this commit of the base branch.
     config_commit_sha: Mapped[str | None] = mapped_column(String(64))
+    # The branch pushed or proposed; for a pull request its number, page and base commit
+    # (screened interleaved with the head: services/jobs/pull_requests.py).
+    branch: Mapped[str | None] = mapped_column(String(255))
+    base_ref: Mapped[str | None] = mapped_column(String(255))
+    base_commit_sha: Mapped[str | None] = mapped_column(String(64))
+    pull_request_number: Mapped[int | None] = mapped_column(Integer)
+    pull_request_url: Mapped[str | None] = mapped_column(Text)
+    # What fails the check run (.lagtrace.yml `fail_on`; None: the default policy).
+    fail_on: Mapped[list[Any] | None] = mapped_column(JSON)
 
     job: Mapped[Job] = relationship()
+
+
+class BaseComparison(Base):
+    """One test (None: the whole command) in one configuration, head against base."""
+
+    __tablename__ = "base_comparisons"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    config_label: Mapped[str] = mapped_column(String(200))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    base_median_s: Mapped[float] = mapped_column(Float)
+    head_median_s: Mapped[float] = mapped_column(Float)
+    base_n: Mapped[int] = mapped_column(Integer)
+    head_n: Mapped[int] = mapped_column(Integer)
+    # head median / base median, and its bootstrap interval; None when a median is 0.
+    ratio: Mapped[float | None] = mapped_column(Float)
+    ratio_low: Mapped[float | None] = mapped_column(Float)
+    ratio_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    verdict: Mapped[str] = mapped_column(String(16))  # regressed, improved, unchanged, too_noisy
 
 
 class JobTask(Base):
@@ -388,3 +427,34 @@ class ProjectMember(Base):
 
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+
+
+class CatalogueEntry(Base):
+    """One test in one configuration on one branch, summed over the jobs the dashboard's
+    test catalogue has read (web/catalogue.py brings it up to date): the catalogue lists
+    and filters this small table instead of grouping every test result."""
+
+    __tablename__ = "test_catalogue"
+    __table_args__ = (UniqueConstraint("project_id", "test_id", "config_label", "branch"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    test_id: Mapped[str] = mapped_column(Text)
+    config_label: Mapped[str] = mapped_column(String(200))
+    branch: Mapped[str] = mapped_column(String(255))  # "" when the job had no branch (an archive)
+    runs: Mapped[int] = mapped_column(Integer)  # timing runs that ran the test
+    jobs: Mapped[int] = mapped_column(Integer)
+    first_job_id: Mapped[int] = mapped_column(Integer)
+    last_job_id: Mapped[int] = mapped_column(Integer)
+    # The newest job's median and 95th percentile, for the list (the entry page has the history).
+    last_p50_s: Mapped[float | None] = mapped_column(Float)
+    last_p95_s: Mapped[float | None] = mapped_column(Float)
+    last_seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class CataloguedJob(Base):
+    """A finished job whose test results are in the catalogue (read once)."""
+
+    __tablename__ = "catalogued_jobs"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)

@@ -28,6 +28,10 @@ class Thresholds(BaseModel):
     # successful runs than this, and the screen never stops a configuration before it:
     # at 3 runs a 75 % interval doubled the false cpu_sensitivity rate on bimodal tests.
     min_repetitions: int = Field(5, ge=3)
+    # A pull request against its base: a test's head/base median ratio from which it
+    # counts as regressed (or, inverted, improved), when a rank test and the ratio's
+    # interval both say it moved; the cpu_sensitivity_min_s floor applies too.
+    base_change_ratio: float = Field(1.2, gt=1.0)
 
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
@@ -46,7 +50,9 @@ class Thresholds(BaseModel):
 
     # latency_flaky: judged once a configuration has flaky_min_runs runs (a spread-out
     # configuration is never stopped early: it runs up to --repeat). Multi-modal: two groups
-    # of runs, each at least a fifth of them, whose medians differ by flaky_gap_ratio.
+    # of runs, each at least a fifth of them, with an empty gap between them: the nearest
+    # runs across it flaky_gap_ratio apart, and the gap wider (log scale) than either
+    # group's own spread (a long tail fills that gap; services/diagnose/latency_flaky.py).
     # Widely dispersed: interquartile range at least flaky_dispersion x the median.
     # Either only counts when the slow runs lose at least flaky_min_spread_s.
     flaky_min_runs: int = Field(5, ge=4)

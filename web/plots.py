@@ -144,3 +144,57 @@ def trend_plot(history: list[dict], labels: list[str], title: str) -> Markup:
         parts.append(f'<text class="tick" x="{px:.1f}" y="{height - 8}" text-anchor="middle">#{entry["job_id"]}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def percentile_trend_plot(points: list, labels: list[str], title: str) -> Markup:
+    """p50 (solid) and p95 (dashed) per configuration across jobs, oldest left.
+
+    ``points`` are catalogue.JobPoint: job_id and p50/p95 dicts by configuration label.
+    One job draws as a single column of dots; the axis starts at 0 so a doubling reads
+    as a doubling.
+    """
+    values = [v for p in points for series in (p.p50, p.p95) for v in series.values()]
+    if not points or not values:
+        return Markup('<p class="muted">No timing runs of this test to plot.</p>')
+    width, height, left, right, top, bottom = 720, 200, 64, 20, 12, 30
+    high = max(values) * 1.1 or 1.0
+    count = len(points)
+
+    def xy(i: int, value: float) -> tuple[float, float]:
+        share = i / (count - 1) if count > 1 else 0.5
+        return left + share * (width - left - right), top + (1 - value / high) * (height - top - bottom)
+
+    parts = [
+        f'<svg class="plot trend" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+    ]
+    for tick in (0.0, high / 2, high):
+        _, ty = xy(0, tick)
+        parts.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
+            f"{escape(_seconds(tick) if tick else '0 s')}</text>"
+        )
+    for n, label in enumerate(labels):
+        for name, css in (("p50", "series"), ("p95", "series p95")):
+            line = [(i, getattr(p, name)[label]) for i, p in enumerate(points) if label in getattr(p, name)]
+            if not line:
+                continue
+            path = " ".join(
+                f"{'M' if k == 0 else 'L'}{xy(i, v)[0]:.1f},{xy(i, v)[1]:.1f}" for k, (i, v) in enumerate(line)
+            )
+            parts.append(f'<path class="{css} s{n % 6}" d="{path}"><title>{escape(label)} {name}</title></path>')
+            for i, value in line:
+                px, py = xy(i, value)
+                parts.append(
+                    f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="{3 if name == "p50" else 2}">'
+                    f"<title>job {points[i].job_id}, {escape(label)} {name}: {escape(_seconds(value))}</title></circle>"
+                )
+    step = max(1, count // 8)  # at most ~8 job labels: they would overlap
+    for i in range(0, count, step):
+        px, _ = xy(i, 0)
+        parts.append(
+            f'<text class="tick" x="{px:.1f}" y="{height - 8}" text-anchor="middle">#{points[i].job_id}</text>'
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
 from typing import Any
@@ -20,6 +21,7 @@ from flask import (
     url_for,
 )
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
@@ -29,17 +31,18 @@ from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
-from services.jobs import lifecycle
+from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
 from services.measure.artifacts import make_artifact_store
-from services.measure.probes import PROBES
+from services.measure.evidence import EvidenceKind
+from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus
-from web import auth
+from web import auth, catalogue, story
 from web.matrix import build_matrix
-from web.plots import strip_plot, trend_plot
+from web.plots import percentile_trend_plot, strip_plot, trend_plot
 
 bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
 bp.before_request(auth.load_user)
@@ -76,6 +79,12 @@ ARTIFACT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sa
 
 
 @bp.app_template_global()
+def evidence_kinds() -> type[EvidenceKind]:
+    """Templates compare kinds with the enum's members, never with bare strings."""
+    return EvidenceKind
+
+
+@bp.app_template_global()
 def csrf_token() -> str:
     return auth.csrf_token()
 
@@ -103,6 +112,35 @@ def number(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(number(item) for item in value)
     return str(value)
+
+
+# Metric keys that hold seconds though they do not end in _s.
+SECOND_KEYS = {"median", "mean", "p50", "p95", "min", "max", "seconds", "futex_seconds"}
+
+
+@bp.app_template_filter()
+def metric(value: Any, key: str = "") -> str:
+    """A finding's metric with its unit, read from its name (``_s`` seconds, ``ratio`` x,
+    ``pct`` and ``share`` percent, ``bytes``, ``per_s`` a rate); nested metrics too."""
+    if isinstance(value, dict):
+        return ", ".join(f"{name} {metric(item, name)}" for name, item in value.items())
+    if isinstance(value, list):
+        return ", ".join(metric(item, key) for item in value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if key.endswith("_s") or key in SECOND_KEYS:
+        return seconds(float(value))
+    if "ratio" in key:
+        return f"{value:.1f}×"
+    if key.endswith("pct") or key.endswith("pct_time"):
+        return f"{value:.1f} %"
+    if key.endswith("share"):
+        return f"{value * 100:.0f} %" if value <= 1 else f"{value:.0f} %"
+    if "bytes" in key:
+        return f"{value:.4g} B"
+    if key.endswith("per_s"):
+        return f"{value:.4g} /s"
+    return number(value)
 
 
 @bp.app_template_filter()
@@ -317,6 +355,7 @@ def job(job_id: int):
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
         "job.html",
+        busy=story.busy_machine(found),
         job=found,
         detail=detail,
         report=report,
@@ -374,6 +413,71 @@ def test(job_id: int):
     )
 
 
+# --- Test catalogue ----------------------------------------------------------------------
+
+
+def _refresh_catalogue() -> None:
+    session_ = db()
+    try:
+        catalogue.refresh(session_, auth.project_ids())
+        session_.commit()
+    except IntegrityError:
+        session_.rollback()  # another request catalogued the same jobs first
+
+
+NO_BRANCH = "(none)"  # the filter's name for jobs without a branch (an uploaded archive)
+
+
+def _branch_arg() -> str | None:
+    value = request.args.get("branch") or None
+    return "" if value == NO_BRANCH else value
+
+
+@bp.get("/tests")
+def tests():
+    _refresh_catalogue()
+    ids = auth.project_ids()
+    filters = {
+        "project_id": _int_arg("project"),
+        "branch": _branch_arg(),
+        "config": request.args.get("config") or None,
+        "open_only": request.args.get("open") == "1",
+        "search": request.args.get("q", "").strip()[:200] or None,
+    }
+    page = _int_arg("page") or 0
+    rows, more = catalogue.catalogue(db(), ids, page=page, **filters)
+    return render_template(
+        "tests.html",
+        rows=rows,
+        more=more,
+        page=page,
+        filters=filters,
+        args=request.args.to_dict(),
+        projects=visible_projects(db(), g.user),
+        choices=catalogue.choices(db(), ids),
+        no_branch=NO_BRANCH,
+    )
+
+
+@bp.get("/tests/entry")
+def test_entry():
+    project_id = _int_arg("project")
+    test_id = request.args.get("id") or ""
+    if project_id is None or project_id not in auth.project_ids():
+        raise NotFound(f"project {request.args.get('project')!r} does not exist or you cannot see it")
+    if not test_id:
+        raise BadInput("id: name a test (its pytest node id)")
+    project = require_project(db(), g.user, project_id)
+    entry = catalogue.test_entry(db(), project, test_id)
+    if not entry.points and not entry.findings:
+        raise NotFound(f"test {test_id!r} has no finished job in {project.name}")
+    plots = [
+        (branch, percentile_trend_plot(entry.for_branch(branch), entry.labels, f"{test_id} on {branch or 'no branch'}"))
+        for branch in entry.branches
+    ]
+    return render_template("test_entry.html", entry=entry, plots=plots)
+
+
 @bp.post("/jobs/<int:job_id>/rerun")
 def rerun(job_id: int):
     parent = auth.visible_job(job_id)
@@ -406,41 +510,21 @@ def cancel(job_id: int):
 # --- Findings, evidence, artifacts -------------------------------------------------------
 
 
-def _evidence_view(entry: Evidence) -> dict[str, Any]:
-    content = dict(entry.content or {})
-    if entry.kind == "strace" and content.get("syscalls"):
-        key = request.args.get("sort", "pct_time")
-        key = key if key in STRACE_SORTS else "pct_time"
-        content["syscalls"] = sorted(content["syscalls"], key=lambda row: row.get(key) or 0, reverse=key != "name")
-    return {
-        "id": entry.id,
-        "kind": entry.kind,
-        "config": entry.config.label if entry.config else None,
-        "test": entry.test_id,
-        "content": content,
-        "text": entry.text,
-        "artifacts": entry.artifacts,
-    }
+def _sort_arg() -> str:
+    key = request.args.get("sort", "pct_time")
+    return key if key in STRACE_SORTS else "pct_time"
 
 
 @bp.get("/findings/<int:finding_id>")
 def finding(finding_id: int):
     found = auth.visible_finding(finding_id)
-    cited = [db().get(Evidence, i) for i in found.evidence_ids]
-    cited = [e for e in cited if e is not None and e.job_id == found.job_id]
-    # Evidence of the same test in the same job that the rule did not cite (the stacks
-    # beside a flame graph, say) is one click away: list it after the cited entries.
-    others = [
-        e
-        for e in found.job.evidence
-        if e not in cited and (found.test_id is None or e.test_id in (None, found.test_id))
-    ]
+    told = story.finding_story(db(), found, auth.project_ids(), sort=_sort_arg())
     return render_template(
         "finding.html",
         finding=found,
+        story=told,
         view=triage.finding_view(db(), found, history=True),
-        evidence=[_evidence_view(e) for e in cited + others],
-        cited={e.id for e in cited},
+        plot=strip_plot(told.samples, f"{found.test_id or 'the whole command'}: every timing run"),
         statuses=list(TriageStatus.__members__),
         wait_syscalls=WAIT_SYSCALLS,
     )
@@ -464,6 +548,7 @@ def triage_finding(finding_id: int):
         note=note,
         fields={"status", "assignee", "note"},
     )
+    check_runs.refresh_after_triage(session_, ctx().settings, found)
     session_.commit()
     flash(f"Finding {found.id} is now {found.status.value}.")
     return redirect(url_for("web.finding", finding_id=finding_id))
@@ -474,7 +559,45 @@ def evidence(evidence_id: int):
     entry = db().get(Evidence, evidence_id)
     if entry is None or entry.job.project_id not in auth.project_ids():
         raise NotFound(f"evidence {evidence_id} does not exist or is in a project you cannot see")
-    return render_template("evidence.html", entry=_evidence_view(entry), job=entry.job, wait_syscalls=WAIT_SYSCALLS)
+    return render_template(
+        "evidence.html", entry=story.evidence_view(entry, _sort_arg()), job=entry.job, wait_syscalls=WAIT_SYSCALLS
+    )
+
+
+# A py-spy profile larger than this is not drawn in the browser (the download stays).
+FLAME_PROFILE_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _flame_json(node: flamegraph.Node) -> dict[str, Any]:
+    # d3-flame-graph's input: name, value (samples), children.
+    return {"name": node.name, "value": node.samples, "children": [_flame_json(c) for c in node.children.values()]}
+
+
+@bp.get("/evidence/<int:evidence_id>/flame.json")
+def flame_data(evidence_id: int):
+    """The py-spy profile of a pyspy evidence entry as the interactive flame graph reads it."""
+    entry = db().get(Evidence, evidence_id)
+    if entry is None or entry.job.project_id not in auth.project_ids():
+        raise NotFound(f"evidence {evidence_id} does not exist or is in a project you cannot see")
+    keys = [a["key"] for a in entry.artifacts or [] if a.get("key") and a.get("media_type") == "application/json"]
+    if entry.kind != EvidenceKind.pyspy or not keys:
+        raise NotFound(f"evidence {evidence_id} has no py-spy profile")
+    try:
+        with make_artifact_store(ctx().settings).open(keys[0]) as reader:
+            chunks, size = [], 0
+            while size <= FLAME_PROFILE_MAX_BYTES and (chunk := reader.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+            raw = b"".join(chunks)
+    except FileNotFoundError:
+        raise NotFound("the profile is gone (past LAGTRACE_ARTIFACT_RETENTION_DAYS)") from None
+    if len(raw) > FLAME_PROFILE_MAX_BYTES:
+        raise BadInput(f"the profile is larger than {FLAME_PROFILE_MAX_BYTES // 2**20} MiB: download it instead")
+    try:
+        tree = flamegraph.tree_from_speedscope(json.loads(raw))
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise BadInput(f"the stored profile is not a speedscope file py-spy writes: {exc}") from None
+    return jsonify(_flame_json(tree))
 
 
 @bp.get("/artifacts/<path:key>")

@@ -26,6 +26,8 @@ class Caller:
     project: Project
     token_name: str
     token_id: int
+    # The token's last_used_at was written: the caller commits it (reads never commit).
+    touched: bool = False
 
 
 def _digest(token: str) -> str:
@@ -72,6 +74,9 @@ def revoke_tokens(session: Session, *, prefix: str | None = None, project: str |
     return [token.prefix for token in found]
 
 
+LAST_USED_PRECISION = dt.timedelta(minutes=1)
+
+
 def authenticate(session: Session, authorization: str | None) -> Caller:
     """The caller behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
     scheme, _, token = (authorization or "").partition(" ")
@@ -82,8 +87,13 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
         raise Unauthorized("unknown or revoked token")
     if found.expires_at is not None and _aware(found.expires_at) <= utcnow():
         raise Unauthorized("the token has expired: make a new one with `lagtrace token create`")
-    found.last_used_at = utcnow()
-    return Caller(project=found.project, token_name=found.name, token_id=found.id)
+    now = utcnow()
+    # To the minute is all "last used" needs: writing it on every request would make
+    # concurrent requests with the same token queue on its row lock.
+    touched = found.last_used_at is None or now - _aware(found.last_used_at) >= LAST_USED_PRECISION
+    if touched:
+        found.last_used_at = now
+    return Caller(project=found.project, token_name=found.name, token_id=found.id, touched=touched)
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:

@@ -21,26 +21,40 @@ def modes(
 ) -> tuple[list[float], list[float]] | None:
     """The fast and slow groups of a multi-modal sample, or None.
 
-    The split is at the largest ratio between neighbouring sorted values, each side
-    holding at least a fifth of the runs (and two of them). Values below the clock's
-    resolution count as the resolution: a fast group of 0.000 s (JUnit's 1 ms) is "at
-    most 1 ms", and its ratio to the slow group a lower bound, not a division by zero.
+    Two modes are two groups with an empty gap between them, wider than either group
+    is itself; a long tail is not. The runs of a long-tailed latency (a scheduler delay,
+    a busy neighbour) fill the range between the typical run and the slowest: split at
+    their widest gap, the top two of five are often 2x the bottom three by their
+    medians, but the two nearest runs across the split are close and the groups as
+    wide as the gap. Hidden state (a stale lock, a cold cache, a lost wake-up) gives
+    runs that cluster around two values, and nothing in between.
+
+    So the split is at the largest ratio between neighbouring sorted values (each side
+    at least a fifth of the runs, and two of them), and it counts when (a) the nearest
+    runs across it are ``flaky_gap_ratio`` apart, (b) that gap, on a log scale, is
+    wider than the spread within each group, and (c) the groups' medians lie
+    ``flaky_min_spread_s`` apart. Ratios, not differences, because latency noise is
+    multiplicative. Values below the clock's resolution count as the resolution: a
+    fast group of 0.000 s (JUnit's 1 ms) is "at most 1 ms", and its ratio to the slow
+    group a lower bound, not a division by zero.
     """
     data = sorted(values)
     n = len(data)
     smallest = max(2, math.ceil(0.2 * n))
     floor = max(resolution, 1e-12)
+    logs = [math.log(max(value, floor)) for value in data]
     best = None
     for i in range(smallest, n - smallest + 1):
-        ratio = max(data[i], floor) / max(data[i - 1], floor)
-        if ratio > 1 and (best is None or ratio > best[0]):
-            best = (ratio, i)
+        gap = logs[i] - logs[i - 1]
+        if gap > 0 and (best is None or gap > best[0]):
+            best = (gap, i)
     if best is None:
         return None
-    fast, slow = data[: best[1]], data[best[1] :]
-    gap = max(statistics.median(slow), floor) / max(statistics.median(fast), floor)
+    gap, split = best
+    fast, slow = data[:split], data[split:]
+    within = max(logs[split - 1] - logs[0], logs[-1] - logs[split])
     spread = statistics.median(slow) - statistics.median(fast)
-    if gap >= limits.flaky_gap_ratio and spread >= limits.flaky_min_spread_s:
+    if gap >= math.log(limits.flaky_gap_ratio) and gap > within and spread >= limits.flaky_min_spread_s:
         return fast, slow
     return None
 

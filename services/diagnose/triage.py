@@ -58,13 +58,19 @@ def triage(
     note: str | None = None,
     fields: set[str],
 ) -> Finding:
-    """Change the fields the caller sent (``fields``; None clears assignee or note) and record it."""
-    if "status" in fields and status is not None:
-        finding.status = TriageStatus(status)
-    if "assignee" in fields:
-        finding.assignee = assignee
-    if "note" in fields:
-        finding.note = note
+    """Change the fields the caller sent (``fields``; None clears assignee or note) and record it.
+
+    The decision is the problem's, not one job's: every occurrence of the fingerprint in
+    the project takes it, so muting an older occurrence also mutes the newer ones, and the
+    next job carries it (diagnose carries the latest occurrence's triage forward).
+    """
+    for occurrence in _occurrences(session, finding):
+        if "status" in fields and status is not None:
+            occurrence.status = TriageStatus(status)
+        if "assignee" in fields:
+            occurrence.assignee = assignee
+        if "note" in fields:
+            occurrence.note = note
     session.add(
         TriageEvent(
             finding_id=finding.id, actor=actor, status=finding.status, assignee=finding.assignee, note=finding.note
@@ -72,6 +78,43 @@ def triage(
     )
     session.flush()
     return finding
+
+
+def _occurrences(session: Session, finding: Finding) -> list[Finding]:
+    others = session.scalars(
+        select(Finding)
+        .join(Job)
+        .where(
+            Finding.fingerprint == finding.fingerprint,
+            Job.project_id == finding.job.project_id,
+            Finding.id != finding.id,
+        )
+    )
+    return [finding, *others]
+
+
+def carry(session: Session, finding: Finding) -> None:
+    """Give a new finding the triage of its problem: the latest earlier occurrence's.
+
+    Muted and acknowledged stay so; a problem marked fixed that shows up again is a
+    regression and goes back to new.
+    """
+    with session.no_autoflush:  # the new finding must not be flushed half-built by this query
+        previous = session.scalar(
+            select(Finding)
+            .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
+            .order_by(Finding.job_id.desc(), Finding.id.desc())
+            .limit(1)
+        )
+    if previous is None:
+        return
+    if previous.status == TriageStatus.fixed:
+        finding.status = TriageStatus.new
+        finding.regression = True
+    else:
+        finding.status = previous.status
+        finding.assignee = previous.assignee
+        finding.note = previous.note
 
 
 def finding_view(session: Session, finding: Finding, history: bool = False) -> dict[str, Any]:

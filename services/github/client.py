@@ -1,5 +1,9 @@
 """GitHub: webhook signatures, and the check run that carries a job's result back.
 
+The check run speaks: a table of the tests slower than the pull request's base and of
+the findings, annotations on the lines that define the tests, a "Rerun with other CPUs"
+action, and a conclusion that follows triage and the project's `fail_on` policy.
+
 The REST client is plain urllib on purpose: two endpoints, JSON in and out, and the
 base URL comes from LAGTRACE_GITHUB_API_URL (GitHub Enterprise, or a test server).
 """
@@ -13,13 +17,21 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from services.diagnose.findings import Severity
+from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.errors import LagtraceError
+from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
+from services.jobs.spec import DEFAULT_FAIL_ON
 from services.models import Job, JobSource, JobStatus
 from services.settings import Settings
 
 SIGNATURE_PREFIX = "sha256="
 SUMMARY_FINDINGS = 10
+SUMMARY_ROWS = 20
+# GitHub's limits: 65,535 characters of summary, 50 annotations per request, 64 kB a message.
+MAX_SUMMARY_CHARS = 65_000
+MAX_ANNOTATIONS = 50
+MAX_ANNOTATION_CHARS = 4_000
+RERUN_OTHER_CPUS = "rerun_other_cpus"
 
 
 class GitHubError(LagtraceError):
@@ -78,16 +90,44 @@ def dashboard_url(settings: Settings, job: Job) -> str:
     return f"{settings.public_url.rstrip('/')}/jobs/{job.id}"
 
 
-def conclusion(job: Job, report: dict[str, Any] | None) -> str:
-    """Latency findings inform, they do not break the build, unless one is severe."""
+# --- What the check run says ----------------------------------------------------------
+
+
+def policy(source: JobSource | None) -> list[str]:
+    """What fails the check run: the job's .lagtrace.yml `fail_on`, else the default."""
+    return list(source.fail_on) if source is not None and source.fail_on is not None else list(DEFAULT_FAIL_ON)
+
+
+def is_open(finding: dict[str, Any]) -> bool:
+    """Triaged problems (acknowledged, muted, fixed) do not count against a check run."""
+    return finding["status"] == "new"
+
+
+def failing(report: dict[str, Any] | None, fail_on: list[str]) -> list[dict[str, Any]]:
+    """The open findings that ``fail_on`` makes fail the check run."""
+    if not report:
+        return []
+    ranks = [SEVERITY_ORDER[name] for name in fail_on if name in SEVERITY_ORDER]
+    worst_allowed = max(ranks) if ranks else -1
+    chosen = []
+    for finding in report["findings"]:
+        if not is_open(finding):
+            continue
+        regression = finding["kind"] == SLOWER_THAN_BASE or finding["regression"]
+        if ("regression" in fail_on and regression) or SEVERITY_ORDER.get(finding["severity"], 9) <= worst_allowed:
+            chosen.append(finding)
+    return chosen
+
+
+def conclusion(job: Job, report: dict[str, Any] | None, fail_on: list[str] | None = None) -> str:
+    """failure when the project's policy says so; neutral for open findings it lets pass."""
     if job.status is JobStatus.cancelled:
         return "cancelled"
     if job.status is JobStatus.failed:
         return "failure"
-    findings = report["findings"] if report else []
-    if any(f["severity"] == Severity.high for f in findings):
+    if failing(report, DEFAULT_FAIL_ON if fail_on is None else fail_on):
         return "failure"
-    return "neutral" if findings else "success"
+    return "neutral" if report and any(is_open(f) for f in report["findings"]) else "success"
 
 
 def check_run_body(settings: Settings, job: Job, source: JobSource, report: dict[str, Any] | None) -> dict[str, Any]:
@@ -98,43 +138,155 @@ def check_run_body(settings: Settings, job: Job, source: JobSource, report: dict
         "external_id": str(job.id),
     }
     if job.status in (JobStatus.queued, JobStatus.running):
+        what = "Screening CPU configurations" + (" against the base commit" if source.base_commit_sha else "")
         return {
             **body,
             "status": "in_progress",
-            "output": {
-                "title": "Screening CPU configurations",
-                "summary": f"Job {job.id}: {', '.join(c.label for c in job.configs)}",
-            },
+            "output": {"title": what, "summary": f"Job {job.id}: {', '.join(c.label for c in job.configs)}"},
         }
+    fail_on = policy(source)
+    output: dict[str, Any] = {"title": _title(job, report), "summary": summary(settings, job, report, fail_on)}
+    annotations = check_annotations(report, fail_on)
+    if annotations:
+        output["annotations"] = annotations
     return {
         **body,
         "status": "completed",
-        "conclusion": conclusion(job, report),
-        "output": {"title": _title(job, report), "summary": summary(settings, job, report)},
+        "conclusion": conclusion(job, report, fail_on),
+        "output": output,
+        "actions": [
+            {
+                "label": "Rerun other CPUs",
+                "description": "Screen again on more CPU configurations",
+                "identifier": RERUN_OTHER_CPUS,
+            }
+        ]
+        if job.status is JobStatus.done
+        else [],
     }
 
 
 def _title(job: Job, report: dict[str, Any] | None) -> str:
     if job.status is not JobStatus.done:
         return f"lagtrace job {job.id} {job.status.value}"
-    count = len(report["findings"]) if report else 0
-    return f"{count} latency finding{'s' if count != 1 else ''}" if count else "No latency findings"
+    findings = report["findings"] if report else []
+    regressed = [t for t in _compared(report) if t["verdict"] == "regressed" and t["test"] is not None]
+    parts = []
+    if regressed:
+        names = list(dict.fromkeys(t["test"] for t in regressed))
+        parts.append(f"{len(names)} test{'s' if len(names) != 1 else ''} slower than base")
+    open_count = sum(is_open(f) for f in findings)
+    if findings:
+        parts.append(f"{open_count} open latency finding{'s' if open_count != 1 else ''} of {len(findings)}")
+    return "; ".join(parts) if parts else "No latency findings"
 
 
-def summary(settings: Settings, job: Job, report: dict[str, Any] | None) -> str:
+def _compared(report: dict[str, Any] | None) -> list[dict[str, Any]]:
+    comparison = report.get("base_comparison") if report else None
+    return comparison["tests"] if comparison else []
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    if row["ratio"] is None:
+        return "-"
+    return f"{row['ratio']:.2f}x ({row['ratio_low']:.2f} to {row['ratio_high']:.2f})"
+
+
+def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on: list[str] | None = None) -> str:
+    fail_on = DEFAULT_FAIL_ON if fail_on is None else fail_on
     lines = [f"**lagtrace job [{job.id}]({dashboard_url(settings, job)})**: {job.status.value}", ""]
     if job.error:
         lines += [f"Error: `{job.error[:500]}`", ""]
-    if report:
-        lines += ["| configuration | runs | median wall |", "|---|---|---|"]
-        for config in report["configs"]:
-            median = config["wall_s"]["median"] if config["wall_s"] else None
+    if not report:
+        return "\n".join(lines)
+    comparison = report.get("base_comparison")
+    if comparison:
+        rows = comparison["tests"]
+        counts = comparison["counts"]
+        lines += [
+            f"### Compared with base `{comparison['base_commit'][:12]}`",
+            "",
+            ", ".join(f"{counts[v]} {v.replace('_', ' ')}" for v in counts) + " (test × configuration)",
+            "",
+        ]
+        shown = [r for r in rows if r["verdict"] != "unchanged"][:SUMMARY_ROWS]
+        if shown:
+            lines += [
+                "| test | configuration | base | head | head/base (95 % interval) | verdict |",
+                "|---|---|---|---|---|---|",
+            ]
+            for r in shown:
+                test = _code(r["test"] or "(whole command)")
+                lines.append(
+                    f"| {test} | `{r['config']}` | {format_seconds(r['base_median_s'])} "
+                    f"| {format_seconds(r['head_median_s'])} | {_ratio(r)} | **{r['verdict'].replace('_', ' ')}** |"
+                )
+            lines.append("")
+    findings = report["findings"]
+    if findings:
+        blocking = {f["id"] for f in failing(report, fail_on)}
+        lines += ["### Findings", "", "| severity | finding | test | triage |", "|---|---|---|---|"]
+        for f in findings[:SUMMARY_FINDINGS]:
+            state = "**fails the check**" if f["id"] in blocking else f["status"]
             lines.append(
-                f"| `{config['label']}` | {len(config['runs'])} | {f'{median:.3f} s' if median is not None else '-'} |"
+                f"| {f['severity']} | `{f['kind']}`: {_cell(f['title'])} | {_code(f['test'] or '')} | {state} |"
             )
+        if len(findings) > SUMMARY_FINDINGS:
+            lines.append(f"| | and {len(findings) - SUMMARY_FINDINGS} more on the dashboard | | |")
         lines.append("")
-        for finding in report["findings"][:SUMMARY_FINDINGS]:
-            where = f" in `{finding['test']}`" if finding["test"] else ""
-            lines.append(f"- **{finding['severity']}** `{finding['kind']}`{where}: {finding['title']}")
-        lines += [f"- Note: {note}" for note in report["notes"]]
-    return "\n".join(lines)
+    lines += ["### Configurations", "", "| configuration | runs | median wall |", "|---|---|---|"]
+    for config in report["configs"]:
+        median = config["wall_s"]["median"] if config["wall_s"] else None
+        lines.append(
+            f"| `{config['label']}` | {len(config['runs'])} | {f'{median:.3f} s' if median is not None else '-'} |"
+        )
+    lines.append("")
+    lines += [f"- Note: {note}" for note in report["notes"]]
+    lines.append(
+        f"\nFails on: {', '.join(fail_on) or 'nothing'} (`fail_on` in .lagtrace.yml); muted and acknowledged "
+        "findings never fail it."
+    )
+    return "\n".join(lines)[:MAX_SUMMARY_CHARS]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return f"`{_cell(text)}`" if text else ""
+
+
+def test_location(report: dict[str, Any], test_id: str | None) -> tuple[str, int] | None:
+    """The file (from the node id, as pytest's rootdir names it) and line of a test."""
+    if not test_id or "::" not in test_id:
+        return None
+    path = test_id.split("::", 1)[0]
+    if not path.endswith(".py") or path.startswith("/") or ".." in path.split("/"):
+        return None
+    lines = {t["id"]: t.get("line") for t in report["tests"]}
+    return path, lines.get(test_id) or 1
+
+
+def check_annotations(report: dict[str, Any] | None, fail_on: list[str]) -> list[dict[str, Any]]:
+    """One annotation per open finding on a test, on the line that defines it."""
+    if not report:
+        return []
+    blocking = {f["id"] for f in failing(report, fail_on)}
+    annotations = []
+    for finding in report["findings"]:
+        where = test_location(report, finding["test"]) if is_open(finding) else None
+        if where is None:
+            continue
+        path, line = where
+        annotations.append(
+            {
+                "path": path,
+                "start_line": line,
+                "end_line": line,
+                "annotation_level": "failure" if finding["id"] in blocking else "warning",
+                "title": f"{finding['kind']}: {finding['test']}"[:255],
+                "message": f"{finding['title']}\n{finding['detail']}"[:MAX_ANNOTATION_CHARS],
+            }
+        )
+    return annotations[:MAX_ANNOTATIONS]

@@ -1,4 +1,7 @@
-"""GitHub deliveries: push and pull_request start a job, check_run rerequested a rerun.
+"""GitHub deliveries: push and pull_request start a job, check_run rerequested a rerun
+(and its "Rerun with other CPUs" requested action one on more CPU configurations).
+
+A pull request's job screens its head against its base commit (services/jobs/pull_requests.py).
 
 Trust: a delivery is signed with the secret of the repository it names (registered with
 `lagtrace repo register`; the server-wide secret only for repositories registered
@@ -13,21 +16,26 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput, Conflict, LagtraceError, NotFound, Unauthorized
-from services.github.client import signature_valid
+from services.github.client import RERUN_OTHER_CPUS, signature_valid
 from services.jobs.lifecycle import cancel_job
 from services.jobs.sources import describe_validation_error
-from services.jobs.submit import rerun_job, submit_job
+from services.jobs.submit import PullRequestRef, rerun_job, submit_job
 from services.models import Job, JobSource, Project, WebhookDelivery
 from services.settings import Settings
 
 PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
 NULL_SHA = "0" * 40
+# "Rerun with other CPUs": the dashboard's common configurations (a worker refuses, with a
+# message about the configuration, CPUs it does not have).
+OTHER_CPU_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
+MAX_RERUN_CONFIGS = 5
 
 
 class WebhooksOff(LagtraceError):
@@ -79,6 +87,7 @@ class PullRequest(BaseModel):
     number: int
     head: PullRequestHead
     base: PullRequestBase | None = None
+    html_url: str | None = None
 
 
 class PullRequestEvent(BaseModel):
@@ -92,10 +101,18 @@ class CheckRun(BaseModel):
     head_sha: str
 
 
+class RequestedAction(BaseModel):
+    identifier: str
+
+
 class CheckRunEvent(BaseModel):
     action: str
     check_run: CheckRun
     repository: Repository
+    requested_action: RequestedAction | None = None
+
+
+CHECK_RUN_ACTIONS = ("rerequested", "requested_action")
 
 
 @dataclass
@@ -105,7 +122,10 @@ class Outcome:
     duplicate: bool = False
 
 
-def _parse(model: type[BaseModel], payload: object, event: str) -> BaseModel:
+Parsed = TypeVar("Parsed", bound=BaseModel)
+
+
+def _parse(model: type[Parsed], payload: object, event: str) -> Parsed:
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
@@ -190,7 +210,10 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
         push = _parse(PushEvent, payload, event)
         if push.deleted or push.after == NULL_SHA:
             return Outcome("ignored: branch deleted")
-        return _start(session, settings, _registered(project, push.repository), ref=push.ref, sha=push.after)
+        branch = push.ref.removeprefix("refs/heads/") if push.ref.startswith("refs/heads/") else None
+        return _start(
+            session, settings, _registered(project, push.repository), ref=push.ref, sha=push.after, branch=branch
+        )
     if event == "pull_request":
         pull = _parse(PullRequestEvent, payload, event)
         if pull.action not in PULL_REQUEST_ACTIONS:
@@ -201,11 +224,16 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
         if head.repo is None or head.repo.full_name != pull.repository.full_name:
             return _fork(session, settings, registered, pull, ref)
         # The base repository serves every pull request's head, forks included.
-        return _start(session, settings, registered, ref=ref, sha=head.sha)
+        return _start(
+            session, settings, registered, ref=ref, sha=head.sha, branch=head.ref, pull_request=_pull_request_ref(pull)
+        )
     if event == "check_run":
         check = _parse(CheckRunEvent, payload, event)
-        if check.action != "rerequested":
+        if check.action not in CHECK_RUN_ACTIONS:
             return Outcome(f"ignored: check_run {check.action}")
+        identifier = check.requested_action.identifier if check.requested_action else None
+        if check.action == "requested_action" and identifier != RERUN_OTHER_CPUS:
+            return Outcome(f"ignored: requested action {identifier}")
         _registered(project, check.repository)
         parent = session.scalar(
             select(Job)
@@ -217,13 +245,42 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
         )
         if parent is None:
             return Outcome("ignored: not a lagtrace check run")
+        if check.action == "requested_action":
+            configs = other_cpus([config.label for config in parent.configs])
+            job = rerun_job(session, settings, parent, configs=configs, origin="github")
+            return Outcome(f"rerun of job {parent.id} with {', '.join(configs)}", job.id)
         job = rerun_job(session, settings, parent, configs=[], origin="github")
         return Outcome(f"rerun of job {parent.id}", job.id)
     return Outcome(f"ignored: event {event}")
 
 
+def other_cpus(labels: list[str]) -> list[str]:
+    """The configurations of a "Rerun with other CPUs": the job's own (so the rerun is
+    compared with it) and the common ones it did not run, up to MAX_RERUN_CONFIGS."""
+    wanted = list(dict.fromkeys([*labels, *(c for c in OTHER_CPU_CONFIGS if c not in labels)]))
+    return wanted[: max(MAX_RERUN_CONFIGS, len(labels))]
+
+
+def _pull_request_ref(pull: PullRequestEvent) -> PullRequestRef:
+    number, base = pull.pull_request.number, pull.pull_request.base
+    return PullRequestRef(
+        number=number,
+        url=pull.pull_request.html_url or f"https://github.com/{pull.repository.full_name}/pull/{number}",
+        base_ref=base.ref if base else None,
+        base_commit_sha=base.sha if base else None,
+    )
+
+
 def _start(
-    session: Session, settings: Settings, project: Project, *, ref: str, sha: str, config_commit_sha: str | None = None
+    session: Session,
+    settings: Settings,
+    project: Project,
+    *,
+    ref: str,
+    sha: str,
+    config_commit_sha: str | None = None,
+    branch: str | None = None,
+    pull_request: PullRequestRef | None = None,
 ) -> Outcome:
     job = submit_job(
         session,
@@ -236,8 +293,14 @@ def _start(
         origin="github",
         github_repository=project.github_repository,
         config_commit_sha=config_commit_sha,
+        trigger="pull_request" if pull_request else "push",
+        branch=branch,
+        pull_request=pull_request,
     )
-    return Outcome(f"job {job.id} for {sha[:12]}", job.id)
+    against = (
+        f" against base {pull_request.base_commit_sha[:12]}" if pull_request and pull_request.base_commit_sha else ""
+    )
+    return Outcome(f"job {job.id} for {sha[:12]}{against}", job.id)
 
 
 def _fork(session: Session, settings: Settings, project: Project, pull: PullRequestEvent, ref: str) -> Outcome:
@@ -246,7 +309,14 @@ def _fork(session: Session, settings: Settings, project: Project, pull: PullRequ
     fork = head.repo.full_name if head.repo else "a deleted fork"
     if project.allow_fork_pull_requests and pull.pull_request.base is not None:
         outcome = _start(
-            session, settings, project, ref=ref, sha=head.sha, config_commit_sha=pull.pull_request.base.sha
+            session,
+            settings,
+            project,
+            ref=ref,
+            sha=head.sha,
+            config_commit_sha=pull.pull_request.base.sha,
+            branch=head.ref,
+            pull_request=_pull_request_ref(pull),
         )
         outcome.outcome += f" (fork {fork}: the base branch's .lagtrace.yml)"
         return outcome
@@ -261,6 +331,9 @@ def _fork(session: Session, settings: Settings, project: Project, pull: PullRequ
         commit_sha=head.sha,
         origin="github",
         github_repository=project.github_repository,
+        trigger="pull_request",
+        branch=head.ref,
+        pull_request=_pull_request_ref(pull),
     )
     cancel_job(session, settings, job, "policy")
     job.error = (

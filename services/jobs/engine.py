@@ -22,7 +22,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,17 +35,17 @@ from services.diagnose.context import RuleContext
 from services.diagnose.diagnose import screen_findings
 from services.errors import BadInput
 from services.github.client import GitHubClient, GitHubError, check_run_body
-from services.jobs import ledger, lifecycle, sources
+from services.jobs import ledger, lifecycle, pull_requests, sources
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
 from services.jobs.report import build_report
-from services.jobs.spec import enforce_policy
+from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.measure import nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
-from services.measure.screen import screen
+from services.measure.screen import BaseSide, screen
 from services.measure.stats import Summary, median_interval
 from services.models import Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
 from services.settings import Settings
@@ -140,13 +140,24 @@ def screen_phase(
     workdir: Path,
     progress: Progress = _quiet,
     checkpoint: Checkpoint = _nothing,
+    base: BaseSide | None = None,
 ) -> None:
-    """Every configuration, interleaved; runs of an earlier attempt that died are dropped first."""
+    """Every configuration, interleaved (with a pull request's base commit when ``base``);
+    runs of an earlier attempt that died are dropped first."""
     for config in job.configs:
-        for run in [r for r in config.runs if r.kind in (RunKind.timing, RunKind.warmup)]:
+        for run in [r for r in config.runs if r.kind is not RunKind.evidence]:
             session.delete(run)
     session.flush()
-    screen(session, job, executor, settings.thresholds, workdir=workdir, progress=progress, checkpoint=checkpoint)
+    screen(
+        session,
+        job,
+        executor,
+        settings.thresholds,
+        workdir=workdir,
+        progress=progress,
+        checkpoint=checkpoint,
+        base=base,
+    )
 
 
 def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
@@ -253,8 +264,9 @@ def drill_phase(
 
 
 def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
-    """The rules over everything stored; the job is done."""
+    """The rules over everything stored (and a pull request's comparison with its base); the job is done."""
     diagnose(session, job, settings.thresholds)
+    pull_requests.record(session, job, settings.thresholds)
     lifecycle.finish(session, settings, job)
 
 
@@ -516,9 +528,11 @@ def _checkout(
     name: str,
     lock: Callable[[], AbstractContextManager[None]],
     checkpoint: Checkpoint,
+    commit: str | None = None,
 ) -> Iterator[tuple[Executor, Path]]:
-    """A fresh checkout of the job's code and its executor, held under the node's measurement lock."""
-    directory, _ = sources.checkout(source, settings, name)
+    """A fresh checkout of the job's code (``commit``: another commit of its repository) and
+    its executor, held under the node's measurement lock."""
+    directory, _ = sources.checkout(source, settings, name, commit=commit)
     try:
         executor = _executor(job, source, settings)
         with lock():
@@ -529,6 +543,33 @@ def _checkout(
             yield executor, directory
     finally:
         sources.remove(directory)
+
+
+@contextmanager
+def _base_side(
+    settings: Settings, job: Job, source: JobSource, name: str, checkpoint: Checkpoint
+) -> Iterator[BaseSide | None]:
+    """A pull request's base commit, checked out and prepared beside the head (inside the
+    head's measurement lock already); None for other jobs, or when the base cannot be
+    fetched (the head is still screened, and the report says why there is no comparison)."""
+    if not source.base_commit_sha:
+        yield None
+        return
+    with ExitStack() as stack:
+        base: BaseSide | None = None
+        try:
+            executor, directory = stack.enter_context(
+                _checkout(settings, job, source, name, nullcontext, checkpoint, commit=source.base_commit_sha)
+            )
+        except (BadInput, sources.SourceError) as exc:
+            job.notes = [*job.notes, f"the base commit {source.base_commit_sha[:12]} could not be prepared: {exc}"]
+        else:
+
+            def needs_runs(labels: list[str]) -> list[str]:
+                return [label for label in pull_requests.needs_runs(job, settings.thresholds) if label in labels]
+
+            base = BaseSide(directory, executor, needs_runs)
+        yield base
 
 
 def _source(session: Session, job: Job) -> JobSource:
@@ -557,6 +598,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                     spec.executor,
                 )
                 job.probes, job.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
+                source.fail_on = spec.fail_on if isinstance(spec, RepositoryConfig) else None
                 specs = spec.configs
             else:
                 specs = [config.label for config in job.configs]
@@ -602,9 +644,19 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     checkpoint = _stop_if_cancelled(session, job, task)
     try:
         lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
-        with _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory):
+        with (
+            _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory),
+            _base_side(settings, job, source, f"base-{task.id}", checkpoint) as base,
+        ):
             screen_phase(
-                session, settings, job, executor, workdir=directory, progress=_progress(job), checkpoint=checkpoint
+                session,
+                settings,
+                job,
+                executor,
+                workdir=directory,
+                progress=_progress(job),
+                checkpoint=checkpoint,
+                base=base,
             )
     except JobCancelled:
         task.state = TaskState.cancelled

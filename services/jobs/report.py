@@ -10,6 +10,7 @@ from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.jobs import pull_requests
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import evidence as evidence_models
 from services.measure import hostload
@@ -77,12 +78,15 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
                 "wall_s": _summary(wall.get(config.label)),
             }
         )
+    # Where each test is defined (JUnit's line attribute): check-run annotations point there.
+    lines = {r.test_id: r.line for c in job.configs for run in c.runs for r in run.test_results if r.line}
     tests = []
     for test_id, per_config in samples.tests.items():
         summaries = samples.test_summaries(test_id)
         tests.append(
             {
                 "id": test_id,
+                "line": lines.get(test_id),
                 "configs": [
                     {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
                     for label, values in per_config.items()
@@ -218,6 +222,8 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "findings": finding_dicts,
         # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
         "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
+        # A pull request's job: each test head against base (services/jobs/pull_requests.py).
+        "base_comparison": pull_requests.comparison_view(job),
     }
     return validated(report)
 
@@ -298,6 +304,25 @@ def render_text(report: dict[str, Any]) -> str:
             ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
             rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
         out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
+
+    comparison = report.get("base_comparison")
+    if comparison:
+        out += ["", f"Compared with base {comparison['base_commit'][:12]} (head median / base median, 95 % interval)"]
+        rows = [
+            [
+                row["test"] or "(whole command)",
+                row["config"],
+                _seconds(row["base_median_s"]),
+                _seconds(row["head_median_s"]),
+                f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
+                f"{row['ratio_low']:.2f} .. {row['ratio_high']:.2f}" if row["ratio_low"] is not None else "-",
+                row["verdict"].replace("_", " "),
+            ]
+            for row in comparison["tests"]
+        ]
+        out += [
+            "  " + line for line in _table(["test", "config", "base", "head", "change", "interval", "verdict"], rows)
+        ]
 
     if report["failed_runs"]:
         out += [

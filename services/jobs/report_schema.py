@@ -88,6 +88,8 @@ class TestConfig(_Part):
 class ReportTest(_Part):
     id: str
     configs: list[TestConfig]
+    # The line that defines it (JUnit's line attribute, 1-based), where known.
+    line: int | None = None
 
 
 class FailedRun(_Part):
@@ -190,6 +192,33 @@ class Diagnosis(_Part):
     kinds: list[str]
 
 
+class BaseChange(_Part):
+    """One test (None: the whole command) in one configuration, head against base."""
+
+    test: str | None
+    config: str
+    base_median_s: float
+    head_median_s: float
+    base_n: int
+    head_n: int
+    # head median / base median with its 95 % bootstrap interval; None when a median is 0.
+    ratio: float | None
+    ratio_low: float | None
+    ratio_high: float | None
+    p_value: float | None  # rank test, base runs against head runs
+    verdict: Literal["regressed", "improved", "unchanged", "too_noisy"]
+
+
+class BaseComparison(_Part):
+    """A pull request's head against its base commit, screened interleaved on one node."""
+
+    base_commit: str
+    base_ref: str | None
+    head_commit: str | None
+    tests: list[BaseChange]
+    counts: dict[str, int]
+
+
 class Report(_Part):
     # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
     schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
@@ -206,6 +235,7 @@ class Report(_Part):
     evidence: list[ReportEvidence]
     findings: list[ReportFinding]
     diagnoses: list[Diagnosis] = []
+    base_comparison: BaseComparison | None = None
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -90,10 +90,11 @@ def check_archive(data: bytes, settings: Settings) -> bytes:
     return data
 
 
-def checkout(source: JobSource, settings: Settings, name: str) -> tuple[Path, str | None]:
+def checkout(source: JobSource, settings: Settings, name: str, *, commit: str | None = None) -> tuple[Path, str | None]:
     """Materialise the job's code in a new directory ``name`` below the work dir.
 
-    Returns the directory and, for git, the commit it holds.
+    ``commit``: another commit of the same repository (a pull request's base) instead of
+    the job's own. Returns the directory and, for git, the commit it holds.
     """
     directory = settings.work_dir / "jobs" / str(source.job_id) / name
     shutil.rmtree(directory, ignore_errors=True)
@@ -105,7 +106,9 @@ def checkout(source: JobSource, settings: Settings, name: str) -> tuple[Path, st
             shutil.rmtree(directory, ignore_errors=True)
             raise
         return directory, None
-    return directory, _clone(source, settings, directory)
+    if commit is not None and not SHA.match(commit):
+        raise SourceError(f"commit {commit!r}: not a commit id")
+    return directory, _clone(source, settings, directory, commit)
 
 
 def remove(directory: Path) -> None:
@@ -254,10 +257,10 @@ def _git(settings: Settings, *args: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def _clone(source: JobSource, settings: Settings, directory: Path) -> str:
+def _clone(source: JobSource, settings: Settings, directory: Path, commit: str | None = None) -> str:
     # The resolved commit wins over the ref: every task of a job, and its reruns,
     # measure the same code even if the branch moved meanwhile.
-    want = source.commit_sha or source.ref or "HEAD"
+    want = commit or source.commit_sha or source.ref or "HEAD"
     check_repository_url(source.repository_url or "", settings)
     _git(settings, "init", "--quiet", cwd=directory)
     # `--` everywhere a URL or ref follows: neither may become an option (--upload-pack=...).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -109,8 +109,20 @@ class RerunSpec(BaseModel):
     timeout_s: float | None = Field(None, gt=0, le=86400)
 
 
+FAIL_ON = ("regression", "high", "medium", "low", "info")
+DEFAULT_FAIL_ON = ["regression", "high"]
+
+
 class RepositoryConfig(JobSpec):
-    """`.lagtrace.yml` at the repository root: the same fields as an API job."""
+    """`.lagtrace.yml` at the repository root: the same fields as an API job, and the check run's policy."""
+
+    fail_on: list[Literal["regression", "high", "medium", "low", "info"]] | None = Field(
+        None,
+        max_length=len(FAIL_ON),
+        description="What fails the GitHub check run: `regression` (a test slower than the pull request's base, "
+        "or a fixed finding back), and severities (that one or worse) of open findings. Unset: "
+        f"{DEFAULT_FAIL_ON}; []: never fails on findings.",
+    )
 
 
 REPOSITORY_CONFIG_FILE = ".lagtrace.yml"

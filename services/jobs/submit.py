@@ -7,17 +7,18 @@ once the caller commits (services.jobs.outbox).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
-from services.jobs.sources import check_archive, check_ref, check_repository_url
+from services.jobs.sources import SHA, check_archive, check_ref, check_repository_url
 from services.jobs.spec import MAX_CPU, JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
 from services.measure.executors import EXECUTORS
@@ -59,9 +60,13 @@ def submit_job(
     origin: str = "api",
     github_repository: str | None = None,
     config_commit_sha: str | None = None,
+    trigger: str | None = None,
+    branch: str | None = None,
+    pull_request: PullRequestRef | None = None,
 ) -> Job:
     """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
-    (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config)."""
+    (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config).
+    ``pull_request``: the head is screened against its base commit (services/jobs/pull_requests.py)."""
     if (repository_url is None) == (archive is None):
         raise BadInput("give exactly one of repository.url and an uploaded archive", field="repository")
     if repository_url is not None:
@@ -88,6 +93,9 @@ def submit_job(
         probes=spec.evidence if spec else None,
         stall_after_s=spec.stall_after_s if spec else None,
     )
+    job.trigger = trigger or TRIGGERS.get(origin, origin)
+    if pull_request is not None and pull_request.base_commit_sha is not None:
+        check_commit(pull_request.base_commit_sha)
     session.add(
         JobSource(
             job_id=job.id,
@@ -101,11 +109,39 @@ def submit_job(
             github_repository=github_repository,
             github_head_sha=commit_sha,
             config_commit_sha=config_commit_sha,
+            branch=branch,
+            base_ref=pull_request.base_ref if pull_request else None,
+            base_commit_sha=pull_request.base_commit_sha if pull_request else None,
+            pull_request_number=pull_request.number if pull_request else None,
+            pull_request_url=pull_request.url if pull_request else None,
         )
     )
     session.flush()
     add_task(session, job, settings, PREPARE)
     return job
+
+
+# What started a job, by the entry point that stored it (a GitHub delivery names its event).
+TRIGGERS = {"api": "api", "web": "dashboard", "cli": "cli", "github": "push"}
+
+
+@dataclass(frozen=True)
+class PullRequestRef:
+    number: int
+    url: str | None
+    base_ref: str | None
+    base_commit_sha: str | None
+
+
+def check_commit(sha: str) -> str:
+    if not SHA.match(sha):
+        raise BadInput(f"base commit {sha!r}: not a commit id")
+    return sha
+
+
+def trigger_of(job: Job) -> str:
+    """push, pull_request, api, dashboard, rerun or cli (jobs stored before triggers were: from their source)."""
+    return job.trigger or ("rerun" if job.parent_id else TRIGGERS.get(job.source, job.source))
 
 
 def _rerun_command(session: Session, parent: Job, test_id: str | None) -> list[str]:
@@ -169,6 +205,7 @@ def rerun_job(
         stall_after_s=spec.stall_after_s,
     )
     job.parent_id = parent.id
+    job.trigger = "rerun"
     session.add(
         JobSource(
             job_id=job.id,
@@ -181,6 +218,13 @@ def rerun_job(
             github_repository=source.github_repository,
             github_head_sha=source.github_head_sha,
             config_commit_sha=source.config_commit_sha,
+            # A pull request's rerun is compared with the same base, and fails on the same policy.
+            branch=source.branch,
+            base_ref=source.base_ref,
+            base_commit_sha=source.base_commit_sha,
+            pull_request_number=source.pull_request_number,
+            pull_request_url=source.pull_request_url,
+            fail_on=source.fail_on,
         )
     )
     session.flush()
@@ -198,12 +242,27 @@ def get_job(session: Session, project: Project, job_id: int) -> Job:
 def list_jobs(
     session: Session, project: Project, *, status: str | None, limit: int, before_id: int | None
 ) -> list[Job]:
-    query = select(Job).where(Job.project_id == project.id).order_by(Job.id.desc()).limit(limit)
+    # job_summary reads each job's configurations, project and source: load them for the
+    # whole page in three queries, not three per job.
+    query = (
+        select(Job)
+        .where(Job.project_id == project.id)
+        .options(selectinload(Job.configs), selectinload(Job.project))
+        .order_by(Job.id.desc())
+        .limit(limit)
+    )
     if status:
         query = query.where(Job.status == JobStatus(status))
     if before_id:
         query = query.where(Job.id < before_id)
     return list(session.scalars(query))
+
+
+def job_summaries(session: Session, jobs: list[Job]) -> list[dict[str, Any]]:
+    """job_summary of each job, their sources read in one query (most jobs have none)."""
+    ids = [job.id for job in jobs]
+    sources = {s.job_id: s for s in session.scalars(select(JobSource).where(JobSource.job_id.in_(ids)))} if ids else {}
+    return [job_summary(session, job, sources) for job in jobs]
 
 
 def progress(session: Session, job: Job) -> dict[str, Any]:
@@ -248,8 +307,9 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
     }
 
 
-def job_summary(session: Session, job: Job) -> dict[str, Any]:
-    source = session.get(JobSource, job.id)
+def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None = None) -> dict[str, Any]:
+    """``sources``: the job's source among those read already (job_summaries)."""
+    source = sources.get(job.id) if sources is not None else session.get(JobSource, job.id)
     return {
         "id": job.id,
         "project": job.project.name,
@@ -265,6 +325,19 @@ def job_summary(session: Session, job: Job) -> dict[str, Any]:
         "created_at": job.created_at.isoformat(),
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+        "trigger": trigger_of(job),
+        "branch": source.branch if source else None,
+        "commit": (source.commit_sha or source.github_head_sha) if source else None,
+        "pull_request": (
+            {
+                "number": source.pull_request_number,
+                "url": source.pull_request_url,
+                "base_ref": source.base_ref,
+                "base_commit": source.base_commit_sha,
+            }
+            if source and source.pull_request_number is not None
+            else None
+        ),
         "repository": (
             {"url": source.repository_url, "ref": source.ref, "commit": source.commit_sha}
             if source and source.kind == "git"
@@ -280,6 +353,12 @@ def job_detail(session: Session, job: Job) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
+        # The report walks every run's test results: read them in two queries, not one per run.
+        session.scalars(
+            select(JobConfig)
+            .where(JobConfig.job_id == job.id)
+            .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
+        ).all()
         detail["report"] = build_report(job)
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:

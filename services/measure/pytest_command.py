@@ -55,6 +55,7 @@ class TestCase:
     test_id: str  # pytest's node id where it can be rebuilt: tests/test_x.py::TestY::test_z
     duration_s: float
     outcome: str  # passed, failed, error, skipped
+    line: int | None = None  # 1-based line of its definition (xunit1's 0-based line attribute + 1)
 
 
 def is_pytest(command: list[str]) -> bool:
@@ -254,7 +255,7 @@ def parse(path: Path) -> list[TestCase]:
     cases: list[TestCase] = []
     for suite in suites:
         for case in suite:
-            cases.append(TestCase(_node_id(case), float(case.time or 0.0), _outcome(case)))
+            cases.append(TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case)))
     return cases
 
 
@@ -267,6 +268,11 @@ def _node_id(case) -> str:
         classes = rest.split(".") if rest else []
         return "::".join([file, *classes, case.name])
     return f"{classname}::{case.name}" if classname else case.name
+
+
+def _line(case) -> int | None:
+    line = case._elem.get("line")
+    return int(line) + 1 if line is not None and line.isdigit() else None
 
 
 def _outcome(case) -> str:

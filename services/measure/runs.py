@@ -116,7 +116,9 @@ def store_run(
         foreign_cpus=result.foreign_cpus,
         read_syscalls=result.read_syscalls,
         read_bytes=result.read_bytes,
-        test_results=[TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome) for c in cases],
+        test_results=[
+            TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome, line=c.line) for c in cases
+        ],
     )
     session.add(run)
     session.flush()

@@ -49,11 +49,12 @@ def succeeded(run: Run) -> bool:
     return run.exit_code == 0 and not run.timed_out
 
 
-def collect(job: Job) -> JobSamples:
+def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
+    """The job's samples; ``kind`` RunKind.base: its pull request's base commit's."""
     samples = JobSamples()
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for config in job.configs:
-        timing_runs = [run for run in config.runs if run.kind == RunKind.timing]
+        timing_runs = [run for run in config.runs if run.kind == kind]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
         for run in timing_runs:

@@ -7,6 +7,10 @@ biasing one. Each configuration first gets one warm-up run, stored as such and l
 of every statistic. A configuration stops early once more runs cannot change its
 verdict against any other, never before ``min_repetitions`` runs (the false-positive
 rate of that rule is measured by tests/bench/bench_false_positives.py).
+
+A pull request's job also screens its base commit (``base``): each configuration's base
+and head runs are shuffled into the same rounds, on the same node, so that whatever the
+machine does meanwhile falls on both sides alike.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import shutil
 import statistics
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,6 +38,16 @@ from services.thresholds import Thresholds
 Progress = Callable[[str], None]
 
 
+@dataclass
+class BaseSide:
+    """The base commit's checkout, its executor (prepared on it), and when its runs may stop:
+    ``needs_runs`` answers, after each round, which configurations the comparison wants more of."""
+
+    workdir: Path
+    executor: Executor
+    needs_runs: Callable[[list[str]], list[str]]
+
+
 def screen(
     session: Session,
     job: Job,
@@ -42,6 +57,7 @@ def screen(
     workdir: Path,
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
+    base: BaseSide | None = None,
 ) -> None:
     """Run the timing screen for all of ``job``'s configurations, storing every run as it finishes.
 
@@ -54,30 +70,40 @@ def screen(
     order = random.Random(job.screen_seed)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
 
-    def measure(job_config: JobConfig, kind: RunKind, repetition: int) -> None:
-        run_dir = scratch / f"{job_config.position}-{repetition}"
+    sides = [False, True] if base is not None else [False]
+
+    def measure(job_config: JobConfig, kind: RunKind, repetition: int, on_base: bool = False) -> None:
+        run_dir = scratch / f"{job_config.position}-{repetition}{'-base' if on_base else ''}"
         run_dir.mkdir()
+        if on_base and base is not None:
+            kind = RunKind.base_warmup if kind is RunKind.warmup else RunKind.base
         measured = run_once(
             session,
-            executor,
+            base.executor if on_base and base is not None else executor,
             job_config,
             command=job.command,
-            workdir=workdir,
+            workdir=base.workdir if on_base and base is not None else workdir,
             run_dir=run_dir,
             timeout_s=job.timeout_s,
             kind=kind,
             repetition=repetition,
         )
         checkpoint()
-        progress(_progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases)))
+        progress(
+            ("base " if on_base else "")
+            + _progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases))
+        )
 
     try:
-        for job_config in round_order(order, active):
-            measure(job_config, RunKind.warmup, 0)
+        for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+            measure(job_config, RunKind.warmup, 0, on_base)
         for repetition in range(1, job.repeat + 1):
-            for job_config in round_order(order, active):
-                measure(job_config, RunKind.timing, repetition)
-            still = still_active([c.label for c in active], collect(job), thresholds, repetition, job.repeat)
+            for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+                measure(job_config, RunKind.timing, repetition, on_base)
+            labels = [c.label for c in active]
+            still = still_active(labels, collect(job), thresholds, repetition, job.repeat)
+            if base is not None and repetition < job.repeat:
+                still = [*still, *(label for label in base.needs_runs(labels) if label not in still)]
             for done in active:
                 if done.label not in still and repetition < job.repeat:
                     progress(f"{done.label}: verdict settled after {repetition} runs")
@@ -151,7 +177,7 @@ def _spread_out(values: list[float], thresholds: Thresholds) -> bool:
 def _progress_line(
     job_config: JobConfig, kind: RunKind, repetition: int, repeat: int, result: RunResult, tests: int
 ) -> str:
-    if kind == RunKind.warmup:
+    if kind in (RunKind.warmup, RunKind.base_warmup):
         parts = [f"{job_config.label}: warm-up run {result.wall_s:.3f} s (not counted)"]
     else:
         parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]

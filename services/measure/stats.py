@@ -219,3 +219,36 @@ def benjamini_hochberg(p_values: dict[str, float], q: float) -> set[str]:
         if p <= q * i / m:
             cutoff = i
     return {key for key, _ in ranked[:cutoff]}
+
+
+# --- Did a change make it slower? A pull request's head against its base ------------
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def ratio_interval(
+    base: list[float], head: list[float], seed: int = 0, confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """head median / base median, and its percentile bootstrap interval.
+
+    Each side is resampled on its own (the runs were interleaved, not paired), by a
+    seeded generator so that one job always reports the same interval. A median of 0
+    (below the clock) gives an infinite ratio; callers floor such series first.
+    """
+    if not base or not head:
+        raise ValueError("no samples")
+    rng = random.Random(seed)
+
+    def ratio(b: float, h: float) -> float:
+        return h / b if b > 0 else math.inf
+
+    estimates = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        b = statistics.median(rng.choices(base, k=len(base)))
+        h = statistics.median(rng.choices(head, k=len(head)))
+        estimates.append(ratio(b, h))
+    estimates.sort()
+    tail = (1 - confidence) / 2
+    low = estimates[int(tail * (len(estimates) - 1))]
+    high = estimates[math.ceil((1 - tail) * (len(estimates) - 1))]
+    return ratio(statistics.median(base), statistics.median(head)), low, high

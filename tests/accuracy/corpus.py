@@ -8,9 +8,13 @@ and recall per finding kind, and the time from command to diagnosis. It exits 1 
 pathology's kind is missed or a healthy twin gets a medium or high finding.
 
 Pinned libraries are installed once into a virtual environment per requirements file
-and interpreter, cached under .state/accuracy/venvs/ by their hash.
+and interpreter, cached under .state/accuracy/venvs/ by their hash. With the docker
+executor each side runs from a staged copy of its folder: its own requirements file and
+a wheelhouse downloaded on the host, which lagtrace's prepare step installs without a
+network into the cached ``lagtrace-deps`` image that every timing run starts from
+(timing and evidence runs have no network either).
 
-    .venv/bin/python tests/accuracy/corpus.py [--quick] [--case NAME ...] [--executor local]
+    .venv/bin/python tests/accuracy/corpus.py [--quick] [--case NAME ...] [--executor local|docker]
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -26,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -55,7 +60,6 @@ class Side:
     tolerate: list[str]
     requirements: Path | None
     interpreter: str
-    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -111,7 +115,6 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     case.get("tolerate", []),
                     None,
                     interpreter,
-                    case.get("env", {}),
                 )
                 cases[name] = (bool(case.get("quick")), [side])
             continue
@@ -129,7 +132,6 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     part.get("tolerate", []),
                     requirements,
                     interpreter,
-                    {key: str(value) for key, value in part.get("env", {}).items()},
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -158,6 +160,100 @@ def python_for(side: Side) -> str:
     return str(python)
 
 
+# The docker executor's prepare step installs every requirements*.txt of the working
+# tree; these stay out of a staged copy, which gets the side's own file alone.
+LOCK_FILES = ("requirements*.txt", "constraints*.txt")
+
+
+def wheelhouse(side: Side) -> Path:
+    """The side's pinned libraries as wheels, downloaded once on the host (cached by hash).
+
+    The host's interpreter is CPython 3.11 on Debian bookworm's glibc, as the runner
+    image's is, so the wheels it picks install in the container."""
+    assert side.requirements is not None
+    python = python_for(side)
+    key = hashlib.sha256(side.requirements.read_bytes()).hexdigest()[:16]
+    wheels = STATE / "wheels" / key
+    if not (wheels / ".ready").exists():
+        shutil.rmtree(wheels, ignore_errors=True)
+        print(f"accuracy: wheels for {side.name} in {wheels}", file=sys.stderr)
+        pip = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:"]
+        subprocess.run([*pip, "-d", str(wheels), "-r", str(side.requirements)], check=True)
+        (wheels / ".ready").touch()
+    return wheels
+
+
+def staged_for_docker(side: Side) -> Path:
+    """A copy of the side's folder that the container can install from without a network.
+
+    Only the side's own requirements file goes in (the pathology and its twin may pin
+    different versions in one folder), as requirements.txt, with --no-index and the
+    wheelhouse beside it: lagtrace's prepare step then builds the side's cached
+    lagtrace-deps image from it, as it would from a user's repository."""
+    if side.requirements is None:
+        return side.directory
+    pinned = side.requirements.read_text()
+    pins = [line for line in pinned.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    wheels = wheelhouse(side) if pins else None
+    key = hashlib.sha256(f"{side.directory}\n{pinned}".encode()).hexdigest()[:12]
+    stage = STATE / "stage" / f"{side.case}-{side.variant}-{key}"
+    shutil.rmtree(stage, ignore_errors=True)
+    skip = shutil.ignore_patterns(*LOCK_FILES, "case.yaml", "__pycache__", ".pytest_cache")
+    shutil.copytree(side.directory, stage, ignore=skip)
+    if pins:  # an empty requirements file: nothing to prepare, the runner image as it is
+        assert wheels is not None
+        shutil.copytree(wheels, stage / "wheels", ignore=shutil.ignore_patterns(".ready"))
+        (stage / "requirements.txt").write_text(f"--no-index\n--find-links {stage / 'wheels'}\n{pinned}")
+    # The container runs as uid 1000: the copy must be readable (and its folders listable) by others.
+    for path in [stage, *stage.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for parent in stage.parents:
+        if parent == REPO:
+            break
+        parent.chmod(parent.stat().st_mode | 0o005)
+    return stage
+
+
+def prepare_images(sides: list[Side]) -> None:
+    """Build each staged side's lagtrace-deps image before the timing starts, outside the
+    CPU lock: a pip install is not a measurement (as python_for's venvs are built outside).
+
+    The image is keyed by the project (the engine's cache scope, ``project-<id>``), so
+    this only applies to cases that already have a project in the corpus database; the
+    others are prepared by their first `lagtrace run`, which does the same."""
+    os.environ["XDG_DATA_HOME"] = str(STATE / "data")
+    sys.path.insert(0, str(REPO))
+    from sqlalchemy import select
+
+    from services.db import make_engine, make_session_factory
+    from services.measure.executors.docker import DockerExecutor
+    from services.models import Project
+    from services.settings import Settings
+
+    settings = Settings()
+    with make_session_factory(make_engine(settings))() as session:
+        projects = {name: id_ for name, id_ in session.execute(select(Project.name, Project.id))}
+    for side in sides:
+        stage = staged_for_docker(side)
+        if side.case not in projects or not (stage / "requirements.txt").exists():
+            continue
+        executor = DockerExecutor(settings, cache_scope=f"project-{projects[side.case]}")
+        executor.prepare(stage, functools.partial(_say, side.name))
+
+
+def _say(name: str, line: str) -> None:
+    print(f"accuracy: {name}: {line}", file=sys.stderr)
+
+
+def command_for(side: Side, executor: str) -> tuple[list[str], Path]:
+    """The command as a user would type it, and its working directory, per executor."""
+    if executor == "docker":
+        # In the container the prepared image's virtual environment is first on PATH.
+        return ["python3" if part == "python" else part for part in side.command], staged_for_docker(side)
+    python = python_for(side)
+    return [python if part == "python" else part for part in side.command], side.directory
+
+
 @contextlib.contextmanager
 def cpu_lock():
     with CPU_LOCK.open("a") as handle:
@@ -169,16 +265,18 @@ def cpu_lock():
 
 
 def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
-    python = python_for(side)
-    command = [python if part == "python" else part for part in side.command]
+    command, workdir = command_for(side, executor)
     report_path = out_dir / f"{side.case}-{side.variant}.json"
     log_path = out_dir / f"{side.case}-{side.variant}.log"
-    env = {**os.environ, **side.env, "XDG_DATA_HOME": str(STATE / "data")}
+    # No per-side environment: lagtrace passes none of its caller's to the command
+    # (services/measure/executors/local.py child_environment), so a twin differs by its
+    # command or its requirements, as a user's fix would.
+    env = {**os.environ, "XDG_DATA_HOME": str(STATE / "data")}
     argv = [str(LAGTRACE), "run", "--executor", executor, "--json", str(report_path), "--project", side.case]
-    argv += ["--workdir", str(side.directory), "--", *command]
+    argv += ["--workdir", str(workdir), "--", *command]
     started = time.perf_counter()
     with log_path.open("w") as log:
-        result = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=side.directory)
+        result = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     seconds = time.perf_counter() - started
     if result.returncode != 0 or not report_path.exists():
         tail = " / ".join(log_path.read_text(errors="replace").strip().splitlines()[-3:])
@@ -238,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         for side in cases[name][1]:
-            python_for(side)  # installs outside the lock: pip is not a measurement
+            # Installs outside the lock: pip is not a measurement.
+            if args.executor == "local":
+                python_for(side)
+    if args.executor == "docker":
+        prepare_images([side for name in chosen for side in cases[name][1]])
     outcomes = []
     pending = list(chosen)
     while pending:
@@ -305,8 +407,13 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
             side = next(s for s in cases[entry["case"]][1] if s.variant == entry["variant"])
             report = json.loads((run_dir / f"{side.case}-{side.variant}.json").read_text())
             job = session.get(Job, report["job"]["id"])
-            found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
-            outcomes.append(Outcome(side, found, entry["seconds"]))
+            if job is None:  # the corpus database was reset since that run
+                outcomes.append(
+                    Outcome(side, [], entry["seconds"], f"job {report['job']['id']} is not in {STATE / 'data'}")
+                )
+            else:
+                found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
+                outcomes.append(Outcome(side, found, entry["seconds"]))
             _print_outcome(outcomes[-1])
         session.rollback()  # the stored findings stay those of the run
     return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")

@@ -7,10 +7,11 @@ import json
 import os
 
 import pytest
+from sqlalchemy import select
 
 from cli.submit import pack_directory
 from services.measure.configs import format_cpulist
-from services.models import Finding, Job, TriageStatus
+from services.models import ApiToken, Finding, Job, TriageStatus
 from tests.conftest import EXAMPLES
 from tests.service_support import make_repository
 
@@ -113,6 +114,9 @@ def test_list_filters_and_pages(api, tmp_path):
     second = api.wait(create(api, repository={"url": url}, command=["missing-program"]).get_json()["id"])
     listed = api.get("/api/v1/jobs").get_json()
     assert [j["id"] for j in listed["jobs"]] == [second["id"], first["id"]]
+    # The page reads its jobs' sources and configurations in one query each, not per job.
+    assert [j["repository"]["url"] for j in listed["jobs"]] == [url, url]
+    assert listed["jobs"][1]["configs"] == ["cpuset=0"]
     assert [j["id"] for j in api.get("/api/v1/jobs?status=failed").get_json()["jobs"]] == [second["id"]]
     page = api.get("/api/v1/jobs?limit=1").get_json()
     assert [j["id"] for j in page["jobs"]] == [second["id"]]
@@ -131,6 +135,19 @@ def test_another_projects_token_sees_nothing(api, tmp_path):
         api.client.post(f"/api/v1/jobs/{job['id']}/rerun", json={"configs": ["cpuset=0"]}, headers=other).status_code
         == 404
     )
+
+
+def test_a_tokens_last_use_is_kept_after_a_read_and_written_at_most_once_a_minute(sqlite_api):
+    def last_used():
+        with sqlite_api.session_factory() as session:
+            return session.scalar(select(ApiToken.last_used_at))
+
+    assert last_used() is None
+    assert sqlite_api.get("/api/v1/jobs").status_code == 200
+    first = last_used()
+    assert first is not None  # a read commits nothing else, but the token's use is kept
+    assert sqlite_api.get("/api/v1/jobs").status_code == 200
+    assert last_used() == first  # within the minute: no write, so no lock on the token's row
 
 
 def test_cancel_a_queued_job_then_again(sqlite_api):

@@ -1,10 +1,14 @@
 """Adaptive repetitions: does stopping a configuration early, once more runs cannot change
-its verdict, cost the verdict? Each example of examples/ is screened twice, back to back,
-with `lagtrace run --repeat 10`: once as shipped (early stopping) and once with every
-configuration held to 10 runs (LAGTRACE_THRESHOLDS__MIN_REPETITIONS=10). Figures: the
-runs the adaptive screen needed over the fixed screen's, and how often both reach the
-same findings (kind, configuration, test). Targets: half the runs or fewer, the same
-verdicts every time.
+its verdict, cost the verdict? Each example of examples/ is screened three times, back
+to back, with `lagtrace run --repeat 10`: twice with every configuration held to 10 runs
+(LAGTRACE_THRESHOLDS__MIN_REPETITIONS=10) and once as shipped (early stopping), the
+adaptive screen between the fixed ones in turn. Figures: the runs the adaptive screen
+needed over the fixed screens', how often it reaches the same findings (kind,
+configuration, test) as a fixed screen, and how often the two fixed screens agree with
+each other: the noise floor, since two screens of the same code on a shared machine
+may differ without any stopping rule. Targets: half the runs or fewer, the same verdicts.
+Quick mode: one example, --repeat 6 (the rule can stop one run early), no second fixed
+screen: a smoke run.
 
     .venv/bin/python -m tests.bench.run --only adaptive [--quick]
 """
@@ -31,32 +35,49 @@ def verdicts(report: dict) -> set[tuple]:
     return {(f["kind"], f["config"], f["test"]) for f in report["findings"]}
 
 
-def _screen(home, workdir, command: list[str], fixed: bool) -> dict:
-    args = ["--executor", "local", "--repeat", str(REPEAT), "--evidence", "none"]
+def _screen(home, workdir, command: list[str], fixed: bool, repeat: int = REPEAT) -> dict:
+    args = ["--executor", "local", "--repeat", str(repeat), "--evidence", "none"]
     for config in CONFIGS:
         args += ["--config", config]
-    settings = {"LAGTRACE_THRESHOLDS__MIN_REPETITIONS": str(REPEAT)} if fixed else {}
+    settings = {"LAGTRACE_THRESHOLDS__MIN_REPETITIONS": str(repeat)} if fixed else {}
     return lagtrace_run(home, args, command, workdir=workdir, **settings)
 
 
 def run(quick: bool = False) -> dict:
     examples = EXAMPLES[:1] if quick else EXAMPLES
     trials = 1 if quick else 2
+    repeat = 6 if quick else REPEAT
     pairs = []
     with scratch_dir("adaptive") as home:
         for trial in range(trials):
             for label, where, command in examples:
-                # Alternate which screen goes first, so drift favours neither.
-                order = (True, False) if trial % 2 == 0 else (False, True)
-                reports = {fixed: _screen(home, REPO / where, command, fixed) for fixed in order}
+                # The adaptive screen first, second or last in turn: drift favours none. The
+                # quick run has no second fixed screen (it is a smoke run, not a figure).
+                order = [("fixed", True), ("fixed_again", True)][: 1 if quick else 2]
+                order.insert((trial + len(pairs)) % (len(order) + 1), ("adaptive", False))
+                reports = {name: _screen(home, REPO / where, command, fixed, repeat) for name, fixed in order}
+                found = {name: verdicts(report) for name, report in reports.items()}
                 pairs.append(
                     {
                         "example": label,
-                        "fixed_runs": len(timing_walls(reports[True])),
-                        "adaptive_runs": len(timing_walls(reports[False])),
-                        "fixed_verdicts": sorted(map(list, verdicts(reports[True])), key=str),
-                        "adaptive_verdicts": sorted(map(list, verdicts(reports[False])), key=str),
-                        "agree": verdicts(reports[True]) == verdicts(reports[False]),
+                        "order": [name for name, _ in order],
+                        "fixed_runs": len(timing_walls(reports["fixed"])),
+                        "adaptive_runs": len(timing_walls(reports["adaptive"])),
+                        "verdicts": {name: sorted(map(list, v), key=str) for name, v in found.items()},
+                        # Agreement of the adaptive screen with each fixed one, and of the fixed ones.
+                        "agree": [
+                            found["adaptive"] == found[name] for name in ("fixed", "fixed_again") if name in found
+                        ],
+                        "fixed_agree": found["fixed"] == found["fixed_again"] if "fixed_again" in found else None,
+                        "differ": sorted(map(list, found["adaptive"] ^ found["fixed"]), key=str),
+                        # A difference on a configuration that ran every repetition in the
+                        # adaptive screen too is the machine's noise, not the stopping rule's.
+                        "stopped_early": sorted(
+                            label
+                            for label in CONFIGS
+                            if len(timing_walls(reports["adaptive"], label))
+                            < len(timing_walls(reports["fixed"], label))
+                        ),
                     }
                 )
 
@@ -69,13 +90,33 @@ def run(quick: bool = False) -> dict:
         rng = random.Random(16)
         estimates = [share(rng.choices(pairs, k=len(pairs))) for _ in range(BOOTSTRAP_RESAMPLES)]
         low, high = percentile(estimates, 50 * (1 - CONFIDENCE)), percentile(estimates, 100 - 50 * (1 - CONFIDENCE))
-    agreed = sum(p["agree"] for p in pairs)
+    comparisons = [agree for p in pairs for agree in p["agree"]]
+    agreed = 100 * sum(comparisons) / len(comparisons)
+    floor = None if quick else 100 * sum(p["fixed_agree"] for p in pairs) / len(pairs)
     note = f"{len(examples)} example(s) x {trials} trial(s)"
+    differences = [(p, verdict) for p in pairs for verdict in p["differ"]]
+    early = sum(1 for p, (_, config, _) in differences if config in p["stopped_early"])
     return {
         "figures": [
-            Figure("runs, adaptive / fixed 10", value, "x", low, high, "<= 0.50", value <= 0.5, len(pairs), note),
             Figure(
-                "verdicts agree", 100 * agreed / len(pairs), "%", None, None, "100 %", agreed == len(pairs), len(pairs)
+                f"runs, adaptive / fixed {repeat}", value, "x", low, high, "<= 0.50", value <= 0.5, len(pairs), note
+            ),
+            Figure(
+                "verdicts agree, adaptive vs fixed",
+                agreed,
+                "%",
+                None,
+                None,
+                "100 %",
+                agreed == 100,
+                len(comparisons),
+                (f"fixed vs fixed {floor:.0f} %; " if floor is not None else "")
+                + f"{early} of {len(differences)} differences on a configuration the adaptive screen stopped early",
+            ),
+            *(
+                [Figure("verdicts agree, fixed vs fixed (the noise floor)", floor, "%", n=len(pairs))]
+                if floor is not None
+                else []
             ),
         ],
         "pairs": pairs,

@@ -109,8 +109,8 @@ def _plain_docker(settings: Settings, workdir: Path) -> float:
 
 
 def _compare(executor: str, quick: bool, plain: Callable[[Path], float]) -> dict:
-    rounds = 2 if quick else 12
-    per_round = 5 if quick else 3
+    rounds = 1 if quick else 12
+    per_round = 3
     measured: list[float] = []
     baseline: list[float] = []
     round_ratios: list[float] = []

@@ -81,11 +81,15 @@ def _from_stall(result: dict) -> list[Figure]:
         figures += [
             Figure(
                 f"GIL wait seen, {name}",
-                seen,
+                None if seen is None else 100 * seen,
                 "%",
                 target=">= 95 %",
                 met=seen is not None and seen >= 0.95,
                 n=r["runs"],
+                note=(
+                    f"deadline {r['stall_after_s']:.2f} s (default {r['default_stall_after_s']:.2f} s); "
+                    f"slow median {r['slow_median_s']:.2f} s, fast {r['fast_median_s']:.2f} s"
+                ),
             ),
             Figure(
                 f"deadline to freeze, {name}",
@@ -146,7 +150,7 @@ BENCHMARKS = [
         "tests.bench.bench_stall:run",
         ("GIL wait seen, local", "deadline to freeze, local", "frozen, local"),
         adapt=_from_stall,
-        what="stall snapshot of a ~150 MB hand-off program, default threshold, per executor",
+        what="stall snapshot of a ~150 MB hand-off program mid-hand-off, per executor",
     ),
     Benchmark(
         "turnaround",
@@ -163,8 +167,8 @@ BENCHMARKS = [
     Benchmark(
         "adaptive",
         "tests.bench.bench_adaptive:run",
-        ("runs, adaptive / fixed 10", "verdicts agree"),
-        what="examples/ with --repeat 10, early stopping vs fixed 10 per configuration",
+        ("runs, adaptive / fixed", "verdicts agree, adaptive vs fixed"),
+        what="examples/ with --repeat 10, early stopping vs fixed 10 per configuration, twice",
     ),
     Benchmark(
         "false_positives",

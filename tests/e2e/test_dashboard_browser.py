@@ -222,10 +222,16 @@ def test_sign_in_submit_watch_triage_and_rerun(page, server, shots, tmp_path):
     flame = page.locator("object.flamegraph")
     assert flame.count() >= 1, page.content()[-3000:]
     page.screenshot(path=shots / "05-finding.png")
+    # Evidence the finding does not cite is folded: unfold it all, as a reader would.
+    page.eval_on_selector_all("details.pair", "folded => folded.forEach((d) => { d.open = true; })")
     page.locator("section.evidence:has(.thread)").first.screenshot(path=shots / "06-finding-stacks.png")
-    flame.first.scroll_into_view_if_needed()
-    page.wait_for_timeout(500)  # let the <object> draw before the screenshot
-    page.locator("section.evidence:has(object.flamegraph)").first.screenshot(path=shots / "07-finding-flamegraph.png")
+    # The py-spy profile as the interactive flame graph (the static SVG is its fallback).
+    interactive = page.locator(".flame[data-ready=true]").first
+    interactive.wait_for(timeout=15_000)
+    assert interactive.locator(".flame-chart svg g.frame").count() >= 3
+    interactive.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # the drawing transition
+    page.locator("section.evidence:has(.flame)").first.screenshot(path=shots / "07-finding-flamegraph.png")
     svg = page.request.get(flame.first.get_attribute("data"))
     assert svg.ok and svg.headers["content-type"].startswith("image/svg+xml") and "<svg" in svg.text()
 

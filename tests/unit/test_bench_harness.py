@@ -117,3 +117,30 @@ def test_the_false_positive_simulation_reads_as_figures():
     rate, quiet, bimodal = harness._from_false_positives(result)
     assert (rate.value, rate.met, rate.n) == (pytest.approx(0.44), True, 10_000)
     assert quiet.value == 2.5 and bimodal.note == "> 10x"
+
+
+def _stall_result(witnessed: int, snapshots: int) -> dict:
+    return {
+        "runs": 20,
+        "snapshots": snapshots,
+        "witnessed_gil_wait": witnessed,
+        "freeze_delay_median_s": 0.002 if snapshots else None,
+        "frozen_median_s": 0.31 if snapshots else None,
+        "rss_mb_median": 160 if snapshots else None,
+        "stall_after_s": 0.9,
+        "default_stall_after_s": 8.0,
+        "slow_median_s": 2.1,
+        "fast_median_s": 0.8,
+    }
+
+
+def test_the_stall_benchmark_reads_as_percentages_and_no_snapshot_at_all_is_broken():
+    seen, delay, frozen = harness._from_stall({"local": _stall_result(witnessed=19, snapshots=20)})
+    assert (seen.value, seen.met) == (95.0, True)
+    assert (delay.value, delay.met) == (pytest.approx(2.0), True)
+    assert (frozen.value, frozen.met, frozen.n) == (pytest.approx(310.0), True, 20)
+    assert "deadline 0.90 s (default 8.00 s)" in seen.note
+    # Every run ended before its deadline: nothing was measured, the benchmark is broken.
+    stall = next(b for b in harness.BENCHMARKS if b.name == "stall")
+    problems = harness._problems(stall, harness._from_stall({"local": _stall_result(witnessed=0, snapshots=0)}))
+    assert "figure 'deadline to freeze, local' has no value" in problems

@@ -5,6 +5,7 @@ with its flame graph in the artifact store, faulthandler) and findings citing it
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 from sqlalchemy.orm import Session
@@ -44,8 +45,9 @@ def _timing_runs(config: JobConfig, walls: list[float], slow_test: list[float]) 
         config.runs.append(run)
 
 
-def flame_graph_file(path: Path) -> Path:
-    profile = {
+def speedscope_profile() -> dict:
+    """A py-spy speedscope recording: three samples of one thread (as py-spy writes it)."""
+    return {
         "shared": {
             "frames": [
                 {"name": "main", "file": "/app/ws.py", "line": 10},
@@ -62,7 +64,11 @@ def flame_graph_file(path: Path) -> Path:
             }
         ],
     }
-    path.write_text(flamegraph.render_svg(flamegraph.tree_from_speedscope(profile), "py-spy record, 100 Hz"))
+
+
+def flame_graph_file(path: Path) -> Path:
+    tree = flamegraph.tree_from_speedscope(speedscope_profile())
+    path.write_text(flamegraph.render_svg(tree, "py-spy record, 100 Hz"))
     return path
 
 
@@ -120,10 +126,22 @@ def store_handoff_job(
         "image/svg+xml",
     )
 
-    def evidence(kind: str, content: dict, text: str | None = None, artifacts: list | None = None) -> Evidence:
+    profile_path = settings.artifact_dir / "profile.json"
+    profile_path.write_text(json.dumps(speedscope_profile()))
+    profile = store.put(
+        f"job-{job.id}/run-{evidence_run.id}/pyspy-profile.speedscope.json", profile_path, "application/json"
+    )
+
+    def evidence(
+        kind: str,
+        content: dict,
+        text: str | None = None,
+        artifacts: list | None = None,
+        config: JobConfig = two,
+    ) -> Evidence:
         entry = Evidence(
             job=job,
-            config=two,
+            config=config,
             run=evidence_run,
             test_id=TEST_SLOW,
             kind=kind,
@@ -239,7 +257,21 @@ def store_handoff_job(
                 }
             ],
         },
-        artifacts=[svg.as_dict()],
+        artifacts=[svg.as_dict(), profile.as_dict()],
+    )
+    # The drill traces the fast configuration too: the same test pinned to one core
+    # barely touches futex (not cited by any finding: it is the baseline).
+    evidence(
+        "strace",
+        {
+            "top": "read",
+            "top_pct_time": 61.0,
+            "syscalls": [
+                {"name": "read", "pct_time": 61.0, "seconds": 0.0061, "usecs_per_call": 2, "calls": 3000, "errors": 0},
+                {"name": "futex", "pct_time": 4.0, "seconds": 0.0004, "usecs_per_call": 4, "calls": 100, "errors": 0},
+            ],
+        },
+        config=one,
     )
     session.flush()
 

@@ -159,7 +159,7 @@ def test_triage_records_who_changed_what(dashboard):
     assert "No findings match" not in dashboard.page("/?status=muted")
     with dashboard.session_factory() as session:
         sensitive = session.scalar(select(Finding.id).where(Finding.kind == "cpu_sensitivity"))
-    assert "<th>ratio</th><td><code>90</code>" in dashboard.page(f"/findings/{sensitive}")  # 4 significant digits
+    assert "<th>ratio</th><td><code>90.0×</code>" in dashboard.page(f"/findings/{sensitive}")  # with its unit
 
 
 def test_rerun_form_makes_a_linked_job_with_other_configurations(dashboard):

@@ -2,7 +2,7 @@
 
 pytest imports every installed plugin's entry point at start-up (autoload), so the
 suite's milliseconds of work sit behind a second of imports; the healthy twin runs the
-same suite with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1.
+same suite with only pytest installed.
 """
 
 import pytest

@@ -469,3 +469,21 @@ def test_evidence_probes_work_inside_the_container(tmp_path):
     assert gdb["status"] == "ok" and len(gdb["threads"]) == 3
     # the core was copied out of the container into the artifact store
     assert any(a["name"].startswith("core.") for a in evidence["gdb"]["artifacts"])
+
+
+def test_where_a_program_is_in_the_image_is_looked_up_once_per_process(workdir, engine):
+    # The look-up is a container of its own (~0.3 s), on every job's way to its first run.
+    since = int(time.time()) - 1
+    DockerExecutor(Settings()).check_command(["python3", "prog.py"], workdir)
+    DockerExecutor(Settings()).check_command(["python3", "prog.py"], workdir)
+    with pytest.raises(BadInput, match="not found on PATH"):
+        DockerExecutor(Settings()).check_command(["no-such-program-here"], workdir)
+    with pytest.raises(BadInput, match="not found on PATH"):
+        DockerExecutor(Settings()).check_command(["no-such-program-here"], workdir)
+    created = engine.events(
+        since=since,
+        until=int(time.time()) + 1,
+        decode=True,
+        filters={"type": "container", "event": "create", "label": f"{OWNER_LABEL}={docker_executor.owner_id()}"},
+    )
+    assert len(list(created)) <= 2  # at most one per program this process had not looked up

@@ -1,0 +1,236 @@
+"""A pull request against its base: per test, did the head make it slower?
+
+The screen runs the base commit's checkout beside the head's, interleaved in the same
+rounds on one node (services/measure/screen.py BaseSide). Here each test (and the whole
+command) in each configuration is judged head against base: the ratio of medians with a
+seeded bootstrap interval, and the rank test over both sides' runs, its p-values held
+to the job's false discovery rate across every test judged (Benjamini-Hochberg, as for
+cpu_sensitivity). A verdict needs ``min_repetitions`` runs a side; a change below the
+``cpu_sensitivity_min_s`` floor is no change. A regressed test becomes a finding
+(``slower_than_base``) so that it is triaged, and muted, like any other.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, object_session
+
+from services.diagnose import triage
+from services.diagnose.findings import Severity, fingerprint, format_seconds
+from services.measure.samples import JobSamples, collect
+from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test, ratio_interval
+from services.models import BaseComparison, Finding, Job, JobSource, RunKind
+from services.thresholds import Thresholds
+
+REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY = "regressed", "improved", "unchanged", "too_noisy"
+VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY)
+FINDING_KIND = "slower_than_base"
+# The order the report, the check run and the page list them in.
+VERDICT_ORDER = {REGRESSED: 0, TOO_NOISY: 1, IMPROVED: 2, UNCHANGED: 3}
+
+
+@dataclass
+class Change:
+    config: str
+    test_id: str | None
+    base: Summary
+    head: Summary
+    ratio: float | None
+    ratio_low: float | None
+    ratio_high: float | None
+    p_value: float | None
+    verdict: str
+
+
+def compare(base: JobSamples, head: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[Change]:
+    """Every test (None: the command) and configuration measured on both sides."""
+    pairs: list[tuple[str | None, str, list[float], list[float]]] = []
+    for test_id, head_series, _ in head.series():
+        base_series = base.wall if test_id is None else base.tests.get(test_id, {})
+        for label, head_values in head_series.items():
+            base_values = base_series.get(label)
+            if head_values and base_values:
+                pairs.append((test_id, label, base_values, head_values))
+    rng = random.Random(seed)
+    p_values = {i: rank_test([b, h], rng) for i, (_, _, b, h) in enumerate(pairs)}
+    moved = benjamini_hochberg({str(i): p for i, p in p_values.items()}, thresholds.cpu_sensitivity_fdr)
+    changes = []
+    for i, (test_id, label, base_values, head_values) in enumerate(pairs):
+        b, h = median_interval(base_values), median_interval(head_values)
+        ratio = low = high = None
+        if b.median > 0 and h.median > 0:
+            ratio, low, high = ratio_interval(base_values, head_values, seed=seed + i)
+        changes.append(
+            Change(
+                label,
+                test_id,
+                b,
+                h,
+                ratio,
+                low,
+                high,
+                p_values[i],
+                verdict(b, h, ratio, low, high, str(i) in moved, thresholds),
+            )
+        )
+    return changes
+
+
+def verdict(
+    base: Summary,
+    head: Summary,
+    ratio: float | None,
+    low: float | None,
+    high: float | None,
+    significant: bool,
+    thresholds: Thresholds,
+) -> str:
+    if abs(head.median - base.median) < thresholds.cpu_sensitivity_min_s:
+        return UNCHANGED  # below the floor: a scheduler tick, not a change worth a verdict
+    if min(base.n, head.n) < thresholds.min_repetitions or ratio is None or low is None or high is None:
+        return TOO_NOISY
+    change = thresholds.base_change_ratio
+    if significant and low > 1 and ratio >= change:
+        return REGRESSED
+    if significant and high < 1 and ratio <= 1 / change:
+        return IMPROVED
+    if low >= 1 / change and high <= change:
+        return UNCHANGED
+    return TOO_NOISY
+
+
+def needs_runs(job: Job, thresholds: Thresholds) -> list[str]:
+    """The configurations whose comparison more runs could still decide (the screen's stopping rule)."""
+    changes = compare(collect(job, RunKind.base), collect(job), thresholds, job.screen_seed or 0)
+    return list(dict.fromkeys(c.config for c in changes if c.verdict == TOO_NOISY))
+
+
+def record(session: Session, job: Job, thresholds: Thresholds) -> list[BaseComparison]:
+    """Store the comparison of a pull request's job and its slower_than_base findings (idempotent).
+
+    Called after the rules stored the job's other findings; a job without a base does nothing.
+    """
+    source = session.get(JobSource, job.id)
+    if source is None or not source.base_commit_sha:
+        return []
+    session.execute(delete(BaseComparison).where(BaseComparison.job_id == job.id))
+    base = collect(job, RunKind.base)
+    if not any(base.wall.values()) and not base.tests:
+        failed = sum(base.failed.values())
+        job.notes = [
+            *job.notes,
+            f"no comparison with the base commit {source.base_commit_sha[:12]}: "
+            + (f"its {failed} runs failed" if failed else "it was not screened"),
+        ]
+        return []
+    changes = compare(base, collect(job), thresholds, job.screen_seed or 0)
+    rows = [
+        BaseComparison(
+            job_id=job.id,
+            config_label=c.config,
+            test_id=c.test_id,
+            base_median_s=c.base.median,
+            head_median_s=c.head.median,
+            base_n=c.base.n,
+            head_n=c.head.n,
+            ratio=c.ratio,
+            ratio_low=c.ratio_low,
+            ratio_high=c.ratio_high,
+            p_value=c.p_value,
+            verdict=c.verdict,
+        )
+        for c in changes
+    ]
+    session.add_all(rows)
+    _findings(session, job, source, changes, thresholds)
+    session.flush()
+    return rows
+
+
+def _findings(session: Session, job: Job, source: JobSource, changes: list[Change], thresholds: Thresholds) -> None:
+    worst: dict[str | None, Change] = {}
+    for change in changes:
+        if change.verdict != REGRESSED or change.ratio is None:
+            continue
+        known = worst.get(change.test_id)
+        if known is None or (known.ratio or 0) < change.ratio:
+            worst[change.test_id] = change
+    if any(test_id is not None for test_id in worst):
+        # The command is slower because a test is: one problem, triaged once, on the test.
+        worst.pop(None, None)
+    base_commit = (source.base_commit_sha or "")[:12]
+    for test_id, change in worst.items():
+        ratio = change.ratio or 0.0
+        severity = (
+            Severity.high
+            if ratio >= thresholds.severity_high_ratio
+            else Severity.medium
+            if ratio >= thresholds.severity_medium_ratio
+            else Severity.low
+        )
+        what = test_id or "the command"
+        scope = test_id or "command:" + shlex.join(job.command)
+        finding = Finding(
+            job=job,
+            kind=FINDING_KIND,
+            severity=severity,
+            title=f"{what} is {ratio:.1f}x slower than on the base commit {base_commit}",
+            detail=(
+                f"median {format_seconds(change.head.median)} against {format_seconds(change.base.median)} on "
+                f"{base_commit} with {change.config} (ratio {ratio:.2f}, 95 % interval {change.ratio_low:.2f} to "
+                f"{change.ratio_high:.2f}; {change.head.n} head and {change.base.n} base runs, interleaved; "
+                f"rank test p={change.p_value:.2g})"
+            ),
+            config_label=change.config,
+            test_id=test_id,
+            metrics={
+                "ratio": ratio,
+                "ratio_low": change.ratio_low,
+                "ratio_high": change.ratio_high,
+                "base_median_s": change.base.median,
+                "head_median_s": change.head.median,
+                "p_value": change.p_value,
+                "base_commit": source.base_commit_sha,
+            },
+            evidence_ids=[],
+            fingerprint=fingerprint(job.project.name, FINDING_KIND, scope),
+        )
+        triage.carry(session, finding)
+        session.add(finding)
+
+
+def comparison_view(job: Job) -> dict[str, Any] | None:
+    """The stored comparison as the report carries it (None: not a pull request's job)."""
+    session = object_session(job)
+    source = session.get(JobSource, job.id) if session is not None else None
+    if session is None or source is None or not source.base_commit_sha:
+        return None
+    rows = list(session.scalars(select(BaseComparison).where(BaseComparison.job_id == job.id)))
+    rows.sort(key=lambda r: (VERDICT_ORDER.get(r.verdict, 9), r.test_id is not None, r.test_id or "", r.config_label))
+    return {
+        "base_commit": source.base_commit_sha,
+        "base_ref": source.base_ref,
+        "head_commit": source.commit_sha or source.github_head_sha,
+        "tests": [
+            {
+                "test": r.test_id,
+                "config": r.config_label,
+                "base_median_s": r.base_median_s,
+                "head_median_s": r.head_median_s,
+                "base_n": r.base_n,
+                "head_n": r.head_n,
+                "ratio": r.ratio,
+                "ratio_low": r.ratio_low,
+                "ratio_high": r.ratio_high,
+                "p_value": r.p_value,
+                "verdict": r.verdict,
+            }
+            for r in rows
+        ],
+        "counts": {v: sum(r.verdict == v for r in rows) for v in VERDICTS},
+    }

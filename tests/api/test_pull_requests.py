@@ -1,0 +1,170 @@
+"""A pull request against its base, end to end: webhook, interleaved screen, check run, triage.
+
+GitHub is the local server of tests/service_support.py (the check-runs API as GitHub
+speaks it); everything else is real: PostgreSQL, the Docker executor, the job engine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from services.models import Job, JobSource, Run, RunKind
+from tests.service_support import SECRET, delivery_headers, register
+from tests.support.pull_requests import TARGET, TARGET_LINE, TEST_FILE, make_pull_request, pull_request_payload
+
+# One configuration, no drill: what is judged is the comparison with the base.
+LAGTRACE_YML = "command: python3 -m pytest -q tests\nconfigs: [cpuset=0]\nrepeat: 5\nevidence: []\n"
+
+
+def deliver(api, payload, delivery, event):
+    body = json.dumps(payload).encode()
+    return api.client.post(
+        "/api/v1/webhooks/github", data=body, headers=delivery_headers(body, delivery, event, SECRET)
+    )
+
+
+def completed_check_run(github_server, job_id: int, timeout_s: float = 60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for request in reversed(github_server.check_runs()):
+            if request.body.get("external_id") == str(job_id) and request.body.get("status") == "completed":
+                return request
+        time.sleep(0.1)
+    raise AssertionError(f"no completed check run for job {job_id}: {github_server.requests}")
+
+
+def wait_for(found, timeout_s: float = 60):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if result := found():
+            return result
+        time.sleep(0.1)
+    raise AssertionError("not reached in time")
+
+
+def check_run_id(github_server, job_id: int) -> int:
+    [created] = [r for r in github_server.check_runs() if r.method == "POST" and r.body["external_id"] == str(job_id)]
+    patched = [r for r in github_server.check_runs() if r.method == "PATCH" and r.body["external_id"] == str(job_id)]
+    return int(patched[0].path.rsplit("/", 1)[1]) if patched else created.body["id"]
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_pull_request_that_slows_one_test_5x_fails_until_its_finding_is_muted(api, tmp_path, github_server):
+    api.token = api.new_token("octo/demo")
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)
+    register(api.settings, api.session_factory, repository.url)
+
+    response = deliver(api, pull_request_payload(repository), "pr-1", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert job["status"] == "done", job["error"]
+    assert job["trigger"] == "pull_request" and job["branch"] == "slower" and job["commit"] == repository.head
+    assert job["pull_request"] == {
+        "number": 7,
+        "url": "https://github.com/octo/demo/pull/7",
+        "base_ref": "main",
+        "base_commit": repository.base,
+    }
+
+    # Base and head were screened in the same rounds, on one node.
+    with api.session_factory() as session:
+        kinds = [r.kind for r in session.query(Run).order_by(Run.id) if r.kind in (RunKind.timing, RunKind.base)]
+    assert kinds.count(RunKind.base) >= 5 and kinds.count(RunKind.timing) >= 5
+    assert kinds[: len(kinds) // 2].count(RunKind.base) >= 2, kinds  # interleaved, not one side after the other
+
+    comparison = job["report"]["base_comparison"]
+    assert comparison["base_commit"] == repository.base and comparison["head_commit"] == repository.head
+    verdicts = {row["test"]: row for row in comparison["tests"]}
+    target = verdicts[TARGET]
+    assert target["verdict"] == "regressed", comparison
+    assert 3 < target["ratio_low"] <= target["ratio"] <= target["ratio_high"] < 8
+    assert verdicts[f"{TEST_FILE}::test_steady"]["verdict"] in ("unchanged", "too_noisy")
+    [slower] = [f for f in job["report"]["findings"] if f["kind"] == "slower_than_base"]
+    assert slower["test"] == TARGET and slower["status"] == "new"
+
+    check = completed_check_run(github_server, job["id"])
+    assert check.body["conclusion"] == "failure", check.body["output"]
+    assert TARGET in check.body["output"]["summary"] and "**regressed**" in check.body["output"]["summary"]
+    [annotation] = [a for a in check.body["output"]["annotations"] if a["title"].endswith(TARGET)]
+    assert annotation["path"] == TEST_FILE and annotation["start_line"] == TARGET_LINE
+    assert annotation["annotation_level"] == "failure"
+    assert check.body["actions"][0]["identifier"] == "rerun_other_cpus"
+
+    # Mute the finding through the API, then GitHub's "Re-run" rerequests the check run.
+    muted = api.client.patch(
+        f"/api/v1/findings/{slower['id']}", json={"status": "muted", "note": "intended: it now waits"}, headers=api.auth
+    )
+    assert muted.status_code == 200, muted.get_json()
+    # The muting reaches the check run GitHub shows at once: it is updated, and passes.
+    first_check = check_run_id(github_server, job["id"])
+    updated = wait_for(
+        lambda: [
+            r
+            for r in github_server.check_runs()
+            if r.method == "PATCH" and r.path.endswith(f"/{first_check}") and r.body.get("conclusion") == "success"
+        ]
+    )
+    assert "| muted |" in updated[0].body["output"]["summary"]
+    rerequest = {
+        "action": "rerequested",
+        "check_run": {"id": first_check, "head_sha": repository.head},
+        "repository": {"full_name": "octo/demo"},
+    }
+    response = deliver(api, rerequest, "rerun-1", "check_run")
+    assert response.status_code == 202, response.get_json()
+    rerun = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert rerun["status"] == "done" and rerun["trigger"] == "rerun" and rerun["parent_id"] == job["id"]
+    assert rerun["pull_request"]["base_commit"] == repository.base  # compared with the same base again
+    [again] = [f for f in rerun["report"]["findings"] if f["kind"] == "slower_than_base"]
+    assert again["status"] == "muted" and again["fingerprint"] == slower["fingerprint"]
+    passed = completed_check_run(github_server, rerun["id"])
+    assert passed.body["conclusion"] == "success", passed.body["output"]
+    assert "annotations" not in passed.body["output"] or not any(
+        a["title"].endswith(TARGET) for a in passed.body["output"]["annotations"]
+    )
+
+
+def test_the_rerun_with_other_cpus_action_reruns_on_more_configurations(sqlite_api, tmp_path):
+    api = sqlite_api
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)
+    register(api.settings, api.session_factory, repository.url)
+    parent_id = deliver(api, pull_request_payload(repository), "pr-2", "pull_request").get_json()["job_id"]
+    with api.session_factory() as session:  # as if prepare had read .lagtrace.yml and notify made the check run
+        parent = session.get(Job, parent_id)
+        parent.command = ["python3", "-m", "pytest", "-q", "tests"]
+        session.get(JobSource, parent_id).github_check_run_id = 4242
+        session.commit()
+
+    def action(identifier: str, delivery: str):
+        payload = {
+            "action": "requested_action",
+            "check_run": {"id": 4242, "head_sha": repository.head},
+            "requested_action": {"identifier": identifier},
+            "repository": {"full_name": "octo/demo"},
+        }
+        return deliver(api, payload, delivery, "check_run")
+
+    response = action("rerun_other_cpus", "action-1")
+    assert response.status_code == 202, response.get_json()
+    with api.session_factory() as session:
+        child = session.get(Job, response.get_json()["job_id"])
+        assert child.parent_id == parent_id and child.trigger == "rerun"
+        assert [c.label for c in child.configs] == ["cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2"]
+        source = session.get(JobSource, child.id)
+        assert source.base_commit_sha == repository.base and source.pull_request_number == 7
+    ignored = action("something_else", "action-2").get_json()
+    assert ignored["outcome"] == "ignored: requested action something_else" and ignored["job_id"] is None
+
+
+def test_a_pull_request_with_a_base_that_is_no_commit_id_is_refused(sqlite_api, tmp_path):
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)
+    register(sqlite_api.settings, sqlite_api.session_factory, repository.url)
+    payload = pull_request_payload(repository)
+    payload["pull_request"]["base"]["sha"] = "--upload-pack=evil"
+    response = deliver(sqlite_api, payload, "pr-bad-base", "pull_request")
+    assert response.status_code == 422 and "base commit" in response.get_json()["error"]
+    assert sqlite_api.count(Job) == 0

@@ -1,0 +1,124 @@
+"""What a finished job's check run says: conclusion (triage, policy), summary, annotations, action."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.github.client import RERUN_OTHER_CPUS, check_run_body, conclusion
+from services.models import Job, JobSource, JobStatus, Project
+from services.settings import Settings
+
+SETTINGS = Settings(database_url="sqlite://", public_url="http://lagtrace.test")
+SLOW = "tests/test_speed.py::test_slow"
+
+
+def finding(id: int, severity: str, status: str = "new", kind: str = "cpu_sensitivity", **extra) -> dict[str, Any]:
+    return {
+        "id": id,
+        "kind": kind,
+        "severity": severity,
+        "title": f"finding {id}",
+        "detail": "why",
+        "config": "cpuset=0",
+        "test": SLOW,
+        "metrics": {},
+        "evidence": [],
+        "fingerprint": f"f{id}",
+        "status": status,
+        "regression": False,
+        **extra,
+    }
+
+
+def report(*findings: dict[str, Any], comparison: dict | None = None) -> dict[str, Any]:
+    return {
+        "findings": list(findings),
+        "tests": [{"id": SLOW, "line": 12, "configs": []}],
+        "configs": [{"label": "cpuset=0", "runs": [{}] * 5, "wall_s": {"median": 0.5}}],
+        "notes": [],
+        "base_comparison": comparison,
+    }
+
+
+def done_job() -> Job:
+    return Job(id=3, status=JobStatus.done, project=Project(name="octo/demo"), configs=[], command=["pytest"])
+
+
+def source(fail_on: list[str] | None = None) -> JobSource:
+    return JobSource(job_id=3, github_head_sha="a" * 40, base_commit_sha="b" * 40, fail_on=fail_on)
+
+
+@pytest.mark.parametrize(
+    "statuses,expected",
+    [
+        (["new"], "failure"),
+        (["muted"], "success"),
+        (["acknowledged"], "success"),
+        (["muted", "acknowledged"], "success"),
+        (["muted", "new"], "failure"),
+    ],
+)
+def test_muted_and_acknowledged_high_findings_do_not_fail_the_check(statuses, expected):
+    # The bug: "With every high finding muted, the pull request's check run still fails".
+    found = [finding(i, "high", status) for i, status in enumerate(statuses)]
+    assert conclusion(done_job(), report(*found)) == expected
+
+
+def test_the_policy_decides_what_fails_and_open_findings_it_lets_pass_are_neutral():
+    medium = report(finding(1, "medium"))
+    assert conclusion(done_job(), medium) == "neutral"  # default: regression, high
+    assert conclusion(done_job(), medium, ["medium"]) == "failure"
+    assert conclusion(done_job(), medium, ["high"]) == "neutral"
+    slower = report(finding(2, "low", kind="slower_than_base"))
+    assert conclusion(done_job(), slower) == "failure"
+    assert conclusion(done_job(), slower, []) == "neutral"
+    back = report(finding(3, "info", regression=True))
+    assert conclusion(done_job(), back, ["regression"]) == "failure"
+    assert conclusion(done_job(), report()) == "success"
+
+
+def test_a_completed_check_run_names_the_slower_test_annotates_its_line_and_offers_a_rerun():
+    row = {
+        "test": SLOW,
+        "config": "cpuset=0",
+        "base_median_s": 0.03,
+        "head_median_s": 0.15,
+        "base_n": 5,
+        "head_n": 5,
+        "ratio": 5.0,
+        "ratio_low": 4.6,
+        "ratio_high": 5.4,
+        "p_value": 0.008,
+        "verdict": "regressed",
+    }
+    comparison = {
+        "base_commit": "b" * 40,
+        "base_ref": "main",
+        "head_commit": "a" * 40,
+        "tests": [row],
+        "counts": {"regressed": 1, "improved": 0, "unchanged": 0, "too_noisy": 0},
+    }
+    slower = finding(5, "medium", kind="slower_than_base")
+    muted = finding(6, "high", "muted", test="tests/test_speed.py::test_other")
+    body = check_run_body(SETTINGS, done_job(), source(), report(slower, muted, comparison=comparison))
+    assert body["status"] == "completed" and body["conclusion"] == "failure"
+    summary = body["output"]["summary"]
+    assert f"`{SLOW}`" in summary and "5.00x (4.60 to 5.40)" in summary and "**regressed**" in summary
+    assert "**fails the check**" in summary and "| muted |" in summary
+    assert body["output"]["title"].startswith("1 test slower than base")
+    [annotation] = body["output"]["annotations"]  # the muted finding is not annotated
+    assert annotation["path"] == "tests/test_speed.py" and annotation["start_line"] == 12
+    assert annotation["annotation_level"] == "failure" and SLOW in annotation["title"]
+    [action] = body["actions"]
+    assert action["identifier"] == RERUN_OTHER_CPUS
+    # GitHub's limits on a check run's action.
+    assert len(action["label"]) <= 20 and len(action["description"]) <= 40 and len(action["identifier"]) <= 20
+
+
+def test_findings_on_no_file_get_no_annotation():
+    command = finding(1, "high", test=None)
+    outside = finding(2, "high", test="../etc/x.py::t")
+    body = check_run_body(SETTINGS, done_job(), source(), report(command, outside))
+    assert "annotations" not in body["output"]

@@ -1,0 +1,130 @@
+"""The test catalogue: every test a project ran, p50/p95 per configuration over time per
+branch, flakiness, open findings, search and filters; fed from finished jobs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from services.diagnose.findings import fingerprint
+from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
+from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
+from web.catalogue import percentile
+
+
+def _jobs(dashboard, branches: list[str | None]) -> list[int]:
+    dashboard.add_user("ann", ["demo"])
+    ids = []
+    with dashboard.session_factory() as session:
+        start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+        for i, branch in enumerate(branches):
+            job = store_handoff_job(session, dashboard.settings, created_at=start + dt.timedelta(days=i))
+            source = session.get(JobSource, job.id)
+            source.ref = branch
+            ids.append(job.id)
+        session.commit()
+    assert dashboard.sign_in("ann").status_code == 302
+    return ids
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert abs(percentile([float(v) for v in range(1, 21)], 0.95) - 19.05) < 1e-9
+    assert percentile([0.3], 0.95) == 0.3
+
+
+def test_catalogue_lists_each_test_once_with_its_newest_percentiles(dashboard):
+    _jobs(dashboard, ["refs/heads/main", "refs/heads/main", "feature"])
+    html = dashboard.page("/tests")
+    assert 'href="/tests"' in html and "aria-current" in html  # in the nav
+    rows = re.findall(r"<tr>\s*<td><a href=\"/tests/entry.*?</tr>", html, re.S)
+    assert len(rows) == 2  # two tests, not one row per job or configuration
+    slow = next(row for row in rows if TEST_SLOW in row)
+    # The newest job's median and p95 of the slow test: 20.0 ms / 21.8 ms pinned, 1.90 s / 2.03 s on two cores.
+    assert "<code>cpuset=0</code> 20.0 ms / 21.8 ms" in slow
+    assert "<code>cpuset=0-1</code> 1.90 s / 2.03 s" in slow
+    assert ">3<" in slow  # three jobs ran it
+    assert "main" in slow and "feature" in slow
+    # Its open findings link their finding pages; the steady test has none.
+    assert slow.count("/findings/") == 3
+    steady = next(row for row in rows if TEST_STEADY in row)
+    assert "none" in steady
+    with dashboard.session_factory() as session:
+        assert session.query(CataloguedJob).count() == 3
+        assert session.query(CatalogueEntry).count() == 2 * 2 * 2  # tests x configurations x branches
+    # A second view reads no job twice.
+    dashboard.page("/tests")
+    with dashboard.session_factory() as session:
+        assert sum(e.runs for e in session.query(CatalogueEntry)) == 3 * 2 * 5 * 2
+
+
+def test_catalogue_filters_and_search(dashboard):
+    _jobs(dashboard, ["main", "feature"])
+    assert TEST_STEADY not in dashboard.page("/tests?q=two_CLIENTS")
+    assert TEST_SLOW in dashboard.page("/tests?q=two_CLIENTS")
+    assert "No test matches" in dashboard.page("/tests?q=100%25")  # % is a character, not a wildcard
+    assert TEST_SLOW in dashboard.page("/tests?branch=feature")
+    assert "No test matches" in dashboard.page("/tests?branch=nope")
+    assert "No test matches" in dashboard.page("/tests?config=cpus%3D3")
+    assert TEST_SLOW in dashboard.page("/tests?config=cpuset%3D0")
+    assert "No test matches" in dashboard.page("/tests?project=999")
+    opened = dashboard.page("/tests?open=1")
+    assert TEST_SLOW in opened and TEST_STEADY not in opened
+    # Muting the newest finding of each problem closes it: the filter follows triage.
+    with dashboard.session_factory() as session:
+        for finding in session.query(Finding).all():
+            finding.status = TriageStatus.muted
+        session.commit()
+    assert "No test matches" in dashboard.page("/tests?open=1")
+
+
+def test_catalogue_pages(dashboard):
+    _jobs(dashboard, ["main"])
+    first = dashboard.page("/tests?per_page=1")
+    assert "older →" not in first  # two tests fit on a page
+    from web import catalogue
+
+    with dashboard.session_factory() as session:
+        rows, more = catalogue.catalogue(session, [1], per_page=1)
+        assert len(rows) == 1 and more
+        rest, more = catalogue.catalogue(session, [1], per_page=1, page=1)
+        assert len(rest) == 1 and not more and rest[0].test_id != rows[0].test_id
+
+
+def test_entry_plots_p50_and_p95_per_branch_and_counts_flaky_jobs(dashboard):
+    ids = _jobs(dashboard, ["main", "main", "feature"])
+    with dashboard.session_factory() as session:
+        job_id = ids[1]
+        session.add(
+            Finding(
+                job_id=job_id,
+                kind="latency_flaky",
+                severity="medium",
+                title="runs vary 3x",
+                detail="x",
+                config_label="cpuset=0-1",
+                test_id=TEST_SLOW,
+                metrics={"ratio": 3.0},
+                evidence_ids=[],
+                fingerprint=fingerprint("demo", "latency_flaky", TEST_SLOW),
+            )
+        )
+        session.commit()
+    html = dashboard.page(f"/tests/entry?project=1&id={TEST_SLOW}")
+    assert "flaky in 1 of them (33 %)" in html
+    assert html.count('<svg class="plot trend"') == 2  # main and feature
+    assert html.index("<code>feature</code>") < html.index("<code>main</code>")  # newest branch first
+    assert 'class="series p95' in html and 'class="series s0"' in html
+    assert "runs vary 3x" in html and "futex holds" in html
+    assert "1.90 s / 2.03 s" in html
+    assert dashboard.client.get("/tests/entry?project=1&id=nope").status_code == 404
+    assert dashboard.client.get(f"/tests/entry?project=99&id={TEST_SLOW}").status_code == 404
+
+
+def test_per_job_test_page_links_its_catalogue_entry_and_findings(dashboard):
+    (job_id,) = _jobs(dashboard, ["main"])
+    html = dashboard.page(f"/jobs/{job_id}/test?id={TEST_SLOW}")
+    link = re.search(r'href="(/tests/entry\?project=1&amp;id=[^"]*test_two_clients)"', html)
+    assert link, html
+    assert TEST_SLOW in dashboard.page(link.group(1).replace("&amp;", "&"))
+    assert html.count("/findings/") == 3

@@ -1,0 +1,430 @@
+"""The test catalogue: every test a project has run, its latency per configuration over
+time, its flakiness and its open findings.
+
+Grouping every test result on each page view would not scale (10,000 jobs of 10 runs
+of 60 tests are 6 million rows), so the list reads a small summary table, one row per
+test x configuration x branch (models.CatalogueEntry). ``refresh`` adds the finished
+jobs it has not read yet, a bounded batch per call; a test's own page reads its recent
+jobs' results through the index on test_results.test_id. Functions take a Session
+first and do not commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
+from sqlalchemy.orm import Session
+
+from services.models import (
+    CataloguedJob,
+    CatalogueEntry,
+    Finding,
+    Job,
+    JobConfig,
+    JobSource,
+    JobStatus,
+    Project,
+    Run,
+    RunKind,
+    TestResult,
+    TriageStatus,
+)
+
+# Finished jobs read per refresh: a backlog (an upgrade over a long history) is worked
+# off over a few page views instead of stalling one.
+REFRESH_JOBS = 200
+PER_PAGE = 50
+HISTORY_JOBS = 60
+# Problems still waiting for someone: muted and fixed ones are not open.
+OPEN = (TriageStatus.new, TriageStatus.acknowledged)
+FLAKY_KIND = "latency_flaky"
+
+
+def branch_of(ref: str | None) -> str:
+    """The branch a job measured, as people name it ("" when it had none: an archive)."""
+    if not ref:
+        return ""
+    for prefix in ("refs/heads/", "refs/"):
+        if ref.startswith(prefix):
+            return ref[len(prefix) :]
+    return ref
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS) -> int:
+    """Add up to ``limit`` finished, not yet read jobs to the catalogue; returns how many.
+
+    Two requests refreshing at once both try to mark the same jobs: the second fails on
+    catalogued_jobs' primary key, and its caller rolls back (the first did the work).
+    """
+    if not project_ids:
+        return 0
+    pending = list(
+        session.scalars(
+            select(Job.id)
+            .where(
+                Job.project_id.in_(project_ids),
+                Job.status == JobStatus.done,
+                ~exists().where(CataloguedJob.job_id == Job.id),
+            )
+            .order_by(Job.id)
+            .limit(limit)
+        )
+    )
+    if not pending:
+        return 0
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.project_id,
+            Job.created_at,
+            JobSource.ref,
+            JobConfig.label,
+            TestResult.test_id,
+            TestResult.duration_s,
+        )
+        .select_from(TestResult)
+        .join(Run, Run.id == TestResult.run_id)
+        .join(JobConfig, JobConfig.id == Run.config_id)
+        .join(Job, Job.id == JobConfig.job_id)
+        .outerjoin(JobSource, JobSource.job_id == Job.id)
+        .where(Job.id.in_(pending), Run.kind == RunKind.timing, TestResult.outcome != "skipped")
+    )
+    # (project, test, configuration, branch) -> job -> durations
+    seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    when: dict[int, dt.datetime] = {}
+    for job_id, project_id, created_at, ref, label, test_id, duration in rows:
+        seen[(project_id, test_id, label, branch_of(ref))][job_id].append(duration)
+        when[job_id] = created_at
+    tests = {key[1] for key in seen}
+    existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
+    for chunk in _chunks(sorted(tests), 500):
+        for entry in session.scalars(
+            select(CatalogueEntry).where(
+                CatalogueEntry.project_id.in_({key[0] for key in seen}), CatalogueEntry.test_id.in_(chunk)
+            )
+        ):
+            existing[(entry.project_id, entry.test_id, entry.config_label, entry.branch)] = entry
+    for key, per_job in seen.items():
+        newest = max(per_job)
+        durations = per_job[newest]
+        found = existing.get(key)
+        if found is None:
+            found = CatalogueEntry(
+                project_id=key[0],
+                test_id=key[1],
+                config_label=key[2],
+                branch=key[3],
+                runs=0,
+                jobs=0,
+                first_job_id=min(per_job),
+                last_job_id=0,
+            )
+            session.add(found)
+        entry = found
+        entry.runs += sum(len(v) for v in per_job.values())
+        entry.jobs += len(per_job)
+        entry.first_job_id = min(entry.first_job_id, *per_job)
+        if newest > entry.last_job_id:
+            entry.last_job_id = newest
+            entry.last_p50_s = percentile(durations, 0.5)
+            entry.last_p95_s = percentile(durations, 0.95)
+            entry.last_seen_at = when[newest]
+    session.add_all(CataloguedJob(job_id=job_id) for job_id in pending)
+    session.flush()
+    return len(pending)
+
+
+def _chunks(items: list[str], size: int):
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@dataclass
+class ConfigLatest:
+    label: str
+    p50_s: float | None
+    p95_s: float | None
+    job_id: int
+
+
+@dataclass
+class CatalogueRow:
+    project_id: int
+    project: str
+    test_id: str
+    runs: int
+    last_job_id: int
+    last_seen_at: dt.datetime
+    jobs: int = 0
+    configs: list[ConfigLatest] = field(default_factory=list)
+    branches: list[str] = field(default_factory=list)
+    flaky_jobs: int = 0
+    open_findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def flaky_share(self) -> float:
+        return self.flaky_jobs / self.jobs if self.jobs else 0.0
+
+
+def _open_tests(project_ids: list[int]):
+    """(project, test) pairs whose problem (fingerprint) is open in its newest finding."""
+    latest = (
+        select(func.max(Finding.id).label("id"))
+        .join(Job, Job.id == Finding.job_id)
+        .where(Job.project_id.in_(project_ids))
+        .group_by(Finding.fingerprint)
+        .subquery()
+    )
+    return (
+        select(Job.project_id.label("project_id"), Finding.test_id.label("test_id"))
+        .join(Job, Job.id == Finding.job_id)
+        .join(latest, latest.c.id == Finding.id)
+        .where(Finding.status.in_(OPEN), Finding.test_id.is_not(None))
+        .distinct()
+        .subquery()
+    )
+
+
+def catalogue(
+    session: Session,
+    project_ids: list[int],
+    *,
+    project_id: int | None = None,
+    branch: str | None = None,
+    config: str | None = None,
+    open_only: bool = False,
+    search: str | None = None,
+    page: int = 0,
+    per_page: int = PER_PAGE,
+) -> tuple[list[CatalogueRow], bool]:
+    """One page of tests, most recently run first; and whether there is a next page."""
+    visible = project_ids if project_id is None else [p for p in project_ids if p == project_id]
+    conditions: list[ColumnElement[bool]] = [CatalogueEntry.project_id.in_(visible)]
+    if branch is not None:
+        conditions.append(CatalogueEntry.branch == branch)
+    if config:
+        conditions.append(CatalogueEntry.config_label == config)
+    if search:
+        escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        conditions.append(CatalogueEntry.test_id.ilike(f"%{escaped}%", escape="\\"))
+    query = (
+        select(
+            CatalogueEntry.project_id,
+            Project.name,
+            CatalogueEntry.test_id,
+            func.sum(CatalogueEntry.runs),
+            func.max(CatalogueEntry.last_job_id).label("last_job_id"),
+            func.max(CatalogueEntry.last_seen_at),
+        )
+        .join(Project, Project.id == CatalogueEntry.project_id)
+        .where(*conditions)
+        .group_by(CatalogueEntry.project_id, Project.name, CatalogueEntry.test_id)
+        .order_by(func.max(CatalogueEntry.last_job_id).desc(), CatalogueEntry.test_id)
+        .offset(page * per_page)
+        .limit(per_page + 1)
+    )
+    if open_only:
+        opened = _open_tests(visible)
+        query = query.join(
+            opened,
+            and_(opened.c.project_id == CatalogueEntry.project_id, opened.c.test_id == CatalogueEntry.test_id),
+        )
+    found = session.execute(query).all()
+    more = len(found) > per_page
+    rows = {
+        (p, t): CatalogueRow(p, name, t, int(runs), last, seen) for p, name, t, runs, last, seen in found[:per_page]
+    }
+    if not rows:
+        return [], False
+    tests = sorted({t for _, t in rows})
+    entries = session.scalars(
+        select(CatalogueEntry).where(
+            CatalogueEntry.project_id.in_({p for p, _ in rows}), CatalogueEntry.test_id.in_(tests), *conditions[1:]
+        )
+    )
+    jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    latest: dict[tuple[int, str], dict[str, CatalogueEntry]] = defaultdict(dict)
+    for entry in entries:
+        key = (entry.project_id, entry.test_id)
+        if key not in rows:
+            continue
+        # A job runs every configuration: its count per branch is the largest over them.
+        jobs[key][entry.branch] = max(jobs[key][entry.branch], entry.jobs)
+        newest = latest[key].get(entry.config_label)
+        if newest is None or entry.last_job_id > newest.last_job_id:
+            latest[key][entry.config_label] = entry
+        if entry.branch not in rows[key].branches:
+            rows[key].branches.append(entry.branch)
+    for key, row in rows.items():
+        row.jobs = sum(jobs[key].values())
+        row.configs = [
+            ConfigLatest(label, e.last_p50_s, e.last_p95_s, e.last_job_id) for label, e in sorted(latest[key].items())
+        ]
+        row.branches.sort()
+    _attach_findings(session, rows)
+    return list(rows.values()), more
+
+
+def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
+    """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
+    aggregated in SQL: a test seen in every job has thousands of findings."""
+    scope = (
+        Job.project_id.in_({p for p, _ in rows}),
+        Finding.test_id.in_({t for _, t in rows}),
+    )
+    latest = (
+        select(func.max(Finding.id)).join(Job, Job.id == Finding.job_id).where(*scope).group_by(Finding.fingerprint)
+    )
+    for project_id, finding in session.execute(
+        select(Job.project_id, Finding)
+        .join(Job, Job.id == Finding.job_id)
+        .where(Finding.id.in_(latest), Finding.status.in_(OPEN))
+        .order_by(Finding.id)
+    ):
+        key = (project_id, finding.test_id or "")
+        if key in rows:
+            rows[key].open_findings.append(finding)
+    for project_id, test_id, count in session.execute(
+        select(Job.project_id, Finding.test_id, func.count(distinct(Finding.job_id)))
+        .join(Job, Job.id == Finding.job_id)
+        .where(*scope, Finding.kind == FLAKY_KIND)
+        .group_by(Job.project_id, Finding.test_id)
+    ):
+        if (project_id, test_id or "") in rows:
+            rows[(project_id, test_id or "")].flaky_jobs = count
+
+
+def choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
+    """The branches and configurations the filters offer."""
+
+    def distinct(column) -> list[str]:
+        return list(
+            session.scalars(
+                select(column).where(CatalogueEntry.project_id.in_(project_ids)).distinct().order_by(column)
+            )
+        )
+
+    return {"branches": distinct(CatalogueEntry.branch), "configs": distinct(CatalogueEntry.config_label)}
+
+
+@dataclass
+class JobPoint:
+    """One job's timings of the test: p50 and p95 per configuration."""
+
+    job_id: int
+    branch: str
+    at: dt.datetime
+    p50: dict[str, float] = field(default_factory=dict)
+    p95: dict[str, float] = field(default_factory=dict)
+    n: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class TestEntry:
+    project: Project
+    test_id: str
+    points: list[JobPoint]  # oldest first
+    labels: list[str]
+    branches: list[str]  # most recently run first
+    findings: list[dict[str, Any]]  # one per problem (fingerprint), newest finding
+    flaky_jobs: int
+
+    @property
+    def flaky_share(self) -> float:
+        return self.flaky_jobs / len(self.points) if self.points else 0.0
+
+    def spread(self, label: str) -> float | None:
+        """Median over jobs of p95 / p50: how far a slow run strays in this configuration."""
+        ratios = sorted(p.p95[label] / p.p50[label] for p in self.points if p.p50.get(label))
+        return percentile(ratios, 0.5) if ratios else None
+
+    def for_branch(self, branch: str) -> list[JobPoint]:
+        return [p for p in self.points if p.branch == branch]
+
+
+def test_entry(session: Session, project: Project, test_id: str, jobs: int = HISTORY_JOBS) -> TestEntry:
+    """The test's p50 and p95 per configuration in the project's newest ``jobs`` finished
+    jobs that ran it, its problems and how often it was flaky."""
+    recent = list(
+        session.scalars(
+            select(JobConfig.job_id)
+            .distinct()
+            .select_from(TestResult)
+            .join(Run, Run.id == TestResult.run_id)
+            .join(JobConfig, JobConfig.id == Run.config_id)
+            .join(Job, Job.id == JobConfig.job_id)
+            .where(
+                TestResult.test_id == test_id,
+                Job.project_id == project.id,
+                Job.status == JobStatus.done,
+                Run.kind == RunKind.timing,
+            )
+            .order_by(JobConfig.job_id.desc())
+            .limit(jobs)
+        )
+    )
+    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    meta: dict[int, tuple[str, dt.datetime]] = {}
+    labels: dict[str, int] = {}
+    for job_id, created_at, ref, label, position, duration in session.execute(
+        select(Job.id, Job.created_at, JobSource.ref, JobConfig.label, JobConfig.position, TestResult.duration_s)
+        .select_from(TestResult)
+        .join(Run, Run.id == TestResult.run_id)
+        .join(JobConfig, JobConfig.id == Run.config_id)
+        .join(Job, Job.id == JobConfig.job_id)
+        .outerjoin(JobSource, JobSource.job_id == Job.id)
+        .where(
+            Job.id.in_(recent),
+            TestResult.test_id == test_id,
+            Run.kind == RunKind.timing,
+            TestResult.outcome != "skipped",
+        )
+    ):
+        values[job_id][label].append(duration)
+        meta[job_id] = (branch_of(ref), created_at)
+        labels.setdefault(label, position)
+    points = []
+    for job_id in sorted(values):
+        point = JobPoint(job_id, *meta[job_id])
+        for label, durations in values[job_id].items():
+            point.p50[label] = percentile(durations, 0.5)
+            point.p95[label] = percentile(durations, 0.95)
+            point.n[label] = len(durations)
+        points.append(point)
+    branches = list(dict.fromkeys(p.branch for p in reversed(points)))
+    newest: dict[str, dict[str, Any]] = {}
+    flaky: set[int] = set()
+    for finding in session.scalars(
+        select(Finding)
+        .join(Job, Job.id == Finding.job_id)
+        .where(Job.project_id == project.id, Finding.test_id == test_id)
+        .order_by(Finding.id)
+    ):
+        group = newest.setdefault(finding.fingerprint, {"jobs": set()})
+        group["finding"] = finding
+        group["jobs"].add(finding.job_id)
+        if finding.kind == FLAKY_KIND and finding.job_id in values:
+            flaky.add(finding.job_id)
+    findings = sorted(
+        (
+            {"finding": g["finding"], "jobs": len(g["jobs"]), "open": g["finding"].status in OPEN}
+            for g in newest.values()
+        ),
+        key=lambda g: (not g["open"], -g["finding"].id),
+    )
+    return TestEntry(
+        project, test_id, points, sorted(labels, key=lambda lab: labels[lab]), branches, findings, len(flaky)
+    )
