@@ -45,8 +45,11 @@ OPEN = (TriageStatus.new, TriageStatus.acknowledged)
 FLAKY_KIND = "latency_flaky"
 
 
-def branch_of(ref: str | None) -> str:
-    """The branch a job measured, as people name it ("" when it had none: an archive)."""
+def branch_of(ref: str | None, branch: str | None = None) -> str:
+    """The branch a job measured, as people name it ("" when it had none: an archive): the
+    branch its trigger named (a pull request's head branch), else its ref's."""
+    if branch:
+        return branch
     if not ref:
         return ""
     for prefix in ("refs/heads/", "refs/"):
@@ -91,6 +94,7 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
             Job.project_id,
             Job.created_at,
             JobSource.ref,
+            JobSource.branch,
             JobConfig.label,
             TestResult.test_id,
             TestResult.duration_s,
@@ -105,8 +109,8 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
     # (project, test, configuration, branch) -> job -> durations
     seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     when: dict[int, dt.datetime] = {}
-    for job_id, project_id, created_at, ref, label, test_id, duration in rows:
-        seen[(project_id, test_id, label, branch_of(ref))][job_id].append(duration)
+    for job_id, project_id, created_at, ref, branch, label, test_id, duration in rows:
+        seen[(project_id, test_id, label, branch_of(ref, branch))][job_id].append(duration)
         when[job_id] = created_at
     tests = {key[1] for key in seen}
     existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
@@ -379,8 +383,16 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[int, tuple[str, dt.datetime]] = {}
     labels: dict[str, int] = {}
-    for job_id, created_at, ref, label, position, duration in session.execute(
-        select(Job.id, Job.created_at, JobSource.ref, JobConfig.label, JobConfig.position, TestResult.duration_s)
+    for job_id, created_at, ref, branch, label, position, duration in session.execute(
+        select(
+            Job.id,
+            Job.created_at,
+            JobSource.ref,
+            JobSource.branch,
+            JobConfig.label,
+            JobConfig.position,
+            TestResult.duration_s,
+        )
         .select_from(TestResult)
         .join(Run, Run.id == TestResult.run_id)
         .join(JobConfig, JobConfig.id == Run.config_id)
@@ -394,7 +406,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
         )
     ):
         values[job_id][label].append(duration)
-        meta[job_id] = (branch_of(ref), created_at)
+        meta[job_id] = (branch_of(ref, branch), created_at)
         labels.setdefault(label, position)
     points = []
     for job_id in sorted(values):

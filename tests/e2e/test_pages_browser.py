@@ -18,7 +18,7 @@ from services.db import make_engine, make_session_factory
 from services.models import Finding, JobSource
 from services.settings import Settings
 from tests.e2e.test_dashboard_browser import browser, server, shots, sign_in  # noqa: F401 (fixtures)
-from tests.web.sample_data import TEST_SLOW, store_handoff_job
+from tests.web.sample_data import TEST_SLOW, store_handoff_job, store_pull_request_job
 
 pytestmark = pytest.mark.browser
 PHONE = {"width": 375, "height": 740}
@@ -26,7 +26,8 @@ PHONE = {"width": 375, "height": 740}
 
 @pytest.fixture(scope="module")
 def stored(server):  # noqa: F811
-    """Four finished hand-off jobs on two branches, stored straight into the server's database."""
+    """Four finished hand-off jobs on two branches and one of a pull request (branch
+    faster-ws, with base runs), stored straight into the server's database."""
     settings = Settings(
         database_url=server.env["LAGTRACE_DATABASE_URL"], artifact_dir=Path(server.env["LAGTRACE_ARTIFACT_DIR"])
     )
@@ -40,8 +41,11 @@ def stored(server):  # noqa: F811
             ids.append(job.id)
         session.commit()
         futex = session.scalar(select(Finding.id).where(Finding.job_id == ids[-1], Finding.kind == "futex_storm"))
+        pull_request, _ = store_pull_request_job(session, settings)
+        session.commit()
+        pull_request_id = pull_request.id
     engine.dispose()
-    return {"jobs": ids, "futex": futex}
+    return {"jobs": ids, "futex": futex, "pull_request": pull_request_id}
 
 
 def _context(browser, server, **options):  # noqa: F811
@@ -71,7 +75,7 @@ def test_catalogue_draws_a_trend_chart_per_branch(browser, server, shots, stored
         page.click(f"table.catalogue a:has-text('{TEST_SLOW}')")
         page.wait_for_selector("svg.plot.trend")
         charts = page.locator("section.trend-branch")
-        assert charts.count() == 2  # main and feature/ws
+        assert charts.count() == 3  # main, feature/ws and the pull request's head branch, faster-ws
         main = page.locator("section.trend-branch", has_text="main")
         # Two configurations x (p50 + p95) lines over the three main jobs.
         assert main.locator("path.series").count() == 4
@@ -122,6 +126,27 @@ def test_finding_page_puts_slow_and_fast_evidence_side_by_side(browser, server, 
         assert "2 of 3 total samples" in details.inner_text()
         flame.screenshot(path=shots / "25-finding-flame-graph.png")
         assert not errors, errors  # CSP or script errors would show here
+    finally:
+        context.close()
+
+
+def test_a_pull_requests_job_compares_each_test_with_the_base(browser, server, shots, stored):  # noqa: F811
+    context = _context(browser, server, viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    try:
+        sign_in(page)
+        page.goto(f"/jobs/{stored['pull_request']}")
+        comparison = page.locator("#base-comparison")
+        comparison.wait_for()
+        assert "Compared with base" in comparison.inner_text()
+        assert page.locator("a[href='https://github.com/octo/demo/pull/12']").count() >= 1
+        # Regressions first: the slow test on one core, 4 ms on the base, 20 ms on the head.
+        first = comparison.locator("tbody tr").first
+        assert TEST_SLOW in first.inner_text() and "regressed" in first.inner_text()
+        assert "cpuset=0" in first.inner_text()
+        assert comparison.locator("tbody tr", has_text="unchanged").count() >= 1
+        comparison.screenshot(path=shots / "26-pull-request-compared-with-base.png")
+        page.screenshot(path=shots / "27-pull-request-job.png", full_page=True)
     finally:
         context.close()
 

@@ -11,11 +11,13 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from services.diagnose.findings import fingerprint
+from services.jobs import pull_requests
 from services.jobs.lifecycle import get_or_create_project
 from services.measure.artifacts import make_artifact_store
 from services.measure.probes import flamegraph
 from services.models import Evidence, Finding, Job, JobConfig, JobSource, JobStatus, Run, RunKind, TestResult, utcnow
 from services.settings import Settings
+from services.thresholds import Thresholds
 
 TEST_SLOW = "tests/test_ws.py::test_two_clients"
 TEST_STEADY = "tests/test_ws.py::test_echo"
@@ -306,3 +308,55 @@ def store_handoff_job(
     finding("futex_storm", "medium", "futex holds 97.6 % of syscall time", TEST_SLOW, None, [strace, record])
     session.flush()
     return job
+
+
+BASE_SHA, HEAD_SHA = "b" * 40, "a" * 40
+
+
+def _base_runs(config, walls: list[float], slow: list[float]) -> None:
+    for i, (wall, duration) in enumerate(zip(walls, slow, strict=True)):
+        config.runs.append(
+            Run(
+                kind=RunKind.base,
+                repetition=i + 1,
+                wall_s=wall,
+                user_s=wall * 0.9,
+                sys_s=0.05,
+                max_rss_kb=30000,
+                voluntary_ctx_switches=1200,
+                involuntary_ctx_switches=40,
+                exit_code=0,
+                test_results=[
+                    TestResult(test_id=TEST_SLOW, duration_s=duration, outcome="passed"),
+                    TestResult(test_id=TEST_STEADY, duration_s=0.010 + i * 0.001, outcome="passed"),
+                ],
+            )
+        )
+
+
+def store_pull_request_job(session: Session, settings: Settings, project: str = "demo"):
+    """A hand-off job from pull request #12, with base runs: on cpuset=0 the slow test took
+    4 ms on the base and 20 ms on the head (regressed); on cpuset=0-1 about 1.9 s on both.
+    Returns the job and its recorded comparison rows."""
+    job = store_handoff_job(session, settings, project=project, with_source=False)
+    job.trigger = "pull_request"
+    session.add(
+        JobSource(
+            job_id=job.id,
+            kind="git",
+            repository_url="https://github.com/octo/demo.git",
+            commit_sha=HEAD_SHA,
+            github_repository="octo/demo",
+            github_head_sha=HEAD_SHA,
+            branch="faster-ws",
+            base_ref="main",
+            base_commit_sha=BASE_SHA,
+            pull_request_number=12,
+            pull_request_url="https://github.com/octo/demo/pull/12",
+        )
+    )
+    one, two = job.configs
+    _base_runs(one, [0.28, 0.29, 0.28, 0.30, 0.28], [0.004, 0.0042, 0.0038, 0.0041, 0.004])
+    _base_runs(two, [5.5, 5.2, 5.4, 5.3, 5.6], [1.85, 1.95, 1.80, 2.0, 1.9])
+    session.flush()
+    return job, pull_requests.record(session, job, Thresholds())
