@@ -14,8 +14,6 @@ from pathlib import Path
 from tests.conftest import REPO
 from worker.app import HEARTBEAT_INTERVAL_S
 
-ALIVE = REPO / "image" / "alive.sh"
-
 
 def _spawn(args: list[str], tmp_path: Path, redis_url: str, heartbeat: Path) -> subprocess.Popen:
     env = {
@@ -46,7 +44,9 @@ def _wait_for(condition, timeout_s: float, what: str, log: Path) -> None:
 
 def _alive(heartbeat: Path, max_age: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "LAGTRACE_WORKER_HEARTBEAT_FILE": str(heartbeat)}
-    return subprocess.run(["sh", str(ALIVE), str(max_age)], env=env, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "alive", str(max_age)], env=env, capture_output=True, text=True, cwd=REPO
+    )
 
 
 def _beats(process: subprocess.Popen, heartbeat: Path, log: Path) -> None:
