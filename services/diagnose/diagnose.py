@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.diagnose import (
@@ -21,10 +20,11 @@ from services.diagnose import (
     slow_startup,
     stall,
     tiny_reads,
+    triage,
 )
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, fingerprint
-from services.models import Finding, Job, TriageStatus
+from services.models import Finding, Job
 from services.thresholds import Thresholds
 
 # Rules that need only the timing screen: what they find decides what the drill traces.
@@ -78,38 +78,8 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
             evidence_ids=draft.evidence_ids,
             fingerprint=fingerprint(job.project.name, draft.kind, scope),
         )
-        _carry_triage(session, finding)
+        triage.carry(session, finding)
         session.add(finding)
         findings.append(finding)
     session.flush()
     return findings
-
-
-def _carry_triage(session: Session, finding: Finding) -> None:
-    """A triage decision belongs to the problem, not to one job.
-
-    Muted and acknowledged problems stay so in later jobs; a problem marked fixed that
-    shows up again is a regression and goes back to new.
-    """
-    # no_autoflush: the new finding is already attached to the job, and must not be
-    # flushed half-built by this query.
-    with session.no_autoflush:
-        previous = _previous(session, finding)
-    if previous is None:
-        return
-    if previous.status == TriageStatus.fixed:
-        finding.status = TriageStatus.new
-        finding.regression = True
-    else:
-        finding.status = previous.status
-        finding.assignee = previous.assignee
-        finding.note = previous.note
-
-
-def _previous(session: Session, finding: Finding) -> Finding | None:
-    return session.scalar(
-        select(Finding)
-        .where(Finding.fingerprint == finding.fingerprint, Finding.job_id < finding.job.id)
-        .order_by(Finding.job_id.desc(), Finding.id.desc())
-        .limit(1)
-    )
