@@ -27,10 +27,10 @@ FRAMES = [
 ]
 
 
-def _timing_runs(config: JobConfig, walls: list[float], slow_test: list[float]) -> None:
+def _timing_runs(config: JobConfig, walls: list[float], slow_test: list[float], kind: RunKind = RunKind.timing) -> None:
     for i, (wall, slow) in enumerate(zip(walls, slow_test, strict=False)):
         run = Run(
-            kind=RunKind.timing,
+            kind=kind,
             repetition=i + 1,
             wall_s=wall,
             user_s=wall * 0.9,
@@ -313,27 +313,6 @@ def store_handoff_job(
 BASE_SHA, HEAD_SHA = "b" * 40, "a" * 40
 
 
-def _base_runs(config, walls: list[float], slow: list[float]) -> None:
-    for i, (wall, duration) in enumerate(zip(walls, slow, strict=True)):
-        config.runs.append(
-            Run(
-                kind=RunKind.base,
-                repetition=i + 1,
-                wall_s=wall,
-                user_s=wall * 0.9,
-                sys_s=0.05,
-                max_rss_kb=30000,
-                voluntary_ctx_switches=1200,
-                involuntary_ctx_switches=40,
-                exit_code=0,
-                test_results=[
-                    TestResult(test_id=TEST_SLOW, duration_s=duration, outcome="passed"),
-                    TestResult(test_id=TEST_STEADY, duration_s=0.010 + i * 0.001, outcome="passed"),
-                ],
-            )
-        )
-
-
 def store_pull_request_job(session: Session, settings: Settings, project: str = "demo"):
     """A hand-off job from pull request #12, with base runs: on cpuset=0 the slow test took
     4 ms on the base and 20 ms on the head (regressed); on cpuset=0-1 about 1.9 s on both.
@@ -356,7 +335,7 @@ def store_pull_request_job(session: Session, settings: Settings, project: str = 
         )
     )
     one, two = job.configs
-    _base_runs(one, [0.28, 0.29, 0.28, 0.30, 0.28], [0.004, 0.0042, 0.0038, 0.0041, 0.004])
-    _base_runs(two, [5.5, 5.2, 5.4, 5.3, 5.6], [1.85, 1.95, 1.80, 2.0, 1.9])
+    _timing_runs(one, [0.28, 0.29, 0.28, 0.30, 0.28], [0.004, 0.0042, 0.0038, 0.0041, 0.004], RunKind.base)
+    _timing_runs(two, [5.5, 5.2, 5.4, 5.3, 5.6], [1.85, 1.95, 1.80, 2.0, 1.9], RunKind.base)
     session.flush()
     return job, pull_requests.record(session, job, Thresholds())
