@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
+from services.diagnose.neighbours import confounded
 from services.measure.samples import JobSamples
 from services.measure.stats import Summary, benjamini_hochberg, compare, median_interval, rank_test
 from services.thresholds import Thresholds
@@ -39,6 +40,8 @@ class Candidate:
     summaries: dict[str, Summary]
     resolution_s: float
     p_value: float
+    # configuration label -> the neighbour load of each run (None: not recorded)
+    loads: dict[str, list[float] | None] | None = None
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -58,7 +61,8 @@ def candidates(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> di
         rng = random.Random(f"{seed}\x1f{test_id}")
         p_value = rank_test(list(eligible.values()), rng)
         summaries = {label: median_interval(values) for label, values in eligible.items()}
-        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value)
+        loads = {label: samples.load(test_id, label) for label in eligible}
+        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value, loads)
     return family
 
 
@@ -107,6 +111,12 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
         severity = Severity.medium
     else:
         severity = Severity.low
+    loads = candidate.loads or {}
+    neighbours = confounded(loads.get(comparison.slow), loads.get(comparison.fast))
+    if neighbours:
+        # The two configurations were timed beside different amounts of other work:
+        # the ratio stands, but how much of it is the program's is unknown.
+        severity = Severity.medium if severity == Severity.high else Severity.low
     subject = candidate.test_id or "The command"
     others = [
         f"{label}: {summaries[label].median / fast.median:.1f}x"
@@ -121,6 +131,7 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
         f"rank test p={candidate.p_value:.2g}, a discovery at a false discovery rate of "
         f"{thresholds.cpu_sensitivity_fdr:g} over the {family_size} tests judged"
         + (f"; others vs {comparison.fast}: {', '.join(others)}" if others else "")
+        + (f". {neighbours.describe(comparison.slow, comparison.fast)}" if neighbours else "")
     )
     return FindingDraft(
         kind="cpu_sensitivity",
@@ -139,5 +150,6 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
             "fdr": thresholds.cpu_sensitivity_fdr,
             "family_size": family_size,
             "method": METHOD,
+            **({"neighbour_load": {"slow": neighbours.first, "fast": neighbours.second}} if neighbours else {}),
         },
     )

@@ -12,6 +12,7 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity, format_seconds
+from services.diagnose.neighbours import confounded
 from services.measure.samples import WALL_RESOLUTION_S, JobSamples
 from services.thresholds import Thresholds
 
@@ -77,7 +78,7 @@ def judge(samples: JobSamples, limits: Thresholds) -> list[FindingDraft]:
         for label, values in per_config.items():
             if len(values) < runs_needed:
                 continue
-            draft = _judge(values, limits, label, test_id, resolution)
+            draft = _judge(values, limits, label, test_id, resolution, samples.load(test_id, label))
             if draft:
                 drafts.append(draft)
                 break  # one finding per test (or command): the first configuration that shows it
@@ -85,7 +86,12 @@ def judge(samples: JobSamples, limits: Thresholds) -> list[FindingDraft]:
 
 
 def _judge(
-    values: list[float], limits: Thresholds, label: str, test_id: str | None, resolution: float
+    values: list[float],
+    limits: Thresholds,
+    label: str,
+    test_id: str | None,
+    resolution: float,
+    loads: list[float] | None = None,
 ) -> FindingDraft | None:
     subject = test_id or "The command"
     found = modes(values, limits, resolution)
@@ -96,18 +102,45 @@ def _judge(
         below = fast_median < resolution
         ratio = statistics.median(slow) / max(fast_median, resolution)
         slower = f"{'at least ' if below else ''}{ratio:.1f}x slower"
+        metrics = {"pattern": "multimodal", "ratio": ratio, "fast_runs": fast, "slow_runs": slow, "runs": values}
+        # The groups are split by value (every slow run is above every fast one), so a
+        # run's group is its value's side of the split.
+        neighbours = None
+        if loads is not None:
+            threshold = min(slow)
+            neighbours = confounded(
+                [load for value, load in zip(values, loads, strict=True) if value < threshold],
+                [load for value, load in zip(values, loads, strict=True) if value >= threshold],
+            )
+        if neighbours:
+            # Two latencies that follow the machine's other work are no hidden state of
+            # the program's: a note that the screen should be repeated on a quiet machine.
+            metrics["neighbour_load"] = {"fast": neighbours.first, "slow": neighbours.second}
+            return FindingDraft(
+                kind="latency_flaky",
+                severity=Severity.low,
+                title=f"{subject} has two latencies with {label}, which follow the machine's other work",
+                detail=(
+                    f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
+                    f"{format_seconds(statistics.median(slow))} ({label}); runs: {runs}. "
+                    f"{neighbours.describe('fast', 'slow')}: screen again on a quiet machine"
+                ),
+                config_label=label,
+                test_id=test_id,
+                metrics=metrics,
+            )
         return FindingDraft(
             kind="latency_flaky",
             severity=Severity.medium,
             title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {slower}",
             detail=(
-                f"{len(fast)} runs around {format_seconds(statistics.median(fast))}, {len(slow)} around "
+                f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
                 f"{format_seconds(statistics.median(slow))} under the same configuration ({label}); runs: {runs}. "
                 f"Something varies between runs: a lock or file left by a previous run, a cache, a retry, a timer"
             ),
             config_label=label,
             test_id=test_id,
-            metrics={"pattern": "multimodal", "ratio": ratio, "fast_runs": fast, "slow_runs": slow, "runs": values},
+            metrics=metrics,
         )
     if dispersed(values, limits):
         quartiles = statistics.quantiles(values, n=4)

@@ -27,6 +27,10 @@ class JobSamples:
     tests: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # configuration label -> timing runs that failed or timed out (left out above)
     failed: dict[str, int] = field(default_factory=dict)
+    # The CPUs other processes kept busy during each sample's run, aligned with ``wall``
+    # and ``tests`` (Run.foreign_cpus): which runs a neighbour may have slowed or sped up.
+    wall_load: dict[str, list[float]] = field(default_factory=dict)
+    test_load: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # The clocks' resolution: a duration below it is too fast to judge.
     wall_resolution_s: float = WALL_RESOLUTION_S
     test_resolution_s: float = JUNIT_RESOLUTION_S
@@ -44,6 +48,12 @@ class JobSamples:
             *((test_id, per_config, self.test_resolution_s) for test_id, per_config in self.tests.items()),
         ]
 
+    def load(self, test_id: str | None, label: str) -> list[float] | None:
+        """The neighbour load of each sample of a series, or None when it was not recorded."""
+        loads = self.wall_load.get(label) if test_id is None else self.test_load.get(test_id, {}).get(label)
+        values = self.wall.get(label) if test_id is None else self.tests.get(test_id, {}).get(label)
+        return loads if loads is not None and values is not None and len(loads) == len(values) else None
+
 
 def succeeded(run: Run) -> bool:
     return run.exit_code == 0 and not run.timed_out
@@ -53,9 +63,11 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     """The job's samples; ``kind`` RunKind.base: its pull request's base commit's."""
     samples = JobSamples()
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    test_load: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for config in job.configs:
         timing_runs = [run for run in config.runs if run.kind == kind]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
+        samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]
         samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
         for run in timing_runs:
             if not (succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)):
@@ -63,5 +75,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
             for result in run.test_results:
                 if result.outcome == "passed":
                     tests[result.test_id][config.label].append(result.duration_s)
+                    test_load[result.test_id][config.label].append(run.foreign_cpus or 0.0)
     samples.tests = {test_id: dict(per_config) for test_id, per_config in sorted(tests.items())}
+    samples.test_load = {test_id: dict(per_config) for test_id, per_config in test_load.items()}
     return samples

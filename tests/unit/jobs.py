@@ -26,6 +26,7 @@ def run(
     probe: str | None = None,
     test_id: str | None = None,
     repetition: int = 1,
+    foreign_cpus: float = 0.0,
 ) -> Run:
     return Run(
         id=next(_ids),
@@ -45,7 +46,7 @@ def run(
         output_tail=output_tail,
         probe=probe,
         test_id=test_id,
-        foreign_cpus=0.0,
+        foreign_cpus=foreign_cpus,
         test_results=[
             TestResult(test_id=t, duration_s=d, outcome=(outcomes or {}).get(t, "passed"))
             for t, d in (tests or {}).items()

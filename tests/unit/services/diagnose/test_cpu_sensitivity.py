@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 from services.diagnose import cpu_sensitivity
-from services.measure.samples import JobSamples
+from services.measure.samples import JobSamples, collect
 from services.thresholds import Thresholds
+from tests.unit.jobs import job, run
 
 LIMITS = Thresholds()
 
@@ -24,6 +25,25 @@ def test_a_clear_slowdown_is_found_with_its_numbers():
     assert finding.metrics["ratio"] == 4.0 and finding.severity == "medium"
     assert finding.metrics["p_value"] < 0.01 and finding.metrics["family_size"] == 1
     assert "4.0x slower" in finding.title
+
+
+def test_a_slowdown_timed_beside_a_busy_neighbour_is_lowered_and_says_so():
+    fast = [0.05, 0.051, 0.049, 0.05, 0.052]
+    slow = [0.2, 0.21, 0.19, 0.2, 0.2]
+
+    def judged(slow_load: float) -> cpu_sensitivity.FindingDraft:
+        configs = {
+            "cpuset=0": [run(v, foreign_cpus=0.05) for v in fast],
+            "cpus=0.5": [run(v, foreign_cpus=slow_load) for v in slow],
+        }
+        [finding] = cpu_sensitivity.judge(collect(job(configs)), LIMITS)
+        return finding
+
+    quiet, busy = judged(0.05), judged(1.1)
+    assert quiet.severity == "medium" and "neighbour_load" not in quiet.metrics
+    assert busy.severity == "low" and busy.metrics["ratio"] == quiet.metrics["ratio"] == 4.0
+    assert busy.metrics["neighbour_load"] == {"slow": 1.1, "fast": 0.05}
+    assert "1.1 CPUs busy during the cpus=0.5 runs and 0.1 during the cpuset=0 runs" in busy.detail
 
 
 def test_sub_resolution_tests_are_too_fast_to_judge_never_infinitely_slower():

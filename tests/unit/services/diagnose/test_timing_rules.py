@@ -7,7 +7,7 @@ import random
 from services.diagnose import command_failed, cpu_throttling, latency_flaky, observer_effect
 from services.diagnose.context import RuleContext
 from services.diagnose.diagnose import RULES
-from services.measure.samples import JobSamples
+from services.measure.samples import JobSamples, collect
 from services.models import RunKind
 from services.thresholds import Thresholds
 from tests.unit.jobs import evidence, job, run
@@ -54,6 +54,31 @@ def test_two_clusters_with_nothing_between_are_two_latencies():
     # idle, fast while a neighbour kept it busy. 4.3x between the nearest runs.
     fast, slow = latency_flaky.modes([2.195, 0.244, 2.54, 1.956, 0.459], LIMITS)
     assert fast == [0.244, 0.459] and slow == [1.956, 2.195, 2.54]
+
+
+def test_two_latencies_that_follow_the_neighbours_load_are_a_low_note():
+    # The same hand-off runs with their recorded neighbour load: the two fast runs are the
+    # two timed while another process kept the second core busy. That is the machine, not
+    # a hidden state of the program's.
+    values = [2.195, 0.244, 2.54, 1.956, 0.459]
+    busy = [0.02, 0.97, 0.01, 0.03, 0.88]
+    samples = collect(job({"cpuset=0-1": [run(v, foreign_cpus=f) for v, f in zip(values, busy, strict=True)]}))
+    [note] = latency_flaky.judge(samples, LIMITS)
+    assert note.severity == "low" and "follow the machine's other work" in note.title
+    assert note.metrics["neighbour_load"] == {"fast": 0.925, "slow": 0.02}
+    assert "0.9 CPUs busy during the fast runs" in note.detail
+
+    quiet = collect(job({"cpuset=0-1": [run(v, foreign_cpus=0.02) for v in values]}))
+    [finding] = latency_flaky.judge(quiet, LIMITS)
+    assert finding.severity == "medium" and "neighbour_load" not in finding.metrics
+
+
+def test_a_busy_machine_during_both_groups_explains_nothing():
+    # Load alike on both sides of the split: the split is the program's own.
+    values = [2.195, 0.244, 2.54, 1.956, 0.459]
+    samples = collect(job({"cpuset=0-1": [run(v, foreign_cpus=0.9) for v in values]}))
+    [finding] = latency_flaky.judge(samples, LIMITS)
+    assert finding.severity == "medium"
 
 
 def test_an_even_spread_is_dispersed_not_two_modes():
