@@ -81,6 +81,22 @@ def test_a_busy_machine_during_both_groups_explains_nothing():
     assert finding.severity == "medium"
 
 
+def test_two_latencies_in_a_later_configuration_are_not_hidden_by_an_earlier_scatter():
+    # The Faker corpus case (22 Nov): whichever test runs first pays for Faker's session
+    # instance. On one core this test ran first once (a scatter); under cpus=0.5 twice.
+    samples = JobSamples(
+        tests={
+            "t::email": {
+                "cpuset=0": [0.001, 0.001, 0.158, 0.001, 0.001],
+                "cpus=0.5": [0.001, 0.205, 0.001, 0.357, 0.001],
+            }
+        }
+    )
+    [finding] = latency_flaky.judge(samples, LIMITS)
+    assert finding.severity == "medium" and finding.config_label == "cpus=0.5"
+    assert finding.metrics["slow_runs"] == [0.205, 0.357]
+
+
 def test_an_even_spread_is_dispersed_not_two_modes():
     # every run 2x the previous: the widest gap is no wider than the groups either side
     values = [0.1, 0.2, 0.4, 0.8, 1.6]
