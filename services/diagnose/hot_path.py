@@ -54,8 +54,11 @@ def check(context: RuleContext) -> list[FindingDraft]:
         cpu_share = max(shares) if test_id is None and shares else None
         if cpu_share is not None and cpu_share < 0.5:
             continue
-        # A function blocked in a wait (a lock, a selector) holds samples, not the CPU.
-        functions = [f for f in table.functions if not f.waiting]
+        # A function blocked in a wait (a lock, a selector) holds samples, not the CPU; one
+        # that ran mostly inside imports (finding, compiling, executing modules: pytest's
+        # assertion rewriting parses every test module there) is start-up, which
+        # slow_startup judges against the whole run and names by import.
+        functions = [f for f in table.functions if not f.waiting and 2 * f.importing_samples <= f.cumulative_samples]
         own = [f for f in functions if f.own_pct >= 100 * limits.hot_path_min_share][:NAMED]
         path = [
             f
@@ -64,7 +67,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
         ][:NAMED]
         if not own and not path:
             continue
-        top = (own or path)[0]
+        # The title's share is the one the function was chosen for: its own samples, or
+        # (a caller on the hot path) its cumulative ones.
+        top, share, preposition = (own[0], own[0].own_pct, "in") if own else (path[0], path[0].cumulative_pct, "under")
         split = _split(context, evidence, cpu_share)
         if table.waiting_pct:
             split += f" {table.waiting_pct:.0f}% of the thread's samples were blocked in a lock, selector or wait."
@@ -73,7 +78,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 kind="hot_path",
                 severity=Severity.low,
                 title=(
-                    f"{subject(test_id)} spends {top.own_pct:.0f}% of its samples in {top.function} "
+                    f"{subject(test_id)} spends {share:.0f}% of its samples {preposition} {top.function} "
                     f"({_short(top.file)}:{top.line})"
                 ),
                 detail=(

@@ -119,6 +119,9 @@ class ProfiledFunction(_Model):
     cumulative_samples: int
     own_pct: float
     cumulative_pct: float
+    # Of its cumulative samples, those taken while a module was being imported: start-up
+    # (slow_startup's subject), not the program at work.
+    importing_samples: int = 0
     waiting: bool = False  # a known blocking wait (a lock, a selector): samples, not CPU
 
 

@@ -141,6 +141,12 @@ def is_waiting(function: str, file: str) -> bool:
     return (file.rsplit("/", 1)[-1], function) in WAITING_LEAVES
 
 
+def is_import_machinery(file: str) -> bool:
+    """CPython's import system (frozen, so py-spy names it "<frozen importlib._bootstrap>"):
+    a sample with it on the stack was taken while a module was found, compiled or run."""
+    return file.startswith("<frozen importlib._bootstrap")
+
+
 def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTIONS) -> list[dict]:
     """For the busiest threads: the functions holding their samples, with own share
     (the function itself was running or waiting there) and cumulative share (it was on
@@ -158,6 +164,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
             continue
         own: Counter = Counter()
         cumulative: Counter = Counter()
+        importing: Counter = Counter()
         lines: dict[tuple[str, str], Counter] = {}
         for full_stack in thread["samples"]:
             # --threads and --subprocesses add "process N" and "thread (N)" frames with no
@@ -168,8 +175,10 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
             leaf = keys[stack[-1]]
             own[leaf] += 1
             lines.setdefault(leaf, Counter())[frames[stack[-1]].get("line")] += 1
+            during_import = any(is_import_machinery(keys[index][1]) for index in stack)
             for key in {keys[index] for index in stack}:
                 cumulative[key] += 1
+                importing[key] += during_import
             for index in stack:
                 lines.setdefault(keys[index], Counter())
         ranked = sorted(cumulative, key=lambda key: (-own[key], -cumulative[key]))[:top]
@@ -190,6 +199,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                         "cumulative_samples": cumulative[(name, file)],
                         "own_pct": round(100.0 * own[(name, file)] / total, 1),
                         "cumulative_pct": round(100.0 * cumulative[(name, file)] / total, 1),
+                        "importing_samples": importing[(name, file)],
                         "waiting": is_waiting(name, file),
                     }
                     for name, file in chosen

@@ -67,3 +67,81 @@ def test_a_quota_halving_the_cpu_share_does_not_hide_the_hot_path():
     jobs.evidence(built, built.configs[2], "pyspy", content, wall_s=3.5)
     [finding] = hot_path.check(jobs.context(built))
     assert abs(finding.metrics["cpu_share"] - 0.95) < 1e-9
+
+
+def _startup_job(imports_told_apart: bool = True):
+    # py-spy 0.4.3 record of pytest 8.2 running ten fast tests in a container (the
+    # pytest_plugins corpus twin, 22 Nov): 23 of its 42 samples were taken inside imports,
+    # the hottest function the import system's own _path_stat.
+    built = jobs.job(["python", "-m", "pytest", "-q", "test_fast.py"])
+    config = built.configs[0]
+    jobs.timing_runs(config, [0.6, 0.62, 0.61], cpu_share=0.95)
+    profile = json.loads(jobs.recorded("pyspy-pytest-startup.speedscope.json"))
+    tables = pyspy.summarize_functions(profile)
+    if not imports_told_apart:
+        for table in tables:
+            for function in table["functions"]:
+                function["importing_samples"] = 0
+    jobs.evidence(built, config, "pyspy", {"status": "ok", "functions": tables}, wall_s=0.6)
+    return built, profile
+
+
+def test_samples_taken_inside_imports_are_counted_per_function():
+    _, profile = _startup_job()
+    [main] = pyspy.summarize_functions(profile)[:1]
+    by_name = {f["function"]: f for f in main["functions"]}
+    assert by_name["_find_and_load"]["importing_samples"] == by_name["_find_and_load"]["cumulative_samples"] == 23
+    assert by_name["_path_stat"]["importing_samples"] == by_name["_path_stat"]["cumulative_samples"]
+    assert (
+        by_name["_run_module_as_main"]["importing_samples"] == 23 < by_name["_run_module_as_main"]["cumulative_samples"]
+    )
+
+
+def test_start_up_inside_imports_is_no_hot_path():
+    built, _ = _startup_job()
+    assert hot_path.check(jobs.context(built)) == []
+    # The same samples with imports not told apart: the import system itself "is hot".
+    built, _ = _startup_job(imports_told_apart=False)
+    [finding] = hot_path.check(jobs.context(built))
+    assert "_path_stat" in finding.title
+
+
+def _spread_job():
+    # A loop whose time is spread over many small callees: no function holds 10 % of the
+    # samples itself, the caller holds 60 % of them on the stack.
+    built = jobs.job()
+    config = built.configs[0]
+    jobs.timing_runs(config, [1.6, 1.7, 1.65], cpu_share=0.95)
+    functions = [
+        {
+            "function": "render",
+            "file": "/app/report.py",
+            "line": 12,
+            "own_samples": 2,
+            "cumulative_samples": 60,
+            "own_pct": 2.0,
+            "cumulative_pct": 60.0,
+        },
+        *(
+            {
+                "function": f"cell_{i}",
+                "file": "/app/cells.py",
+                "line": i,
+                "own_samples": 6,
+                "cumulative_samples": 6,
+                "own_pct": 6.0,
+                "cumulative_pct": 6.0,
+            }
+            for i in range(10)
+        ),
+    ]
+    content = {"status": "ok", "functions": [{"thread": "MainThread", "samples": 100, "functions": functions}]}
+    jobs.evidence(built, config, "pyspy", content, wall_s=1.7)
+    return built
+
+
+def test_a_caller_on_the_hot_path_is_titled_with_its_cumulative_share():
+    # It used to say "spends 2% of its samples in render": the own share of a function
+    # chosen for its cumulative one.
+    [finding] = hot_path.check(jobs.context(_spread_job()))
+    assert "spends 60% of its samples under render (report.py:12)" in finding.title
