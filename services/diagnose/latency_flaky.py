@@ -13,8 +13,14 @@ import statistics
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, Severity, format_seconds
 from services.diagnose.neighbours import confounded
+from services.measure.cgroups import PERIOD_US
 from services.measure.samples import WALL_RESOLUTION_S, JobSamples
 from services.thresholds import Thresholds
+
+# The longest pause a CPU quota imposes: the rest of one CFS period (docker's --cpus and
+# lagtrace's own cgroups both use the kernel's default 100 ms), with a margin for the
+# scheduler's wake-up.
+THROTTLE_PAUSE_S = 1.2 * PERIOD_US / 1e6
 
 
 def modes(
@@ -79,7 +85,11 @@ def judge(samples: JobSamples, limits: Thresholds) -> list[FindingDraft]:
             draft
             for label, values in per_config.items()
             if len(values) >= runs_needed
-            and (draft := _judge(values, limits, label, test_id, resolution, samples.load(test_id, label)))
+            and (
+                draft := _judge(
+                    values, limits, label, test_id, resolution, samples.load(test_id, label), samples.quotas.get(label)
+                )
+            )
         ]
         if found:
             # One finding per test (or command): the most severe configuration's, the
@@ -96,6 +106,7 @@ def _judge(
     test_id: str | None,
     resolution: float,
     loads: list[float] | None = None,
+    quota: float | None = None,
 ) -> FindingDraft | None:
     subject = test_id or "The command"
     found = modes(values, limits, resolution)
@@ -115,6 +126,26 @@ def _judge(
             neighbours = confounded(
                 [load for value, load in zip(values, loads, strict=True) if value < threshold],
                 [load for value, load in zip(values, loads, strict=True) if value >= threshold],
+            )
+        excess = statistics.median(slow) - fast_median
+        if quota is not None and excess <= THROTTLE_PAUSE_S:
+            # Under a CPU quota the kernel stops the program for the rest of each period
+            # once its quota is spent: a run either meets such a pause inside the timed
+            # span or does not, so two latencies one pause apart are the quota's phase.
+            metrics["throttle_pause_s"] = THROTTLE_PAUSE_S
+            return FindingDraft(
+                kind="latency_flaky",
+                severity=Severity.low,
+                title=f"{subject} has two latencies with {label}, one throttling pause apart",
+                detail=(
+                    f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
+                    f"{format_seconds(statistics.median(slow))} ({label}); runs: {runs}. The difference, "
+                    f"{format_seconds(excess)}, is at most one CFS period ({format_seconds(PERIOD_US / 1e6)}): "
+                    f"whether the quota ran out during the timed span. Judge the latency without a quota"
+                ),
+                config_label=label,
+                test_id=test_id,
+                metrics=metrics,
             )
         if neighbours:
             # Two latencies that follow the machine's other work are no hidden state of

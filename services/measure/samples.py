@@ -31,6 +31,8 @@ class JobSamples:
     # and ``tests`` (Run.foreign_cpus): which runs a neighbour may have slowed or sped up.
     wall_load: dict[str, list[float]] = field(default_factory=dict)
     test_load: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # configuration label -> its CPU quota (``--cpus``), for the configurations that have one
+    quotas: dict[str, float] = field(default_factory=dict)
     # The clocks' resolution: a duration below it is too fast to judge.
     wall_resolution_s: float = WALL_RESOLUTION_S
     test_resolution_s: float = JUNIT_RESOLUTION_S
@@ -65,6 +67,8 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     test_load: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for config in job.configs:
+        if config.cpus is not None:
+            samples.quotas[config.label] = config.cpus
         timing_runs = [run for run in config.runs if run.kind == kind]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]

@@ -97,6 +97,25 @@ def test_two_latencies_in_a_later_configuration_are_not_hidden_by_an_earlier_sca
     assert finding.metrics["slow_runs"] == [0.205, 0.357]
 
 
+def test_two_latencies_one_throttling_pause_apart_under_a_quota_are_a_low_note():
+    # pytest_plugins' first test under cpus=0.5 (corpus run, 22 Nov): 20 ms when the
+    # quota lasted through it, 70 ms when the kernel paused the process for the rest of
+    # a 100 ms period in the middle of it. Nothing varies but the quota's phase.
+    values = [0.021, 0.072, 0.070, 0.083, 0.020]
+    throttled = collect(job({"cpus=0.5": [run(1.4, tests={"t::square": v}) for v in values]}, cpus={"cpus=0.5": 0.5}))
+    [note] = latency_flaky.judge(throttled, LIMITS)
+    assert note.severity == "low" and "one throttling pause apart" in note.title
+    # The same runs on a pinned core (no quota) are two latencies of the program's own.
+    pinned = collect(job({"cpuset=0": [run(1.4, tests={"t::square": v}) for v in values]}))
+    [finding] = latency_flaky.judge(pinned, LIMITS)
+    assert finding.severity == "medium"
+    # And under a quota a difference of several periods is not the quota's phase.
+    slower = [0.021, 0.42, 0.40, 0.43, 0.020]
+    quota = collect(job({"cpus=0.5": [run(1.8, tests={"t::square": v}) for v in slower]}, cpus={"cpus=0.5": 0.5}))
+    [finding] = latency_flaky.judge(quota, LIMITS)
+    assert finding.severity == "medium"
+
+
 def test_an_even_spread_is_dispersed_not_two_modes():
     # every run 2x the previous: the widest gap is no wider than the groups either side
     values = [0.1, 0.2, 0.4, 0.8, 1.6]
