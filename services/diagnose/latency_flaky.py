@@ -117,65 +117,57 @@ def _judge(
         below = fast_median < resolution
         ratio = statistics.median(slow) / max(fast_median, resolution)
         slower = f"{'at least ' if below else ''}{ratio:.1f}x slower"
-        metrics = {"pattern": "multimodal", "ratio": ratio, "fast_runs": fast, "slow_runs": slow, "runs": values}
-        # The groups are split by value (every slow run is above every fast one), so a
-        # run's group is its value's side of the split.
-        neighbours = None
-        if loads is not None:
-            threshold = min(slow)
-            neighbours = confounded(
-                [load for value, load in zip(values, loads, strict=True) if value < threshold],
-                [load for value, load in zip(values, loads, strict=True) if value >= threshold],
+        metrics: dict = {"pattern": "multimodal", "ratio": ratio, "fast_runs": fast, "slow_runs": slow, "runs": values}
+        groups = (
+            f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
+            f"{format_seconds(statistics.median(slow))}"
+        )
+
+        def draft(severity: Severity, title: str, detail: str) -> FindingDraft:
+            return FindingDraft(
+                kind="latency_flaky",
+                severity=severity,
+                title=f"{subject} has two latencies with {label}{title}",
+                detail=detail,
+                config_label=label,
+                test_id=test_id,
+                metrics=metrics,
             )
+
         excess = statistics.median(slow) - fast_median
         if quota is not None and excess <= THROTTLE_PAUSE_S:
             # Under a CPU quota the kernel stops the program for the rest of each period
             # once its quota is spent: a run either meets such a pause inside the timed
             # span or does not, so two latencies one pause apart are the quota's phase.
             metrics["throttle_pause_s"] = THROTTLE_PAUSE_S
-            return FindingDraft(
-                kind="latency_flaky",
-                severity=Severity.low,
-                title=f"{subject} has two latencies with {label}, one throttling pause apart",
-                detail=(
-                    f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
-                    f"{format_seconds(statistics.median(slow))} ({label}); runs: {runs}. The difference, "
-                    f"{format_seconds(excess)}, is at most one CFS period ({format_seconds(PERIOD_US / 1e6)}): "
-                    f"whether the quota ran out during the timed span. Judge the latency without a quota"
-                ),
-                config_label=label,
-                test_id=test_id,
-                metrics=metrics,
+            return draft(
+                Severity.low,
+                ", one throttling pause apart",
+                f"{groups} ({label}); runs: {runs}. The difference, {format_seconds(excess)}, is about one CFS "
+                f"period ({format_seconds(PERIOD_US / 1e6)}) or less: whether the quota ran out during the timed "
+                f"span. Judge the latency without a quota",
             )
+        # The groups are split by value (every slow run is above every fast one), so a
+        # run's group is its value's side of the split.
+        neighbours = loads and confounded(
+            [load for value, load in zip(values, loads, strict=True) if value < min(slow)],
+            [load for value, load in zip(values, loads, strict=True) if value >= min(slow)],
+        )
         if neighbours:
             # Two latencies that follow the machine's other work are no hidden state of
             # the program's: a note that the screen should be repeated on a quiet machine.
             metrics["neighbour_load"] = {"fast": neighbours.first, "slow": neighbours.second}
-            return FindingDraft(
-                kind="latency_flaky",
-                severity=Severity.low,
-                title=f"{subject} has two latencies with {label}, which follow the machine's other work",
-                detail=(
-                    f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
-                    f"{format_seconds(statistics.median(slow))} ({label}); runs: {runs}. "
-                    f"{neighbours.describe('fast', 'slow')}: screen again on a quiet machine"
-                ),
-                config_label=label,
-                test_id=test_id,
-                metrics=metrics,
+            return draft(
+                Severity.low,
+                ", which follow the machine's other work",
+                f"{groups} ({label}); runs: {runs}. {neighbours.describe('fast', 'slow')}: "
+                f"screen again on a quiet machine",
             )
-        return FindingDraft(
-            kind="latency_flaky",
-            severity=Severity.medium,
-            title=f"{subject} has two latencies with {label}: {len(slow)} of {len(values)} runs {slower}",
-            detail=(
-                f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
-                f"{format_seconds(statistics.median(slow))} under the same configuration ({label}); runs: {runs}. "
-                f"Something varies between runs: a lock or file left by a previous run, a cache, a retry, a timer"
-            ),
-            config_label=label,
-            test_id=test_id,
-            metrics=metrics,
+        return draft(
+            Severity.medium,
+            f": {len(slow)} of {len(values)} runs {slower}",
+            f"{groups} under the same configuration ({label}); runs: {runs}. "
+            f"Something varies between runs: a lock or file left by a previous run, a cache, a retry, a timer",
         )
     if dispersed(values, limits):
         quartiles = statistics.quantiles(values, n=4)

@@ -30,9 +30,6 @@ class NeighbourLoad:
             f"{self.second:.1f} during the {second} runs, so part of the difference may be theirs"
         )
 
-    def as_dict(self) -> dict[str, float]:
-        return {"first": self.first, "second": self.second}
-
 
 def confounded(first: list[float] | None, second: list[float] | None) -> NeighbourLoad | None:
     """The two groups' neighbour loads when they differ enough to explain a latency
