@@ -97,14 +97,19 @@ def test_two_latencies_in_a_later_configuration_are_not_hidden_by_an_earlier_sca
     assert finding.metrics["slow_runs"] == [0.205, 0.357]
 
 
-def test_two_latencies_one_throttling_pause_apart_under_a_quota_are_a_low_note():
+def test_latencies_one_throttling_pause_apart_under_a_quota_are_no_finding():
     # pytest_plugins' first test under cpus=0.5 (corpus run, 22 Nov): 20 ms when the
     # quota lasted through it, 70 ms when the kernel paused the process for the rest of
     # a 100 ms period in the middle of it. Nothing varies but the quota's phase.
     values = [0.021, 0.072, 0.070, 0.083, 0.020]
     throttled = collect(job({"cpus=0.5": [run(1.4, tests={"t::square": v}) for v in values]}, cpus={"cpus=0.5": 0.5}))
-    [note] = latency_flaky.judge(throttled, LIMITS)
-    assert note.severity == "low" and "one throttling pause apart" in note.title
+    assert latency_flaky.judge(throttled, LIMITS) == []
+    # A healthy 50 ms command under cpus=0.5 (CI, 22 Nov): a scatter, not two groups,
+    # but no wider than one pause either.
+    scattered = [0.055, 0.130, 0.070, 0.053, 0.096]
+    assert latency_flaky.dispersed(scattered, LIMITS)
+    command = collect(job({"cpus=0.5": [run(v) for v in scattered]}, cpus={"cpus=0.5": 0.5}))
+    assert latency_flaky.judge(command, LIMITS) == []
     # The same runs on a pinned core (no quota) are two latencies of the program's own.
     pinned = collect(job({"cpuset=0": [run(1.4, tests={"t::square": v}) for v in values]}))
     [finding] = latency_flaky.judge(pinned, LIMITS)
