@@ -15,20 +15,30 @@ Three gates, each for its own reason:
    times the fastest and ``cpu_sensitivity_min_s`` above it, with the fastest median
    itself resolvable (a ratio to 0.000 s is no ratio). Gates after BH only remove
    discoveries, so they cannot raise the false discovery rate.
+
+A CPU quota's share of a slowdown is physics, not a finding (issue 12): a program that
+keeps one CPU busy takes twice as long with cpus=0.5, and one that keeps two busy four
+times. Against a configuration with a quota, the time to beat is therefore what the
+quota alone explains: the fastest configuration's median stretched by the CPUs the
+command kept busy there over the quota, plus one throttling pause (services/measure/
+cgroups.py). The ratio to that is the one the gates and the severity read. A test's
+own CPU time is unknown, so its command's stands in for it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.diagnose.neighbours import confounded
+from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import JobSamples
-from services.measure.stats import Summary, benjamini_hochberg, compare, median_interval, rank_test
+from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test
 from services.thresholds import Thresholds
 
 METHOD = "exact Kruskal-Wallis rank test (50,000 permutations beyond 21 runs), Benjamini-Hochberg"
@@ -42,6 +52,47 @@ class Candidate:
     p_value: float
     # configuration label -> the neighbour load of each run (None: not recorded)
     loads: dict[str, list[float] | None] | None = None
+    # configuration label -> its CPU quota; and the CPUs the command kept busy there
+    quotas: dict[str, float] = field(default_factory=dict)
+    cpu_shares: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """One configuration against the fastest: ``expected_s`` is the median it would have
+    if nothing but its quota slowed it (the fastest median when it has no quota)."""
+
+    slow: str
+    fast: str
+    expected_s: float
+    quota: float | None = None
+    cpu_share: float | None = None
+
+    def ratio(self, summaries: dict[str, Summary]) -> float:
+        fast = summaries[self.fast].median
+        return summaries[self.slow].median / fast if fast > 0 else math.inf
+
+    def unexplained(self, summaries: dict[str, Summary]) -> float:
+        return summaries[self.slow].median / self.expected_s if self.expected_s > 0 else math.inf
+
+
+def slowdowns(candidate: Candidate) -> list[Slowdown]:
+    """Every other configuration against the fastest, the least explained first."""
+    summaries = candidate.summaries
+    fast = min(summaries, key=lambda label: summaries[label].median)
+    fast_median = summaries[fast].median
+    share = candidate.cpu_shares.get(fast)
+    found = []
+    for label in summaries:
+        if label == fast:
+            continue
+        quota = candidate.quotas.get(label)
+        if quota is None or share is None:
+            found.append(Slowdown(label, fast, fast_median))
+        else:
+            expected = fast_median * max(1.0, share / quota) + THROTTLE_PAUSE_S
+            found.append(Slowdown(label, fast, expected, quota, share))
+    return sorted(found, key=lambda slowdown: -slowdown.unexplained(summaries))
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -62,7 +113,9 @@ def candidates(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> di
         p_value = rank_test(list(eligible.values()), rng)
         summaries = {label: median_interval(values) for label, values in eligible.items()}
         loads = {label: samples.load(test_id, label) for label in eligible}
-        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value, loads)
+        quotas = {label: samples.quotas[label] for label in eligible if label in samples.quotas}
+        shares = {label: samples.cpu_share(label) for label in eligible}
+        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value, loads, quotas, shares)
     return family
 
 
@@ -94,25 +147,25 @@ def undecided(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> lis
 
 def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> FindingDraft | None:
     summaries = candidate.summaries
-    comparison = compare(summaries)
-    if comparison is None:
+    if len(summaries) < 2:
         return None
-    slow, fast = summaries[comparison.slow], summaries[comparison.fast]
+    worst = slowdowns(candidate)[0]
+    slow, fast = summaries[worst.slow], summaries[worst.fast]
     if fast.median < candidate.resolution_s:
         return None  # the fast side is below the clock's resolution: no ratio to state
-    if slow.median - fast.median < thresholds.cpu_sensitivity_min_s:
+    if slow.median - worst.expected_s < thresholds.cpu_sensitivity_min_s:
         return None
-    ratio = comparison.ratio
-    if ratio < thresholds.cpu_sensitivity_ratio:
+    ratio, unexplained = worst.ratio(summaries), worst.unexplained(summaries)
+    if unexplained < thresholds.cpu_sensitivity_ratio:
         return None
-    if ratio >= thresholds.severity_high_ratio:
+    if unexplained >= thresholds.severity_high_ratio:
         severity = Severity.high
-    elif ratio >= thresholds.severity_medium_ratio:
+    elif unexplained >= thresholds.severity_medium_ratio:
         severity = Severity.medium
     else:
         severity = Severity.low
     loads = candidate.loads or {}
-    neighbours = confounded(loads.get(comparison.slow), loads.get(comparison.fast))
+    neighbours = confounded(loads.get(worst.slow), loads.get(worst.fast))
     if neighbours:
         # The two configurations were timed beside different amounts of other work:
         # the ratio stands, but how much of it is the program's is unknown.
@@ -121,35 +174,50 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
     others = [
         f"{label}: {summaries[label].median / fast.median:.1f}x"
         for label in summaries
-        if label not in (comparison.slow, comparison.fast)
+        if label not in (worst.slow, worst.fast)
     ]
     detail = (
-        f"median {_s(slow.median)} [{_s(slow.ci_low)} .. {_s(slow.ci_high)}] with {comparison.slow} "
-        f"vs {_s(fast.median)} [{_s(fast.ci_low)} .. {_s(fast.ci_high)}] with {comparison.fast}: "
+        f"median {_s(slow.median)} [{_s(slow.ci_low)} .. {_s(slow.ci_high)}] with {worst.slow} "
+        f"vs {_s(fast.median)} [{_s(fast.ci_low)} .. {_s(fast.ci_high)}] with {worst.fast}: "
         f"{ratio:.1f}x, {_s(slow.median - fast.median)} slower "
         f"(n={slow.n} and n={fast.n}; intervals at {slow.confidence:.0%} and {fast.confidence:.0%}); "
         f"rank test p={candidate.p_value:.2g}, a discovery at a false discovery rate of "
         f"{thresholds.cpu_sensitivity_fdr:g} over the {family_size} tests judged"
-        + (f"; others vs {comparison.fast}: {', '.join(others)}" if others else "")
-        + (f". {neighbours.describe(comparison.slow, comparison.fast)}" if neighbours else "")
+        + (f"; others vs {worst.fast}: {', '.join(others)}" if others else "")
+        + (f". {neighbours.describe(worst.slow, worst.fast)}" if neighbours else "")
+        + (f". {_quota_share(worst, ratio, unexplained)}" if worst.quota is not None else "")
     )
     return FindingDraft(
         kind="cpu_sensitivity",
         severity=severity,
-        title=f"{subject} is {ratio:.1f}x slower with {comparison.slow} than with {comparison.fast}",
+        title=f"{subject} is {ratio:.1f}x slower with {worst.slow} than with {worst.fast}"
+        + (f", {unexplained:.1f}x more than its quota explains" if worst.quota is not None else ""),
         detail=detail,
-        config_label=comparison.slow,
+        config_label=worst.slow,
         test_id=candidate.test_id,
         metrics={
             "ratio": ratio,
             "slower_by_s": slow.median - fast.median,
-            "slow": {"config": comparison.slow, **slow.as_dict()},
-            "fast": {"config": comparison.fast, **fast.as_dict()},
+            "slow": {"config": worst.slow, **slow.as_dict()},
+            "fast": {"config": worst.fast, **fast.as_dict()},
             "medians": {label: summary.median for label, summary in summaries.items()},
             "p_value": candidate.p_value,
             "fdr": thresholds.cpu_sensitivity_fdr,
             "family_size": family_size,
             "method": METHOD,
             **({"neighbour_load": {"slow": neighbours.first, "fast": neighbours.second}} if neighbours else {}),
+            **(
+                {"quota": {"cpus": worst.quota, "cpu_share": worst.cpu_share, "expected_s": worst.expected_s}}
+                if worst.quota is not None
+                else {}
+            ),
         },
+    )
+
+
+def _quota_share(slowdown: Slowdown, ratio: float, unexplained: float) -> str:
+    return (
+        f"The command kept {slowdown.cpu_share:.2f} CPUs busy with {slowdown.fast}; rationed to "
+        f"{slowdown.quota:g} CPUs, with one throttling pause, it would take {_s(slowdown.expected_s)}: "
+        f"the quota explains {ratio / unexplained:.1f}x of the {ratio:.1f}x, {unexplained:.1f}x is left"
     )

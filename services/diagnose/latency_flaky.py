@@ -13,18 +13,13 @@ import statistics
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, Severity, format_seconds
 from services.diagnose.neighbours import confounded
-from services.measure.cgroups import PERIOD_US
+from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import WALL_RESOLUTION_S, JobSamples
 from services.thresholds import Thresholds
 
-# The longest pause a CPU quota imposes: the rest of one CFS period (docker's --cpus and
-# lagtrace's own cgroups both use the kernel's default 100 ms), with a margin for the
-# scheduler's wake-up. Once its quota is spent the kernel stops the program until the
-# period ends, and a run either meets such a pause inside the timed span or does not:
-# under a quota, runs that differ by at most one pause differ by the quota's phase, which
-# is physics, not hidden state. A healthy 50 ms program under cpus=0.5 takes 0.05-0.13 s
-# (CI, 22 Nov); its configurations without a quota judge its latency.
-THROTTLE_PAUSE_S = 1.2 * PERIOD_US / 1e6
+# Under a quota, runs that differ by at most one throttling pause differ by the quota's
+# phase, which is physics, not hidden state: a healthy 50 ms program under cpus=0.5
+# takes 0.05-0.13 s (CI, 22 Nov). Its configurations without a quota judge its latency.
 
 
 def modes(

@@ -16,6 +16,12 @@ from pathlib import Path
 
 PERIOD_US = 100_000  # the kernel's default CFS period
 
+# The longest pause a CPU quota imposes: the rest of one CFS period (docker's --cpus and
+# lagtrace's own cgroups both use the kernel's default), with a margin for the
+# scheduler's wake-up. Once its quota is spent the kernel stops the program until the
+# period ends, and a run either meets such a pause inside its timed span or does not.
+THROTTLE_PAUSE_S = 1.2 * PERIOD_US / 1e6
+
 
 @dataclass(frozen=True)
 class CpuStat:

@@ -8,6 +8,7 @@ the failed tests' cases do not (a failure path has its own latency).
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ class JobSamples:
     test_load: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # configuration label -> its CPU quota (``--cpus``), for the configurations that have one
     quotas: dict[str, float] = field(default_factory=dict)
+    # configuration label -> CPU time (user + sys) of each run, aligned with ``wall``
+    cpu: dict[str, list[float]] = field(default_factory=dict)
     # The clocks' resolution: a duration below it is too fast to judge.
     wall_resolution_s: float = WALL_RESOLUTION_S
     test_resolution_s: float = JUNIT_RESOLUTION_S
@@ -56,6 +59,16 @@ class JobSamples:
         values = self.wall.get(label) if test_id is None else self.tests.get(test_id, {}).get(label)
         return loads if loads is not None and values is not None and len(loads) == len(values) else None
 
+    def cpu_share(self, label: str) -> float | None:
+        """The CPUs the command kept busy in a configuration: the median of each run's
+        CPU time over its wall time (2.0: two threads computing all along); None when
+        the CPU time was not recorded."""
+        cpu, wall = self.cpu.get(label), self.wall.get(label)
+        if not cpu or not wall or len(cpu) != len(wall):
+            return None
+        shares = [c / w for c, w in zip(cpu, wall, strict=True) if w > 0]
+        return statistics.median(shares) if shares else None
+
 
 def succeeded(run: Run) -> bool:
     return run.exit_code == 0 and not run.timed_out
@@ -72,6 +85,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
         timing_runs = [run for run in config.runs if run.kind == kind]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]
+        samples.cpu[config.label] = [(run.user_s or 0.0) + (run.sys_s or 0.0) for run in timing_runs if succeeded(run)]
         samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
         for run in timing_runs:
             if not (succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)):

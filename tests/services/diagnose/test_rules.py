@@ -84,6 +84,8 @@ def test_a_single_thread_slowed_by_the_quota_factor_is_no_cpu_throttling(sqlite_
     quota = next(c for c in report["configs"] if c["label"] == "cpus=0.5")
     assert sum(r["nr_throttled"] for r in quota["runs"]) >= len(quota["runs"])  # it was throttled ...
     assert not of_kind(report, "cpu_throttling"), result.stdout  # ... as the quota says, no more
+    # Twice as slow is what its CPU time rationed to half a core takes: no sensitivity either.
+    assert not of_kind(report, "cpu_sensitivity"), result.stdout
     assert not [f for f in report["findings"] if f["severity"] in ("medium", "high")], result.stdout
 
 
