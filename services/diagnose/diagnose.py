@@ -9,33 +9,19 @@ from sqlalchemy.orm import Session
 from services.diagnose import (
     busy_polling,
     command_failed,
-    cpu_sensitivity,
-    cpu_throttling,
     event_loop_blocked,
     futex_storm,
     gil_contention,
     hot_path,
-    latency_flaky,
-    off_cpu_wait,
-    slow_startup,
     stall,
-    tiny_reads,
     triage,
 )
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, fingerprint
+from services.diagnose.symptoms import TIMING_RULES
 from services.models import Finding, Job
 from services.thresholds import Thresholds
 
-# Rules that need only the timing screen: what they find decides what the drill traces.
-TIMING_RULES = (
-    cpu_sensitivity.check,
-    cpu_throttling.check,
-    off_cpu_wait.check,
-    latency_flaky.check,
-    tiny_reads.check,
-    slow_startup.check,
-)
 # Rules that read the drill's evidence.
 # (observer_effect is no rule: it is a note on the evidence, services/diagnose/observer_effect.py)
 EVIDENCE_RULES = (
@@ -48,11 +34,6 @@ EVIDENCE_RULES = (
 )
 # command_failed is no drill target: a command that always fails is traced failing.
 RULES = (command_failed.check, *TIMING_RULES, *EVIDENCE_RULES)
-
-
-def screen_findings(context: RuleContext) -> list:
-    """What the timing screen alone shows: the drill's targets."""
-    return [draft for rule in TIMING_RULES for draft in rule(context)]
 
 
 def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:

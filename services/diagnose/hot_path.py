@@ -8,7 +8,10 @@ the timing runs give the split between running on a CPU and waiting (for the GIL
 I/O, or idle; the stall snapshot's py-spy dump tells the GIL apart when one was taken).
 
 Only for a mostly running program: where an off-CPU program waits is the subject of
-off_cpu_wait, busy_polling and event_loop_blocked.
+off_cpu_wait, busy_polling and event_loop_blocked. And only for a subject with a symptom
+(services/diagnose/symptoms.py: slow, or a timing finding of medium severity or more):
+every program that computes has functions that hold its samples, and a healthy one's
+are no finding.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.symptoms import symptomatic
 from services.measure.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
@@ -47,7 +51,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
         for config in by_label.values()
         if (timing := [r for r in context.timing_runs(config) if r.wall_s and r.exit_code == 0])
     ]
+    explain = symptomatic(context) if best else set()
     for test_id, (evidence, table) in best.items():
+        if test_id not in explain:
+            continue
         label = evidence.config.label if evidence.config else ""
         # A test's CPU share is not measured alone (the run holds the whole suite): the
         # profile's own samples stand for it.

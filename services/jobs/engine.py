@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.db import unreachable
 from services.diagnose import diagnose
 from services.diagnose.context import RuleContext
-from services.diagnose.diagnose import screen_findings
+from services.diagnose.symptoms import screen_findings
 from services.errors import BadInput
 from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import ledger, lifecycle, pull_requests, sources
