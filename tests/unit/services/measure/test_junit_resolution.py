@@ -17,5 +17,8 @@ def test_pytest_writes_durations_to_the_millisecond(tmp_path):
     times = re.findall(r'<testcase [^>]*time="([0-9.]+)"', out.read_text())
     assert times and all(len(t.split(".")[1]) == 3 for t in times)
     assert 10 ** -len(times[0].split(".")[1]) == junit.JUNIT_RESOLUTION_S
+    # What lagtrace reads back is on that grid (how long the empty test took depends on
+    # the machine's load, so it is not asserted).
     [case] = junit.parse(out)
-    assert case.duration_s < junit.JUNIT_RESOLUTION_S * 5  # an empty test: at or below the clock's tick
+    ticks = case.duration_s / junit.JUNIT_RESOLUTION_S
+    assert abs(ticks - round(ticks)) < 1e-6
