@@ -120,7 +120,8 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                 cases[name] = (bool(case.get("quick")), [side])
             continue
         sides = []
-        for variant in ("pathology", "healthy"):
+        # A case may be a healthy suite alone: a real project's own tests, nothing to find.
+        for variant in [v for v in ("pathology", "healthy") if v in spec]:
             part = spec[variant]
             requirements = directory / part["requirements"] if part.get("requirements") else None
             sides.append(
