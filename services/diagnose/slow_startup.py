@@ -6,6 +6,13 @@ took (start-up, plugin autoload, conftest imports, collection); for any Python c
 that was drilled, the `-X importtime` evidence, which names the slowest imports (for
 pytest: the plugins it autoloaded). Judged in the configuration where start-up is
 shortest: a quota slows start-up by its factor, which is no finding of its own.
+
+For pytest the finding names a cause the evidence carries: where -X importtime shows that
+plugins and conftest imports hold less than ``PLUGIN_SHARE`` of the start-up, the rest is
+pytest's own start-up and the collection of the suite's tests. jsonschema 4.22's own
+suite (397 tests) spends 0.60 s of a 0.83 s run there, with 0.056 s of it in imports of
+its own; telling it to unload plugins it does not have is wrong advice. Only a start-up
+of a second or more is then worth a finding, and it names collection.
 """
 
 from __future__ import annotations
@@ -20,6 +27,12 @@ from services.measure.evidence import ImportsContent, ImportTiming
 from services.models import Evidence
 
 SLOWEST = 5
+# The least share of a pytest start-up that plugin and conftest imports must hold before
+# the finding blames them: 44 % in the corpus's 18-plugin case, 9 % in jsonschema's suite.
+PLUGIN_SHARE = 0.25
+# A start-up that imports do not explain is pytest's and collection's; below this it is
+# the ordinary price of a pytest run.
+COLLECTION_MIN_S = 1.0
 # pytest's own modules: what remains among the slow top-level imports of a pytest run
 # are its plugins (autoloaded through entry points) and the suite's conftest imports.
 _PYTEST_OWN = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging")
@@ -112,6 +125,22 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
     if overhead < limits.slow_startup_min_s or share < limits.slow_startup_share:
         return []
     slowest, listed = _slowest(found, pytest=True)
+    # What the suite's plugins and conftest imports cost (a lower bound: the probe keeps
+    # the slowest top-level imports only). Without the evidence the cause stays open.
+    plugins_s = sum(entry.cumulative_s for entry in slowest) if found is not None else None
+    if plugins_s is not None and plugins_s < PLUGIN_SHARE * overhead:
+        if overhead < COLLECTION_MIN_S:
+            return []
+        advice = (
+            f". Plugins and conftest imports hold only {plugins_s:.3f} s of it: the rest is pytest's own start-up "
+            f"and collecting the tests. Collect less (narrow testpaths, fewer parametrized cases, lighter test "
+            f"modules), or split the suite"
+        )
+    else:
+        advice = (
+            ". Load only the plugins the suite uses: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 with -p NAME for each one "
+            "needed, or uninstall the rest"
+        )
     return [
         FindingDraft(
             kind="slow_startup",
@@ -120,11 +149,15 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
             detail=(
                 f"with {label} (the fastest start-up), the median run spent {overhead:.3f} s outside its tests "
                 f"(wall time minus the JUnit durations): interpreter start-up, plugin autoload, conftest imports "
-                f"and collection{listed}. Load only the plugins the suite uses: PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
-                f"with -p NAME for each one needed, or uninstall the rest"
+                f"and collection{listed}{advice}"
             ),
             config_label=label,
-            metrics={"startup_s": overhead, "share": share, "slowest": [entry.model_dump() for entry in slowest]},
+            metrics={
+                "startup_s": overhead,
+                "share": share,
+                "plugins_s": plugins_s,
+                "slowest": [entry.model_dump() for entry in slowest],
+            },
             evidence_ids=[found[0].id] if found is not None and slowest else [],
         )
     ]

@@ -56,3 +56,31 @@ def test_pytest_own_start_up_is_no_finding():
     # under half a core it doubles, which is the quota's factor and not a finding.
     built = _job({"cpuset=0": [0.3, 0.31, 0.3], "cpus=0.5": [0.62, 0.6, 0.61]})
     assert slow_startup.check(jobs.context(built)) == []
+
+
+# jsonschema 4.22's own suite (397 tests), recorded: pytest's modules and the suite's
+# own package; no plugin at all.
+SUITE_IMPORTTIME = "\n".join(
+    [
+        "import time: self [us] | cumulative | imported package",
+        "import time:      2000 |      80000 | _pytest.main",
+        "import time:      1500 |      40000 | pluggy",
+        "import time:      1000 |      56417 | jsonschema.tests",
+        "import time:       100 |      15000 | json",
+    ]
+)
+
+
+def test_collection_that_imports_do_not_explain_gets_no_plugin_advice():
+    # 0.60 s outside the tests, 0.056 s of it the suite's own imports: pytest and
+    # collection, the ordinary price of a pytest run of that size.
+    built = _job({"cpuset=0-1": [0.83, 0.84, 0.82], "cpus=0.5": [1.66, 1.7, 1.6]}, SUITE_IMPORTTIME)
+    assert slow_startup.check(jobs.context(built)) == []
+
+
+def test_a_second_of_collection_is_named_as_collection():
+    built = _job({"cpuset=0-1": [2.2, 2.25, 2.2]}, SUITE_IMPORTTIME)
+    [finding] = slow_startup.check(jobs.context(built))
+    assert finding.metrics["plugins_s"] < 0.25 * finding.metrics["startup_s"]
+    assert "collecting the tests" in finding.detail
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in finding.detail
