@@ -17,17 +17,41 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import docker
 import pytest
 import redis
 from sqlalchemy import create_engine, func, select, text
 
+from services.measure.executors.docker import INSTALLATION_LABEL
 from services.models import Job, WebhookDelivery
+from services.settings import Settings
 from tests.conftest import REPO
 from tests.service_support import SECRET, GitHubServer, delivery_headers, make_repository, push_payload
 
 # Database 0 is left to whoever else uses the test Redis; 1-15 go round per stack.
 REDIS_DATABASES = itertools.cycle(range(1, 16))
 HANDOFF_YML = "command: python3 handoff.py\nconfigs: [cpuset=0, cpuset=0-1]\nrepeat: 5\n"
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs (zombies, waiting for a reaper, do not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                return True
+    return False
+
+
+def wait_for_group_gone(pgid: int, timeout_s: float = 20) -> None:
+    """Until no process of the group is left (a pool's children outlive their leader)."""
+    for sig in (None, signal.SIGKILL):
+        if sig is not None and group_alive(pgid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+        deadline = time.monotonic() + timeout_s
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -122,6 +146,19 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+            wait_for_group_gone(process.pid)
+        # A worker stopped in the middle of a job leaves its containers to the reaper of
+        # its installation's next start, which never comes for a stack's own database.
+        settings = Settings(
+            database_url=self.database_url, installation_id=self.env.get("LAGTRACE_INSTALLATION_ID") or None
+        )
+        with contextlib.suppress(docker.errors.DockerException):
+            client = docker.from_env(timeout=30)
+            for container in client.containers.list(
+                all=True, filters={"label": f"{INSTALLATION_LABEL}={settings.installation}"}
+            ):
+                container.remove(force=True)
+            client.close()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
         request = urllib.request.Request(

@@ -708,14 +708,23 @@ def _kill(container) -> None:
         pass  # already gone: nothing left to stop
 
 
+# A removal can fail for a moment: overlay2's "device or resource busy" leaves the
+# container dead, a busy engine answers late, another removal is under way (409).
+REMOVE_ATTEMPTS = 4
+
+
 def _remove(container) -> None:
-    try:
-        container.remove(force=True)
-    except NotFound:
-        pass
-    except (DockerException, requests.RequestException):
-        # The engine is busy or gone; the reaper retries at the next start.
-        pass
+    for attempt in range(REMOVE_ATTEMPTS):
+        try:
+            container.remove(force=True)
+            return
+        except NotFound:
+            return
+        except (DockerException, requests.RequestException):
+            # Retried here because no later lagtrace process may reap it (a CLI run is
+            # the last of its database); past the last attempt the reaper gets it.
+            if attempt + 1 < REMOVE_ATTEMPTS:
+                time.sleep(0.5 * 2**attempt)
 
 
 def _reason(exc: Exception) -> str:

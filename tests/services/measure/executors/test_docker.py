@@ -36,17 +36,22 @@ def engine():
     problem = docker_executor.unavailable_reason(Settings().docker_image)
     require(problem is None, f"no usable Docker engine: {problem}")
     client = docker.from_env()
+    # Other modules' stacks (their workers killed at teardown) are not this module's to judge.
+    before = {container.id for container in client.containers.list(all=True, filters={"label": OWNER_LABEL})}
     yield client
-    # Whatever these tests started, and whatever a killed lagtrace left, must be gone.
-    assert leftovers(client) == []
+    # Whatever these tests started, and whatever a lagtrace they killed left, must be gone.
+    assert leftovers(client, before) == []
     client.close()
 
 
-def leftovers(client) -> list[str]:
-    """lagtrace containers of this test process or of lagtrace processes that are gone."""
+def leftovers(client, before: set[str]) -> list[str]:
+    """lagtrace containers, new since ``before``, of this test process or of lagtrace
+    processes that are gone."""
     mine = docker_executor.owner_id()
     found = []
     for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        if container.id in before:
+            continue
         owner = container.labels[OWNER_LABEL]
         host, pid, start_time = owner.split(":")
         alive = docker_executor._start_time(int(pid)) == start_time
