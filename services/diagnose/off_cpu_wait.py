@@ -3,6 +3,12 @@
 Wall far above CPU time points at I/O patterns, locks or sleeps rather than at the CPU
 (DESIGN.md story 2: 'CPU-bound' parsing that was really reading a response in 1-byte
 chunks). Judged per configuration on median CPU share.
+
+A symptom, never more than low: a wait is where the time goes, not what is wrong with
+it. Healthy programs wait by design (the corpus's twins block 3 s on a child, on a
+psutil wait, on an event loop's selector, and got a medium here when this was medium at
+<= 10 % CPU). The kinds that say what is wrong about a wait (busy_polling, tiny_reads,
+event_loop_blocked, a stall's stacks) carry the severity.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return [
         FindingDraft(
             kind="off_cpu_wait",
-            severity=Severity.medium if share <= 0.1 else Severity.low,
+            severity=Severity.low,
             title=f"The command waits {1 - share:.0%} of its wall time, off the CPU",
             detail=(
                 f"median wall {wall_s:.3f} s but only {cpu_s:.3f} s of CPU (user + sys, rusage) with "

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from services.diagnose import futex_storm, gil_contention, off_cpu_wait
 from services.diagnose.context import RuleContext
+from services.diagnose.findings import Severity
 from services.measure.evidence import dump
 from services.measure.probes import pyspy
 from services.measure.probes.core import parse_gdb
@@ -22,6 +23,8 @@ def test_off_cpu_wait_names_the_idle_configuration_and_leaves_a_busy_one_alone()
     waiting = job({"cpuset=0": [run(2.0, user_s=0.1, repetition=i) for i in range(1, 6)]})
     [finding] = off_cpu_wait.check(RuleContext(waiting, LIMITS))
     assert finding.kind == "off_cpu_wait" and "95%" in finding.title
+    # A symptom: healthy programs wait by design; the kinds that name a cause carry severity.
+    assert finding.severity == Severity.low
     busy = job({"cpuset=0": [run(2.0, user_s=1.9, repetition=i) for i in range(1, 6)]})
     assert off_cpu_wait.check(RuleContext(busy, LIMITS)) == []
     short = job({"cpuset=0": [run(0.2, user_s=0.01, repetition=i) for i in range(1, 6)]})
