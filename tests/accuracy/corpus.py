@@ -91,9 +91,10 @@ class Outcome:
     def failed(self) -> bool:
         if self.error or self.missed:
             return True
-        # A healthy twin may carry a low note, never a medium or high finding. (Extra
-        # findings on a pathology count against precision, not as a failure.)
-        return self.side.variant == "healthy" and any(severity in SERIOUS for _, severity in self.unexpected)
+        # A healthy twin may carry a low note, never a medium or high finding, tolerated
+        # or not: a twin's tolerate list excuses a note in the precision count only.
+        # (Extra findings on a pathology count against precision, not as a failure.)
+        return self.side.variant == "healthy" and any(severity in SERIOUS for _, severity in self.found)
 
 
 def load_cases() -> dict[str, tuple[bool, list[Side]]]:

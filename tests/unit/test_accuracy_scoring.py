@@ -1,0 +1,50 @@
+"""The corpus scoreboard (`make accuracy`): what fails a run and what counts against precision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.accuracy.corpus import Outcome, Side, load_cases, score
+
+
+def side(variant: str, expect: list[str], tolerate: tuple[str, ...] = ()) -> Side:
+    return Side("case", variant, Path("."), ["python", "prog.py"], expect, list(tolerate), None, "python3")
+
+
+def test_a_healthy_twin_fails_on_a_medium_finding_even_where_its_case_tolerates_the_kind():
+    twin = side("healthy", [], tolerate=("off_cpu_wait",))
+    assert Outcome(twin, [("off_cpu_wait", "medium")], 1.0).failed
+    assert not Outcome(twin, [("off_cpu_wait", "low")], 1.0).failed
+    assert Outcome(side("healthy", []), [("hot_path", "high")], 1.0).failed
+
+
+def test_a_pathology_fails_only_when_its_kind_is_missed():
+    pathology = side("pathology", ["busy_polling"])
+    assert Outcome(pathology, [("off_cpu_wait", "low")], 1.0).failed
+    assert not Outcome(pathology, [("busy_polling", "low"), ("hot_path", "high")], 1.0).failed
+
+
+def test_precision_counts_every_untolerated_finding_at_any_severity():
+    outcomes = [
+        Outcome(
+            side("pathology", ["tiny_reads"], tolerate=("hot_path",)),
+            [("tiny_reads", "medium"), ("hot_path", "low")],
+            1,
+        ),
+        Outcome(side("pathology", ["tiny_reads"]), [("off_cpu_wait", "low")], 1),
+        Outcome(side("healthy", []), [("tiny_reads", "low")], 1),
+    ]
+    table = score(outcomes)
+    assert (table["tiny_reads"]["tp"], table["tiny_reads"]["fn"], table["tiny_reads"]["fp"]) == (1, 1, 1)
+    assert table["tiny_reads"]["precision"] == 0.5 and table["tiny_reads"]["recall"] == 0.5
+    assert table["off_cpu_wait"]["precision"] == 0.0 and table["off_cpu_wait"]["recall"] is None
+    assert "hot_path" not in table
+
+
+def test_every_corpus_case_loads_and_each_pathology_expects_a_kind():
+    cases = load_cases()
+    assert {"psutil_wait", "starlette_websocket", "jsonschema_suite"} <= set(cases)
+    for _, sides in cases.values():
+        assert sides
+        assert all(s.expect for s in sides if s.variant == "pathology")
+        assert all(not s.expect for s in sides if s.variant == "healthy")
