@@ -45,6 +45,17 @@ def check(context: RuleContext) -> list[FindingDraft]:
     return _from_imports(context, imports)
 
 
+def _named_plugins(command: list[str]) -> set[str]:
+    """The top-level modules the pytest command loads with -p NAME (or -pNAME)."""
+    named = set()
+    for flag, value in zip(command, [*command[1:], ""], strict=True):
+        if flag == "-p":
+            named.add(value)
+        elif flag.startswith("-p") and len(flag) > 2 and not flag.startswith("--"):
+            named.add(flag[2:])
+    return {name.split(".")[0] for name in named if not name.startswith("no:")}
+
+
 def _imports_evidence(context: RuleContext) -> tuple[Evidence, ImportsContent] | None:
     whole = [(e, c) for e, c in context.evidence_of(ImportsContent) if e.test_id is None and e.config is not None]
     return min(whole, key=lambda pair: pair[1].total_import_s or 0.0) if whole else None
@@ -128,6 +139,8 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
     # What the suite's plugins and conftest imports cost (a lower bound: the probe keeps
     # the slowest top-level imports only). Without the evidence the cause stays open.
     plugins_s = sum(entry.cumulative_s for entry in slowest) if found is not None else None
+    requested = _named_plugins(context.job.command)
+    named = [entry for entry in slowest if entry.module.split(".")[0] in requested]
     if plugins_s is not None and plugins_s < PLUGIN_SHARE * overhead:
         if overhead < COLLECTION_MIN_S:
             return []
@@ -135,6 +148,13 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
             f". Plugins and conftest imports hold only {plugins_s:.3f} s of it: the rest is pytest's own start-up "
             f"and collecting the tests. Collect less (narrow testpaths, fewer parametrized cases, lighter test "
             f"modules), or split the suite"
+        )
+    elif plugins_s and 2 * sum(entry.cumulative_s for entry in named) >= plugins_s:
+        # The suite asks for these by name: unloading them is no advice (faker_randomly's
+        # twin builds Faker in its -p warm_faker plugin on purpose).
+        advice = (
+            f". Most of it is in plugins the command loads by name ({', '.join(e.module for e in named)}, -p): "
+            "what they do at import or configure time is the cost; defer it to the first test that needs it"
         )
     else:
         advice = (

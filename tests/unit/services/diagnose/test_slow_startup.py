@@ -10,8 +10,8 @@ PYTEST = ["python", "-m", "pytest", "-q", "test_fast.py"]
 TESTS = {f"test_fast.py::test_square[{n}]": 0.0003 for n in range(10)}
 
 
-def _job(walls_by_label: dict[str, list[float]], importtime: str | None = None):
-    built = jobs.job(PYTEST, labels=tuple(walls_by_label))
+def _job(walls_by_label: dict[str, list[float]], importtime: str | None = None, command: list[str] = PYTEST):
+    built = jobs.job(command, labels=tuple(walls_by_label))
     for config in built.configs:
         jobs.timing_runs(config, walls_by_label[config.label], cpu_share=0.95, tests=TESTS)
     if importtime is not None:
@@ -84,3 +84,27 @@ def test_a_second_of_collection_is_named_as_collection():
     assert finding.metrics["plugins_s"] < 0.25 * finding.metrics["startup_s"]
     assert "collecting the tests" in finding.detail
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in finding.detail
+
+
+# faker_randomly's healthy twin in a container, recorded: its own plugin, named with -p,
+# builds Faker's six-locale instance at import, on purpose.
+NAMED_IMPORTTIME = "\n".join(
+    [
+        "import time: self [us] | cumulative | imported package",
+        "import time:      2000 |     120000 | _pytest.main",
+        "import time:      1000 |     573000 | warm_faker",
+        "import time:        50 |        300 | pytest_randomly.compat",
+    ]
+)
+
+
+def test_plugins_the_command_names_with_p_are_not_told_to_be_unloaded():
+    command = ["python", "-m", "pytest", "-q", "-p", "no:faker", "-p", "warm_faker", "test_signup.py"]
+    built = _job({"cpuset=0-1": [1.06, 1.07, 1.05]}, NAMED_IMPORTTIME, command)
+    [finding] = slow_startup.check(jobs.context(built))
+    assert "loads by name (warm_faker, -p)" in finding.detail
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in finding.detail
+    # The same imports autoloaded (not named): unloading them is the advice.
+    built = _job({"cpuset=0-1": [1.06, 1.07, 1.05]}, NAMED_IMPORTTIME)
+    [finding] = slow_startup.check(jobs.context(built))
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in finding.detail
