@@ -300,10 +300,8 @@ def chaos_stack(
     try:
         yield stack.start()
     finally:
-        stack.stop()
+        stack.stop()  # and removes the containers of its installation
         github.stop()
-        for container in stack.running_containers():
-            container.remove(force=True)
         redis.Redis.from_url(redis_server.url).flushall()
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

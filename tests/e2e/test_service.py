@@ -152,13 +152,14 @@ class Stack:
         settings = Settings(
             database_url=self.database_url, installation_id=self.env.get("LAGTRACE_INSTALLATION_ID") or None
         )
-        with contextlib.suppress(docker.errors.DockerException):
-            client = docker.from_env(timeout=30)
+        with (
+            contextlib.suppress(docker.errors.DockerException),
+            contextlib.closing(docker.from_env(timeout=30)) as client,
+        ):
             for container in client.containers.list(
                 all=True, filters={"label": f"{INSTALLATION_LABEL}={settings.installation}"}
             ):
                 container.remove(force=True)
-            client.close()
 
     def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
         request = urllib.request.Request(
