@@ -15,6 +15,19 @@ from services.thresholds import Thresholds
 Content = TypeVar("Content", bound=EvidenceContent)
 
 
+@dataclass(frozen=True)
+class DrillPair:
+    """Configuration labels a subject's evidence compares: where it is slow, where it is
+    fast (services/diagnose/pairs.py chooses them for the drill)."""
+
+    slow: str
+    fast: str
+
+    @property
+    def labels(self) -> list[str]:
+        return list(dict.fromkeys([self.slow, self.fast]))
+
+
 @dataclass
 class RuleContext:
     job: Job
@@ -56,6 +69,16 @@ class RuleContext:
 
     def run_of(self, evidence: Evidence) -> Run | None:
         return self._runs_by_id.get(evidence.run_id) if evidence.run_id else None
+
+    def drill_pair(self, test_id: str | None) -> DrillPair | None:
+        """The two configurations the drill took this subject's evidence in, slow side
+        first by the screen's median; None unless there are two."""
+        labels = {e.config.label for e in self.job.evidence if e.test_id == test_id and e.config is not None}
+        medians = {label: self.timing_median(label, test_id) for label in labels}
+        known = {label: median for label, median in medians.items() if median is not None}
+        if len(known) < 2:
+            return None
+        return DrillPair(max(known, key=known.__getitem__), min(known, key=known.__getitem__))
 
     def timing_median(self, config_label: str, test_id: str | None) -> float | None:
         """The screen's median for a configuration, of the command or of one test."""

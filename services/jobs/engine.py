@@ -30,8 +30,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import unreachable
-from services.diagnose import diagnose
+from services.diagnose import diagnose, pairs
 from services.diagnose.context import RuleContext
+from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.errors import BadInput
 from services.github.client import GitHubClient, GitHubError, check_run_body
@@ -161,9 +162,12 @@ def screen_phase(
 
 
 def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
-    """What the drill traces: the whole command when the timing rules flag it, a run
-    stalled, probes were asked for or only a tracer can tell (needs_tracer); each test
-    (pytest) that a timing rule flags."""
+    """What the drill traces, each in the two configurations its symptom compares
+    (services/diagnose/pairs.py): each test (pytest) that a timing rule flags; the whole
+    command where it is itself the symptom: a plain program the timing rules flag, a
+    hang, a stall past --stall-after, probes asked for by name, a pytest start-up problem,
+    or a suite with no flagged test where only a tracer can tell (needs_tracer). Drilling
+    a whole suite for what one test does costs the suite's time once per probe."""
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
@@ -178,18 +182,35 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     if not wall:
         return []
     flagged = screen_findings(context)
-    found: list[Target] = []
+    seed = job.screen_seed or 0
+    is_pytest = pytest_command.is_pytest(job.command)
+    flagged_tests = list(dict.fromkeys(d.test_id for d in flagged if d.test_id is not None)) if is_pytest else []
     slowest = max(summary.median for summary in wall.values())
-    command_flagged = hung or any(draft.test_id is None for draft in flagged)
+    command_findings = [draft for draft in flagged if draft.test_id is None]
+    if flagged_tests:
+        # The tests carry the symptom; the command's own part is its start-up.
+        command_flagged = any(
+            draft.kind in COMMAND_SYMPTOMS and SEVERITY_ORDER[draft.severity] <= SEVERITY_ORDER[Severity.medium]
+            for draft in command_findings
+        )
+    else:
+        command_flagged = bool(command_findings) or needs_tracer(context, wall)
     stalled = job.stall_after_s is not None and slowest >= job.stall_after_s
-    if job.probes is not None or command_flagged or stalled or needs_tracer(context, wall):
-        found.append(Target(None, list(job.command), wall))
-    if pytest_command.is_pytest(job.command):
-        for test_id in dict.fromkeys(draft.test_id for draft in flagged):
-            if test_id is not None:
-                narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
-                found.append(Target(test_id, narrowed, samples.test_summaries(test_id)))
+    found: list[Target] = []
+    if job.probes is not None or hung or stalled or command_flagged:
+        pair = pairs.choose(samples, settings.thresholds, None, wall, flagged, seed)
+        found.append(Target(None, list(job.command), wall, (pair.slow, pair.fast) if pair else None))
+    for test_id in flagged_tests:
+        narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
+        summaries = samples.test_summaries(test_id)
+        pair = pairs.choose(samples, settings.thresholds, test_id, summaries, flagged, seed)
+        found.append(Target(test_id, narrowed, summaries, (pair.slow, pair.fast) if pair else None))
     return found
+
+
+# What the whole command of a suite with flagged tests is drilled for (medium or high):
+# its own start-up.
+COMMAND_SYMPTOMS = ("slow_startup",)
 
 
 def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:

@@ -1,5 +1,7 @@
-"""The drill: evidence runs after the screen, each probe in its own run, in the slowest
-and the fastest configuration, for the whole command and (pytest) each flagged test.
+"""The drill: evidence runs after the screen, each probe in its own run, in the two
+configurations a target's symptom compares (its slow and its fast one, chosen by
+services/diagnose/pairs.py), for each flagged test (pytest) and for the whole command
+where it is itself the symptom. The cause rules then compare the two.
 
 Evidence runs are stored as Run rows of kind ``evidence`` (never mixed into the timing
 statistics) and their wall time is put beside the timing median in every evidence entry
@@ -57,6 +59,16 @@ class Target:
     test_id: str | None  # None: the whole command
     command: list[str]
     summaries: dict[str, Summary]  # timing summaries per configuration label
+    # (slow, fast) configuration labels the evidence compares; None: the slowest and the
+    # fastest by median (a caller that knows no symptom)
+    configs: tuple[str, str] | None = None
+
+    def pair(self) -> tuple[str, str]:
+        if self.configs is not None:
+            return self.configs
+        fast = min(self.summaries, key=lambda label: self.summaries[label].median)
+        slow = max(self.summaries, key=lambda label: self.summaries[label].median)
+        return slow, fast
 
 
 def drill(
@@ -73,8 +85,8 @@ def drill(
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
 ) -> int:
-    """Run every probe (``probes`` None: all of them) on each target, in its slowest and
-    fastest configuration; return how many runs that took. ``checkpoint`` after each."""
+    """Run every probe (``probes`` None: all of them) on each target, in its slow and its
+    fast configuration; return how many runs that took. ``checkpoint`` after each."""
     names = list(PROBES) if probes is None else probes
     if not names or not chosen:
         return 0
@@ -84,9 +96,8 @@ def drill(
     count = 0
     try:
         for target in chosen:
-            fast_label = min(target.summaries, key=lambda label: target.summaries[label].median)
-            slow_label = max(target.summaries, key=lambda label: target.summaries[label].median)
-            fast_median = target.summaries[fast_label].median
+            slow_label, fast_label = target.pair()
+            fast_median = min(s.median for s in target.summaries.values())
             slow_median = target.summaries[slow_label].median
             stall = (
                 stall_after_s
@@ -97,11 +108,16 @@ def drill(
                 thresholds.evidence_timeout_min_s, thresholds.evidence_timeout_multiple * slow_median
             )
             for label in dict.fromkeys([slow_label, fast_label]):
+                deadline = stall
+                if label != slow_label and stall_after_s is None:
+                    # The fast side is compared, not caught stalling: its snapshot is taken
+                    # half-way through a typical run, while it does what is fast about it.
+                    deadline = min(stall, FAST_SNAPSHOT_FRACTION * target.summaries[label].median)
                 for name in names:
                     count += 1
                     run_dir = scratch / f"{count}-{name}"
                     run_dir.mkdir()
-                    context = ProbeContext(executor, run_dir, stall, timeout, thresholds.last_snapshot_lead_s)
+                    context = ProbeContext(executor, run_dir, deadline, timeout, thresholds.last_snapshot_lead_s)
                     _evidence_run(session, job, by_label[label], target, name, context, store, progress, workdir)
                     checkpoint()
                     shutil.rmtree(run_dir, ignore_errors=True)  # cores are large
@@ -110,6 +126,8 @@ def drill(
     return count
 
 
+# Where in a fast-side run its snapshot is taken (a fraction of its timing median).
+FAST_SNAPSHOT_FRACTION = 0.5
 # An evidence run that ended before its stall deadline is tried again (the screen said
 # this configuration is slow): the noise of one run must not cost the snapshot.
 MAX_STALL_ATTEMPTS = 3
