@@ -94,6 +94,44 @@ def _symptom(finding: dict[str, Any]) -> str:
     return str(finding["title"])
 
 
+# Causes a finding of another kind explains: the GIL is a futex, so threads queueing for it
+# are a futex storm too; naming the futex would name the mechanism, not the cause.
+EXPLAINED_BY = {"futex_storm": "gil_contention"}
+
+
+def accounts_s(finding: dict[str, Any]) -> float | None:
+    """The seconds of the slowdown a cause's evidence accounts for, comparing the slow
+    configuration's evidence with the fast one's; None where the rule had no such pair."""
+    value = (finding.get("metrics") or {}).get("accounts_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+    """The cause, and why none is named when evidence was compared and nothing differed.
+
+    A forensic expert compares the slow run with the fast one: the cause is what differs
+    and accounts for the time. So causes measured in both configurations rank by the
+    seconds they account for; one measured in both that accounts for nothing is no cause.
+    Causes no pair measured come after, most specific first (CAUSES), evidence first.
+    """
+    kinds = {f["kind"] for f in causes}
+    causes = [f for f in causes if EXPLAINED_BY.get(f["kind"]) not in kinds]
+    measured = [f for f in causes if accounts_s(f) is not None]
+    differing = [f for f in measured if (accounts_s(f) or 0.0) > 0.0]
+    if differing:
+        return max(differing, key=lambda f: (accounts_s(f) or 0.0, -CAUSES.index(f["kind"]))), None
+    unmeasured = sorted(
+        (f for f in causes if accounts_s(f) is None),
+        key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),
+    )
+    if unmeasured:
+        return unmeasured[0], None
+    if measured:
+        compared = ", ".join(sorted({f["kind"] for f in measured}))
+        return None, f"the slow and the fast configuration's evidence do not differ ({compared})"
+    return None, None
+
+
 def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Group report findings by test (None: the whole command) into diagnoses, worst first."""
     kinds_of = {e["id"]: e["kind"] for e in evidence}
@@ -105,13 +143,9 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
     for test, members in groups.items():
         # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
         symptoms = sorted((f for f in members if f["kind"] in SYMPTOMS), key=lambda f: SYMPTOMS.index(f["kind"]))
-        causes = sorted(
-            (f for f in members if f["kind"] in CAUSES),
-            key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),
-        )
-        cause = causes[0] if causes else None
+        cause, not_established = choose_cause([f for f in members if f["kind"] in CAUSES])
         inherited = False
-        if cause is None and test is not None and symptoms:
+        if cause is None and not_established is None and test is not None and symptoms:
             # A test slower in a configuration where the whole command is throttled (or
             # otherwise diagnosed) most likely shares that cause.
             slow_configs = {f.get("config") for f in symptoms}
@@ -122,6 +156,7 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
         evidence_ids = list(dict.fromkeys(i for f in members for i in f.get("evidence") or []))
         advice = ADVICE.get(cause["kind"], "") if cause is not None else UNEXPLAINED.get(symptom["kind"], "")
         worst = min(members, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))
+        metrics = (cause.get("metrics") or {}) if cause is not None else {}
         diagnoses.append(
             {
                 "test": test,
@@ -131,6 +166,7 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
                     "configs": sorted({f["config"] for f in symptoms if f.get("config")}),
                     "text": _symptom(symptom),
                     "ratio": (symptom.get("metrics") or {}).get("ratio"),
+                    "finding": symptom["id"],
                 },
                 "cause": (
                     {
@@ -139,10 +175,15 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
                         "finding": cause["id"],
                         "evidence_backed": bool(cause.get("evidence")) or cause["kind"] in MEASURED_CAUSES,
                         "from_command": inherited,
+                        "accounts_s": accounts_s(cause),
+                        "slow_vs_fast": metrics.get("slow_vs_fast")
+                        if isinstance(metrics.get("slow_vs_fast"), str)
+                        else None,
                     }
                     if cause is not None
                     else None
                 ),
+                "not_established": not_established,
                 "evidence": [{"id": i, "kind": kinds_of.get(i, "evidence")} for i in evidence_ids],
                 "advice": advice,
                 "findings": [f["id"] for f in members],
@@ -159,13 +200,23 @@ def render(diagnoses: list[dict[str, Any]]) -> list[str]:
         return []
     out = [f"Diagnoses ({len(diagnoses)}: one per test with findings)"]
     for d in diagnoses:
+        cause = d["cause"]
         out.append(f"  {d['severity'].upper():6} {d['test'] or 'the whole command'}")
-        out.append(f"         symptom:  {d['symptom']['text']}")
-        if d["cause"]:
-            origin = " (found on the whole command)" if d["cause"]["from_command"] else ""
-            out.append(f"         cause:    {d['cause']['kind']}{origin}: {d['cause']['text']}")
+        if cause and cause["finding"] == d["symptom"].get("finding"):
+            # One finding is both what is wrong and why (a failing command): say it once.
+            out.append(f"         found:    {cause['kind']}: {cause['text']}")
         else:
-            out.append("         cause:    not established by evidence")
+            out.append(f"         symptom:  {d['symptom']['text']}")
+            if cause:
+                origin = " (found on the whole command)" if cause["from_command"] else ""
+                out.append(f"         cause:    {cause['kind']}{origin}: {cause['text']}")
+            elif d.get("not_established"):
+                out.append(f"         cause:    not established: {d['not_established']}")
+            else:
+                out.append("         cause:    not established by evidence")
+        if cause and cause.get("slow_vs_fast"):
+            share = f" (accounts for {format_seconds(cause['accounts_s'])})" if cause.get("accounts_s") else ""
+            out.append(f"         compared: {cause['slow_vs_fast']}{share}")
         if d["evidence"]:
             out.append("         evidence: " + ", ".join(f"{e['kind']} #{e['id']}" for e in d["evidence"]))
         if d["advice"]:

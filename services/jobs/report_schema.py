@@ -164,6 +164,7 @@ class DiagnosisSymptom(_Part):
     configs: list[str]
     text: str
     ratio: float | None
+    finding: int | None = None
 
 
 class DiagnosisCause(_Part):
@@ -172,6 +173,10 @@ class DiagnosisCause(_Part):
     finding: int
     evidence_backed: bool
     from_command: bool  # the cause was found on the whole command, in the test's slow configuration
+    # Seconds of the slowdown the cause accounts for, from the slow configuration's evidence
+    # against the fast one's, and that comparison in words; None where no pair was compared.
+    accounts_s: float | None = None
+    slow_vs_fast: str | None = None
 
 
 class DiagnosisEvidence(_Part):
@@ -186,6 +191,8 @@ class Diagnosis(_Part):
     severity: Severity
     symptom: DiagnosisSymptom
     cause: DiagnosisCause | None
+    # Why no cause is named where the evidence of both configurations was compared.
+    not_established: str | None = None
     evidence: list[DiagnosisEvidence]
     advice: str
     findings: list[int]

@@ -55,7 +55,58 @@ def test_command_failed_is_the_story_of_the_command():
     [story] = build_diagnoses([finding(1, "command_failed", "high")], [])
     assert story["cause"]["kind"] == "command_failed" and "output tail" in story["advice"]
     text = "\n".join(render([story]))
-    assert "HIGH   the whole command" in text and "cause:    command_failed" in text
+    assert "HIGH   the whole command" in text and "found:    command_failed" in text
+    assert "symptom:" not in text  # one finding is both: said once
+
+
+def test_the_cause_is_what_differs_between_the_slow_and_the_fast_configuration():
+    compared = "in cpuset=0-1 a thread waited for the GIL in 19 of 20 samples; in cpuset=0, 0 of 20"
+    findings = [
+        finding(1, "cpu_sensitivity", "high", test="t::handoff", config="cpuset=0-1", **SENSITIVE),
+        # 82 % of the samples sit in the computing thread in both configurations: no difference.
+        finding(2, "hot_path", "medium", test="t::handoff", evidence=[10], accounts_s=0.0),
+        finding(3, "gil_contention", "high", test="t::handoff", evidence=[11], accounts_s=4.6, slow_vs_fast=compared),
+        finding(4, "off_cpu_wait", "low", test="t::handoff", evidence=[12]),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "gil_contention"
+    assert story["cause"]["accounts_s"] == 4.6 and story["cause"]["slow_vs_fast"] == compared
+    text = "\n".join(render([story]))
+    assert f"compared: {compared} (accounts for 4.600 s)" in text
+
+
+def test_a_cause_that_accounts_for_more_time_wins_over_the_catalogues_order():
+    findings = [
+        finding(1, "cpu_sensitivity", "high", test="t", config="cpus=0.5", **SENSITIVE),
+        finding(2, "tiny_reads", "medium", test="t", evidence=[10], accounts_s=0.2),
+        finding(3, "cpu_throttling", "high", test="t", config="cpus=0.5", accounts_s=3.1),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "cpu_throttling"
+
+
+def test_the_gil_explains_a_futex_storm_whatever_each_accounts_for():
+    findings = [
+        finding(1, "cpu_sensitivity", "high", test="t", config="cpuset=0-1", **SENSITIVE),
+        finding(2, "futex_storm", "medium", test="t", evidence=[10], accounts_s=4.0),
+        finding(3, "gil_contention", "high", test="t", evidence=[11], accounts_s=2.5),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "gil_contention"
+
+
+def test_evidence_that_does_not_differ_names_no_cause():
+    findings = [
+        finding(1, "cpu_sensitivity", "high", test="t", config="cpuset=0-1", **SENSITIVE),
+        finding(2, "hot_path", "medium", test="t", evidence=[10], accounts_s=0.0),
+        finding(3, "futex_storm", "medium", test="t", evidence=[11], accounts_s=-0.3),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"] is None
+    assert story["not_established"] == (
+        "the slow and the fast configuration's evidence do not differ (futex_storm, hot_path)"
+    )
+    assert "cause:    not established: the slow and the fast" in "\n".join(render([story]))
 
 
 def test_no_findings_no_diagnoses():
