@@ -120,6 +120,14 @@ class Thresholds(BaseModel):
     slow_startup_share: float = Field(0.5, gt=0, le=1)
     slow_startup_min_s: float = Field(0.5, ge=0)
 
+    # gil_contention from the clock's looks at the threads before the stall deadline: a
+    # thread waited for the GIL in at least this share of them in the slow configuration,
+    # and the seconds spent so (share x median) exceed the fast configuration's by at
+    # least gil_min_share_of_slowdown of the slowdown: waits the fast side has as well
+    # (three threads on one core always queue a little) explain nothing.
+    gil_wait_share: float = Field(0.5, gt=0, le=1)
+    gil_min_share_of_slowdown: float = Field(0.25, ge=0, le=1)
+
     # The stall trigger of evidence runs, when --stall-after is not given: this many times
     # the fast configuration's median, but never sooner than stall_min_s (a snapshot of a
     # run that is merely starting up shows the start-up, not the stall).

@@ -1,7 +1,14 @@
 """gil_contention: Python threads wait for the GIL while another thread holds it.
 
-Read from the stall snapshot: gdb's py-bt marks threads "Waiting for the GIL", and
-py-spy's dump says which thread holds it (active+gil) while others are runnable.
+The first witness works on any interpreter: just before the stall deadline the clock
+looks at every thread about twenty times, and a thread blocked in futex on an address
+inside the interpreter's ``_PyRuntime`` waits for the GIL (container_timer.py
+``gil_samples``: no debug symbols, no gdb extension). Read in the slow and in the fast
+configuration, it says how much of the slowdown the waits account for: three threads on
+one core queue for the GIL a little too; the cause is the difference.
+
+gdb's py-bt ("Waiting for the GIL") and py-spy's dump (a GIL holder while others are
+runnable) at the frozen instant are further witnesses where they are available.
 """
 
 from __future__ import annotations
@@ -10,7 +17,15 @@ from dataclasses import dataclass, field
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import CoreThread, DumpedThread, GdbContent, PySpyDumpContent
+from services.diagnose.findings import format_seconds as _s
+from services.measure.evidence import (
+    CoreThread,
+    DumpedThread,
+    GdbContent,
+    GilSamples,
+    PySpyDumpContent,
+    StallContent,
+)
 from services.models import Evidence
 
 
@@ -23,14 +38,24 @@ def _frame(thread: CoreThread | DumpedThread) -> str:
 
 @dataclass
 class _Witnesses:
-    """What each snapshot reader saw of one test (or the command)."""
+    """What each reader saw of one test (or the command)."""
 
+    samples: dict[str, tuple[Evidence, GilSamples]] = field(default_factory=dict)  # by configuration
     gdb: list[tuple[Evidence, list[CoreThread], list[CoreThread]]] = field(default_factory=list)
     pyspy: list[tuple[Evidence, list[DumpedThread], list[DumpedThread]]] = field(default_factory=list)
 
 
+def _sampled(samples: GilSamples) -> str:
+    return f"{samples.with_waiter} of {samples.samples} looks"
+
+
 def check(context: RuleContext) -> list[FindingDraft]:
+    limits = context.thresholds
     found: dict[str | None, _Witnesses] = {}
+    for evidence, stall in context.evidence_of(StallContent):
+        samples = stall.gil_samples
+        if samples is not None and samples.samples and evidence.config is not None:
+            found.setdefault(evidence.test_id, _Witnesses()).samples[evidence.config.label] = (evidence, samples)
     for evidence, core in context.evidence_of(GdbContent):
         threads = core.threads or []
         waiting = [t for t in threads if t.waiting_for_gil]
@@ -44,7 +69,43 @@ def check(context: RuleContext) -> list[FindingDraft]:
             found.setdefault(evidence.test_id, _Witnesses()).pyspy.append((evidence, holders, runnable))
     drafts = []
     for test_id, entry in found.items():
-        lines = []
+        metrics: dict = {}
+        lines: list[str] = []
+        severity: Severity | None = None
+        pair = context.drill_pair(test_id)
+        if entry.samples:
+            if pair is not None and pair.slow in entry.samples and pair.fast in entry.samples:
+                slow, fast = entry.samples[pair.slow][1], entry.samples[pair.fast][1]
+                slow_median = context.timing_median(pair.slow, test_id) or 0.0
+                fast_median = context.timing_median(pair.fast, test_id) or 0.0
+                waited_slow, waited_fast = slow.share * slow_median, fast.share * fast_median
+                accounts = waited_slow - waited_fast
+                slowdown = slow_median - fast_median
+                compared = (
+                    f"in {pair.slow} a thread waited for the GIL in {_sampled(slow)}; in {pair.fast}, {_sampled(fast)}"
+                )
+                metrics.update(
+                    accounts_s=round(accounts, 6),
+                    slow_vs_fast=compared,
+                    gil_wait_share={pair.slow: round(slow.share, 3), pair.fast: round(fast.share, 3)},
+                )
+                lines.append(
+                    f"{compared}: about {_s(waited_slow)} of the {_s(slow_median)} median waiting for it, "
+                    f"against {_s(waited_fast)} of {_s(fast_median)}"
+                )
+                symptom = slow_median >= limits.cpu_sensitivity_ratio * fast_median and slowdown > 0
+                if slow.share >= limits.gil_wait_share and not symptom:
+                    severity = Severity.low  # waits, but no slowdown between the two for them to explain
+                elif slow.share >= limits.gil_wait_share:
+                    if accounts >= limits.gil_min_share_of_slowdown * slowdown:
+                        severity = Severity.high if accounts >= 0.5 * slowdown else Severity.medium
+                    elif accounts > 0:
+                        severity = Severity.low
+            else:
+                label, (evidence, samples) = max(entry.samples.items(), key=lambda item: item[1][1].share)
+                lines.append(f"in {label} a thread waited for the GIL in {_sampled(samples)} before the deadline")
+                if samples.share >= limits.gil_wait_share:
+                    severity = Severity.medium
         for evidence, threads, waiting in entry.gdb:
             lines.append(
                 f"gdb py-bt at the stall ({where(evidence)}): {len(waiting)} of {len(threads)} threads "
@@ -55,21 +116,27 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 f"py-spy dump ({where(evidence)}): thread {holders[0].name or holders[0].id} holds the GIL "
                 f"(active+gil) in {_frame(holders[0])} while {len(runnable)} other thread(s) are runnable"
             )
-        evidence_items = [item[0] for item in entry.gdb] + [item[0] for item in entry.pyspy]
+        if not entry.samples:
+            # No repeated looks (an older clock, a crash): one frozen instant is the witness.
+            severity = Severity.high if entry.gdb else Severity.medium
+        elif severity is None:
+            continue  # looked at repeatedly: the waits do not account for the slowdown
+        evidence_items = (
+            [e for e, _ in entry.samples.values()] + [i[0] for i in entry.gdb] + [i[0] for i in entry.pyspy]
+        )
         configs = sorted({e.config.label for e in evidence_items if e.config})
         waiting_max = max((len(item[2]) for item in entry.gdb), default=0)
         drafts.append(
             FindingDraft(
                 kind="gil_contention",
-                # gdb's marker is direct proof; py-spy's holder/runnable pair alone is a strong hint.
-                severity=Severity.high if entry.gdb else Severity.medium,
+                severity=severity,
                 title=f"{subject(test_id)}: threads wait for the GIL while another thread holds it",
                 detail="; ".join(lines) + ". A thread computing in Python starves the threads that hand work to "
                 "each other: move the computation out of the process or away from the hand-off path",
-                config_label=configs[0] if len(configs) == 1 else None,
+                config_label=pair.slow if pair is not None else configs[0] if len(configs) == 1 else None,
                 test_id=test_id,
-                metrics={"threads_waiting_for_gil": waiting_max, "configs": configs},
-                evidence_ids=[e.id for e in evidence_items],
+                metrics={"threads_waiting_for_gil": waiting_max, "configs": configs, **metrics},
+                evidence_ids=list(dict.fromkeys(e.id for e in evidence_items)),
             )
         )
     return drafts

@@ -221,6 +221,39 @@ class StallAttempt(_Model):
     observed_s: float
 
 
+class GilSampledProcess(_Model):
+    """One process's threads looked at repeatedly just before the stall deadline."""
+
+    pid: int
+    samples: int  # looks that found the process
+    with_waiter: int  # looks in which at least one thread waited for the GIL
+    threads: dict[str, int] = {}  # thread id -> looks in which it waited for the GIL
+    gil_found: bool = True  # the interpreter's _PyRuntime was found (else no wait can be told)
+
+
+class GilSamples(_Model):
+    """Which threads waited for the GIL, from the futex each blocked thread sleeps on
+    (an address inside the interpreter's _PyRuntime is the GIL): no debug symbols needed."""
+
+    started_s: float | None = None
+    window_s: float | None = None
+    test: str | None = None
+    processes: list[GilSampledProcess] = []
+
+    @property
+    def samples(self) -> int:
+        return max((p.samples for p in self.processes), default=0)
+
+    @property
+    def with_waiter(self) -> int:
+        return max((p.with_waiter for p in self.processes), default=0)
+
+    @property
+    def share(self) -> float:
+        best = max(self.processes, key=lambda p: p.with_waiter, default=None)
+        return best.with_waiter / best.samples if best is not None and best.samples else 0.0
+
+
 class StallContent(EvidenceContent):
     stall_after_s: float | None = None
     # "test": the deadline counted from a pytest test's start; "process": from the start.
@@ -241,6 +274,7 @@ class StallContent(EvidenceContent):
     attempts: int | None = None
     earlier_attempts: list[StallAttempt] | None = None
     crash_signal: str | None = None  # the run crashed (SIGSEGV, ...): stacks taken at the crash
+    gil_samples: GilSamples | None = None
 
 
 class ProcIoContent(EvidenceContent):

@@ -167,6 +167,121 @@ def threads_at(pid):
     return found
 
 
+def elf_symbol(path, name):
+    """(address, size, is_shared_object) of a symbol in an ELF64 file's .dynsym (or
+    .symtab), or None. Only the dynamic table is needed: an interpreter stripped of its
+    debug information (Debian's python3 without -dbg packages) still exports _PyRuntime."""
+    import struct
+
+    wanted = name.encode()
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(64)
+            if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+                return None  # only little-endian ELF64 (x86_64, aarch64)
+            e_type = struct.unpack_from("<H", header, 16)[0]
+            shoff = struct.unpack_from("<Q", header, 40)[0]
+            shentsize, shnum = struct.unpack_from("<HH", header, 58)
+            handle.seek(shoff)
+            sections = [struct.unpack("<IIQQQQIIQQ", handle.read(shentsize)[:64]) for _ in range(min(shnum, 4096))]
+            for kind in (11, 2):  # SHT_DYNSYM, then SHT_SYMTAB
+                for section in sections:
+                    if section[1] != kind or section[9] == 0:
+                        continue
+                    strings = sections[section[6]]
+                    handle.seek(strings[4])
+                    names = handle.read(min(strings[5], 64 << 20))
+                    handle.seek(section[4])
+                    table = handle.read(min(section[5], 64 << 20))
+                    for offset in range(0, len(table) - 23, 24):
+                        st_name, _, _, _, value, size = struct.unpack_from("<IBBHQQ", table, offset)
+                        end = names.find(b"\0", st_name)
+                        if value and names[st_name:end] == wanted:
+                            return value, size, e_type == 3  # ET_DYN: add the load bias
+    except (OSError, struct.error, IndexError):
+        return None
+    return None
+
+
+def gil_range(pid):
+    """Where the interpreter keeps its GIL in this process: the address range of its
+    _PyRuntime (the GIL's condition variables and mutex live in it, 3.7 to 3.13), found
+    through the executable or libpython mapped in /proc/PID/maps; None if not found.
+
+    A thread blocked in futex on an address in this range waits for the GIL: locks,
+    queues and conditions of Python code wait on semaphores allocated elsewhere."""
+    maps = _read(f"/proc/{pid}/maps", 1 << 21) or ""
+    files = {}
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        start, offset, path = int(parts[0].split("-")[0], 16), int(parts[2], 16), parts[5].strip()
+        if offset == 0 and (path not in files or start < files[path]):
+            files[path] = start
+    candidates = sorted(files, key=lambda path: ("libpython" not in path, not _PYTHON_EXE.search(path)))
+    for path in candidates:
+        if "libpython" not in path and not _PYTHON_EXE.search(path):
+            continue
+        found = elf_symbol(f"/proc/{pid}/root{path}", "_PyRuntime") or elf_symbol(path, "_PyRuntime")
+        if found:
+            value, size, shared = found
+            start = value + (files[path] if shared else 0)
+            return start, start + max(size, 1)
+    return None
+
+
+# x86_64 and aarch64 futex syscall numbers (the other is never seen on one machine)
+FUTEX_SYSCALLS = (202, 98)
+GIL_SAMPLES = 20
+GIL_SAMPLE_INTERVAL_S = 0.005
+
+
+def thread_waits(pid, gil):
+    """One look at every thread: tid -> "gil" (blocked in futex on the GIL), "futex"
+    (another lock), "running", or "syscall"; read without stopping anything."""
+    states = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return states
+    for tid in tids:
+        fields = (_read(f"/proc/{pid}/task/{tid}/syscall") or "").split()
+        if not fields:
+            continue
+        if fields[0] == "running":
+            states[tid] = "running"
+        elif fields[0].isdigit() and int(fields[0]) in FUTEX_SYSCALLS and len(fields) > 1:
+            address = int(fields[1], 16)
+            states[tid] = "gil" if gil is not None and gil[0] <= address < gil[1] else "futex"
+        else:
+            states[tid] = "syscall"
+    return states
+
+
+def gil_samples(pids, count=GIL_SAMPLES, interval_s=GIL_SAMPLE_INTERVAL_S):
+    """Repeated looks at each process's threads while it runs (one instant can fall
+    between two hand-offs): by pid, how many samples saw a thread waiting for the GIL,
+    and per thread how often it waited."""
+    ranges = {pid: gil_range(pid) for pid in pids}
+    found = {pid: {"samples": 0, "with_waiter": 0, "threads": {}, "gil_found": ranges[pid] is not None} for pid in pids}
+    for index in range(count):
+        if index:
+            time.sleep(interval_s)
+        for pid in pids:
+            states = thread_waits(pid, ranges[pid])
+            if not states:
+                continue
+            entry = found[pid]
+            entry["samples"] += 1
+            waiting = [tid for tid, state in states.items() if state == "gil"]
+            if waiting:
+                entry["with_waiter"] += 1
+            for tid in waiting:
+                entry["threads"][tid] = entry["threads"].get(tid, 0) + 1
+    return found
+
+
 def wait_stopped(pids, limit_s=0.25):
     """SIGSTOP is delivered asynchronously: wait until every thread of these processes is
     really stopped (or gone), so what the tools read is one frozen instant. Returns how
@@ -275,8 +390,14 @@ class StallClock:
         deadline = None if self.per_test else after  # per test: armed by its start
         current = None  # the test whose clock runs: (pid, node id, started_s)
         stalled = False
+        sampled = False
         while True:
-            due = [t for t in (deadline, last_at) if t is not None]
+            # Just before the deadline, repeated looks at which threads wait for the GIL
+            # (services/measure/probes/core.py reads them): the freeze then comes on time.
+            sample_at = None if deadline is None or sampled else deadline - GIL_SAMPLES * GIL_SAMPLE_INTERVAL_S
+            if current is not None and sample_at is not None:
+                sample_at = max(sample_at, current[2])
+            due = [t for t in (sample_at, deadline, last_at) if t is not None]
             lines = self._wait(min(due) if due else None)
             if lines is None:
                 return
@@ -300,6 +421,10 @@ class StallClock:
                         deadline = None  # the test ended in time: no stall
             if lines:
                 continue
+            if sample_at is not None and deadline is not None and sample_at <= now < deadline:
+                sampled = True
+                self._sample_gil(deadline, current)
+                continue
             if deadline is not None and now >= deadline:
                 self._snapshot(STALL, deadline, current)
                 stalled, deadline = True, None
@@ -309,6 +434,25 @@ class StallClock:
                 # The run is about to be killed at its timeout: a stall by any measure.
                 self._snapshot(BEFORE_TIMEOUT if stalled else STALL, last_at, current)
                 return
+
+    def _sample_gil(self, deadline, current):
+        """Looks at the Python processes' threads until the deadline, without stopping
+        them. Test starts and ends reported meanwhile are read after it (at most the
+        window late); an end reported before the deadline still cancels the stall."""
+        tree = descendants(self.pid)
+        python = [pid for pid in tree if describe(pid)["python"]]
+        tester = current[0] if current else None
+        python.sort(key=lambda pid: (pid != tester, -tree.index(pid)))
+        window = max(0.0, deadline - self._now())
+        count = max(1, min(GIL_SAMPLES, int(window / GIL_SAMPLE_INTERVAL_S) + 1))
+        started = self._now()
+        found = gil_samples(python[:MAX_PROCESSES], count, GIL_SAMPLE_INTERVAL_S)
+        self.record["gil_samples"] = {
+            "started_s": round(started, 4),
+            "window_s": round(self._now() - started, 4),
+            "test": current[1] if current else None,
+            "processes": {str(pid): entry for pid, entry in found.items()},
+        }
 
     def _phases(self, phase):
         return any(s["phase"] == phase for s in self.record["snapshots"])

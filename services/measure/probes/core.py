@@ -251,6 +251,46 @@ def _why(tool_run: dict | None, tool: str) -> str:
     return f"{tool} failed (exit status {tool_run.get('returncode')})"
 
 
+def gil_samples(record: dict) -> dict | None:
+    """The clock's looks at the threads before the deadline, checked (the record sits
+    where the command could write)."""
+    found = record.get("gil_samples")
+    if not isinstance(found, dict) or not isinstance(found.get("processes"), dict):
+        return None
+    processes = []
+    for pid, entry in found["processes"].items():
+        if not str(pid).isdigit() or not isinstance(entry, dict):
+            continue
+        threads = entry.get("threads") if isinstance(entry.get("threads"), dict) else {}
+        processes.append(
+            {
+                "pid": int(pid),
+                "samples": int(entry.get("samples") or 0),
+                "with_waiter": int(entry.get("with_waiter") or 0),
+                "threads": {str(k): int(v) for k, v in threads.items() if isinstance(v, int)},
+                "gil_found": bool(entry.get("gil_found")),
+            }
+        )
+    return {
+        "started_s": found.get("started_s"),
+        "window_s": found.get("window_s"),
+        "test": found.get("test"),
+        "processes": processes,
+    }
+
+
+def describe_gil_samples(samples: dict) -> str:
+    best = max(samples["processes"], key=lambda p: (p["with_waiter"], p["samples"]), default=None)
+    if best is None or not best["samples"]:
+        return "no look at the threads before the deadline found a Python process"
+    if not best["gil_found"]:
+        return f"{best['samples']} looks at the threads of pid {best['pid']}; its interpreter's GIL was not found"
+    return (
+        f"{best['samples']} looks at the threads of pid {best['pid']} before the deadline: a thread waited "
+        f"for the GIL in {best['with_waiter']} of them"
+    )
+
+
 class CoreProbe(Probe):
     """The `core` evidence run: the stall snapshot, taken by the run's stall clock."""
 
@@ -441,6 +481,10 @@ class CoreProbe(Probe):
             ],
             **self._captured(stall),
         }
+        samples = gil_samples(record)
+        if samples is not None:
+            content["gil_samples"] = samples
+            content["captured"] = [*content["captured"], describe_gil_samples(samples)]
         return [EvidenceDraft(kind=STALL_KIND, content=StallContent.model_validate(content)), *drafts]
 
     def _no_stall_reason(self, result: RunResult, tests: list[dict]) -> str:

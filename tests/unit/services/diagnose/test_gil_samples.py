@@ -1,0 +1,105 @@
+"""GIL waiters told from the futex a blocked thread sleeps on, and the rule that compares
+the slow configuration's waits with the fast one's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from services.diagnose import gil_contention
+from services.measure.executors import container_timer as clock
+from tests.support import jobs
+
+REPO = Path(__file__).resolve().parents[4]
+DEBIAN_PYTHON = Path("/usr/bin/python3.11")
+
+
+@pytest.mark.skipif(not DEBIAN_PYTHON.exists(), reason="Debian's python3.11 is not installed here")
+def test_runtime_is_found_in_a_stripped_interpreter_by_its_dynamic_symbols_alone():
+    sections = subprocess.run(["readelf", "-S", str(DEBIAN_PYTHON)], capture_output=True, text=True).stdout
+    assert ".symtab" not in sections and ".debug_info" not in sections  # stripped: debug symbols elsewhere
+    address, size, _ = clock.elf_symbol(str(DEBIAN_PYTHON), "_PyRuntime")
+    assert address > 0 and size > 1000
+
+
+def test_no_symbol_in_a_file_that_is_not_elf(tmp_path):
+    path = tmp_path / "python3"
+    path.write_bytes(b"#!/bin/sh\n")
+    assert clock.elf_symbol(str(path), "_PyRuntime") is None
+
+
+@pytest.mark.parametrize("interpreter", sorted({str(DEBIAN_PYTHON), sys.executable, shutil.which("python3") or ""}))
+def test_threads_queueing_for_the_gil_are_seen_without_a_debug_extension(interpreter):
+    if not interpreter or not Path(interpreter).exists():
+        pytest.skip("interpreter not installed")
+    # Threads handing a token through queues while another computes: on two cores some
+    # thread waits for the GIL nearly all the time. Not a latency verdict: only whether a
+    # waiter is seen at all in twenty looks.
+    program = subprocess.Popen(
+        [interpreter, str(REPO / "examples" / "handoff.py"), "1000000"], stdout=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while clock.gil_range(program.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = clock.gil_samples([program.pid])[program.pid]
+    finally:
+        program.kill()
+        program.wait()
+    assert found["gil_found"] and found["samples"] == clock.GIL_SAMPLES
+    assert found["with_waiter"] >= 1
+
+
+def _stall(built, config, waiting: int, samples: int = 20, test_id=None):
+    content = {
+        "status": "ok",
+        "stall_after_s": 0.5,
+        "gil_samples": {"processes": [{"pid": 7, "samples": samples, "with_waiter": waiting, "threads": {}}]},
+    }
+    return jobs.evidence(built, config, "stall", content, test_id=test_id)
+
+
+def _handoff_job(fast_waiting: int):
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.03] * 5)
+    jobs.timing_runs(slow, [0.5] * 5)
+    _stall(built, slow, waiting=19)
+    _stall(built, fast, waiting=fast_waiting)
+    return built
+
+
+def test_waits_present_in_the_slow_configuration_only_are_the_cause():
+    [finding] = gil_contention.check(jobs.context(_handoff_job(fast_waiting=0)))
+    assert finding.severity == "high"
+    assert finding.metrics["slow_vs_fast"] == (
+        "in cpuset=0-1 a thread waited for the GIL in 19 of 20 looks; in cpuset=0, 0 of 20 looks"
+    )
+    assert finding.metrics["accounts_s"] == pytest.approx(0.95 * 0.5)
+
+
+def test_waits_as_frequent_on_both_sides_of_a_healthy_pair_are_at_most_a_note():
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    # A thread pool whose threads wait for the GIL now and then, equally slow everywhere.
+    jobs.timing_runs(fast, [1.0] * 5)
+    jobs.timing_runs(slow, [1.02] * 5)
+    _stall(built, slow, waiting=12)
+    _stall(built, fast, waiting=12)
+    assert [f.severity for f in gil_contention.check(jobs.context(built))] == ["low"]
+
+
+def test_waits_the_fast_side_has_as_much_of_explain_nothing():
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.2] * 5)
+    jobs.timing_runs(slow, [0.5] * 5)
+    _stall(built, slow, waiting=10)  # 0.25 s waiting of 0.5 s ...
+    _stall(built, fast, waiting=20)  # ... against 0.2 s of 0.2 s: 0.05 s of a 0.3 s slowdown
+    [finding] = gil_contention.check(jobs.context(built))
+    assert finding.severity == "low" and finding.metrics["accounts_s"] == pytest.approx(0.05)
