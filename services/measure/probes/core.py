@@ -261,7 +261,9 @@ def gil_samples(record: dict) -> dict | None:
     for pid, entry in found["processes"].items():
         if not str(pid).isdigit() or not isinstance(entry, dict):
             continue
-        threads = entry.get("threads") if isinstance(entry.get("threads"), dict) else {}
+        threads = entry.get("threads")
+        if not isinstance(threads, dict):
+            threads = {}
         processes.append(
             {
                 "pid": int(pid),
