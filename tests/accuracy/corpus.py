@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -61,6 +61,9 @@ class Side:
     tolerate: list[str]
     requirements: Path | None
     interpreter: str
+    # The cause a diagnosis of this side must name (`expect_cause:` in case.yaml): finding
+    # the symptom's kind is not enough, the story must say why.
+    expect_cause: str | None = None
 
     @property
     def name(self) -> str:
@@ -73,6 +76,7 @@ class Outcome:
     found: list[tuple[str, str]]  # (kind, severity)
     seconds: float
     error: str | None = None
+    causes: list[str] = field(default_factory=list)  # the cause kind of each diagnosis
 
     @property
     def kinds(self) -> set[str]:
@@ -88,8 +92,15 @@ class Outcome:
         return [(kind, severity) for kind, severity in self.found if kind not in allowed]
 
     @property
+    def cause_right(self) -> bool | None:
+        """Whether some diagnosis names the expected cause; None where none is expected."""
+        if self.side.expect_cause is None:
+            return None
+        return self.side.expect_cause in self.causes
+
+    @property
     def failed(self) -> bool:
-        if self.error or self.missed:
+        if self.error or self.missed or self.cause_right is False:
             return True
         # A healthy twin may carry a low note, never a medium or high finding, tolerated
         # or not: a twin's tolerate list excuses a note in the precision count only.
@@ -117,6 +128,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     case.get("tolerate", []),
                     None,
                     interpreter,
+                    None if healthy else case.get("expect_cause"),
                 )
                 cases[name] = (bool(case.get("quick")), [side])
             continue
@@ -135,6 +147,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     part.get("tolerate", []),
                     requirements,
                     interpreter,
+                    part.get("expect_cause") if variant == "pathology" else None,
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -286,7 +299,11 @@ def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
         return Outcome(side, [], seconds, f"lagtrace exited {result.returncode}: {tail}")
     report = json.loads(report_path.read_text())
     found = [(finding["kind"], finding["severity"]) for finding in report["findings"]]
-    return Outcome(side, found, seconds)
+    return Outcome(side, found, seconds, causes=causes_of(report.get("diagnoses", [])))
+
+
+def causes_of(diagnoses: list[dict]) -> list[str]:
+    return [d["cause"]["kind"] for d in diagnoses if d.get("cause")]
 
 
 def score(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
@@ -373,6 +390,11 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
         print(
             f"{kind:<20} {row['tp']:>3} {row['fn']:>3} {row['fp']:>3}  {_pct(row['precision']):>9}  {_pct(row['recall']):>6}"
         )
+    causes = cause_accuracy(outcomes)
+    if causes:
+        print("\nexpected cause       right  of  accuracy")
+        for kind, (right, of) in causes.items():
+            print(f"{kind:<20} {right:>5} {of:>3}  {_pct(right / of):>8}")
     failures = [o for o in outcomes if o.failed]
     total = sum(o.seconds for o in outcomes)
     print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {out_dir.relative_to(REPO)}")
@@ -387,10 +409,13 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
                 "seconds": round(o.seconds, 1),
                 "error": o.error,
                 "failed": o.failed,
+                "expect_cause": o.side.expect_cause,
+                "causes": o.causes,
             }
             for o in outcomes
         ],
         "kinds": table,
+        "causes": {kind: {"right": right, "of": of} for kind, (right, of) in causes.items()},
     }
     path.write_text(json.dumps(summary, indent=2))
     return 1 if failures else 0
@@ -403,6 +428,7 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
     from services import migrate
     from services.db import make_engine, make_session_factory
     from services.diagnose.diagnose import diagnose
+    from services.jobs.report import build_report
     from services.models import Job
     from services.settings import Settings
 
@@ -421,10 +447,23 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
                 )
             else:
                 found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
-                outcomes.append(Outcome(side, found, entry["seconds"]))
+                session.flush()
+                report = build_report(job, settings.thresholds)
+                outcomes.append(Outcome(side, found, entry["seconds"], causes=causes_of(report["diagnoses"])))
             _print_outcome(outcomes[-1])
         session.rollback()  # the stored findings stay those of the run
     return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")
+
+
+def cause_accuracy(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
+    """Per expected cause: the sides whose diagnosis named it, of the sides expecting it."""
+    table: dict[str, tuple[int, int]] = {}
+    for outcome in outcomes:
+        if outcome.side.expect_cause is None or outcome.error:
+            continue
+        right, of = table.get(outcome.side.expect_cause, (0, 0))
+        table[outcome.side.expect_cause] = (right + bool(outcome.cause_right), of + 1)
+    return table
 
 
 def _print_outcome(outcome: Outcome) -> None:
@@ -436,6 +475,10 @@ def _print_outcome(outcome: Outcome) -> None:
         print(f"     {outcome.error}")
     elif outcome.missed:
         print(f"     missed: {', '.join(outcome.missed)}")
+    if outcome.side.expect_cause:
+        named = ", ".join(outcome.causes) or "none"
+        mark = "right" if outcome.cause_right else "WRONG"
+        print(f"     cause: expected {outcome.side.expect_cause}, diagnosed {named} ({mark})")
     sys.stdout.flush()
 
 

@@ -48,3 +48,27 @@ def test_every_corpus_case_loads_and_each_pathology_expects_a_kind():
         assert sides
         assert all(s.expect for s in sides if s.variant == "pathology")
         assert all(not s.expect for s in sides if s.variant == "healthy")
+
+
+def test_a_pathology_whose_diagnosis_names_another_cause_fails():
+    handoff = Side("handoff", "pathology", Path("."), ["python", "h.py"], ["cpu_sensitivity"], [], None, "python3")
+    handoff.expect_cause = "gil_contention"
+    found = [("cpu_sensitivity", "high"), ("futex_storm", "high")]
+    assert Outcome(handoff, found, 1.0, causes=["futex_storm"]).failed
+    right = Outcome(handoff, found, 1.0, causes=["gil_contention"])
+    assert not right.failed and right.cause_right
+
+
+def test_cause_accuracy_counts_the_sides_that_expect_a_cause():
+    from tests.accuracy.corpus import cause_accuracy
+
+    expecting = Side(
+        "a", "pathology", Path("."), ["python"], ["cpu_sensitivity"], [], None, "python3", "gil_contention"
+    )
+    other = side("pathology", ["tiny_reads"])
+    outcomes = [
+        Outcome(expecting, [("cpu_sensitivity", "high")], 1.0, causes=["gil_contention"]),
+        Outcome(expecting, [("cpu_sensitivity", "high")], 1.0, causes=[]),
+        Outcome(other, [("tiny_reads", "high")], 1.0, causes=["tiny_reads"]),
+    ]
+    assert cause_accuracy(outcomes) == {"gil_contention": (1, 2)}
