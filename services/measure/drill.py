@@ -108,16 +108,19 @@ def drill(
                 thresholds.evidence_timeout_min_s, thresholds.evidence_timeout_multiple * slow_median
             )
             for label in dict.fromkeys([slow_label, fast_label]):
-                deadline = stall
+                deadline, comparison = stall, False
                 if label != slow_label and stall_after_s is None:
                     # The fast side is compared, not caught stalling: its snapshot is taken
                     # half-way through a typical run, while it does what is fast about it.
                     deadline = min(stall, FAST_SNAPSHOT_FRACTION * target.summaries[label].median)
+                    comparison = True
                 for name in names:
                     count += 1
                     run_dir = scratch / f"{count}-{name}"
                     run_dir.mkdir()
-                    context = ProbeContext(executor, run_dir, deadline, timeout, thresholds.last_snapshot_lead_s)
+                    context = ProbeContext(
+                        executor, run_dir, deadline, timeout, thresholds.last_snapshot_lead_s, comparison=comparison
+                    )
                     _evidence_run(session, job, by_label[label], target, name, context, store, progress, workdir)
                     checkpoint()
                     shutil.rmtree(run_dir, ignore_errors=True)  # cores are large
@@ -210,6 +213,8 @@ def _evidence_run(
         stall = next((d for d in drafts if d.kind == "stall"), None)
         if stall is None or stall.status != NO_STALL or len(earlier) + 1 >= MAX_STALL_ATTEMPTS:
             break
+        if context.comparison:
+            break  # a fast run that ended before its snapshot is what fast looks like
         threshold = retry_threshold(
             target.summaries, job_config.label, context.stall_after_s, [observed, *(e.observed_s for e in earlier)]
         )

@@ -275,6 +275,8 @@ class StallContent(EvidenceContent):
     earlier_attempts: list[StallAttempt] | None = None
     crash_signal: str | None = None  # the run crashed (SIGSEGV, ...): stacks taken at the crash
     gil_samples: GilSamples | None = None
+    # Taken in the fast configuration of a comparison, early on purpose: not a stall.
+    comparison: bool | None = None
 
 
 class ProcIoContent(EvidenceContent):

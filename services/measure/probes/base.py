@@ -91,6 +91,9 @@ class ProbeContext:
     # The stall deadline counts from the drilled pytest test's start (reported by a
     # plugin), not from the process's.
     per_test: bool = False
+    # The fast side of a comparison: its snapshot shows what a fast run does, and is no
+    # stall (services/measure/drill.py takes it half-way through a typical fast run).
+    comparison: bool = False
 
 
 class Probe(ABC):

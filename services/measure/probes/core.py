@@ -434,6 +434,7 @@ class CoreProbe(Probe):
 
     def collect(self, result: RunResult) -> list[EvidenceDraft]:
         base: dict[str, Any] = {
+            "comparison": self.context.comparison or None,
             "stall_after_s": self.context.stall_after_s,
             "clock": "test" if self.context.per_test else "process",
             "wall_s": result.wall_s,

@@ -103,3 +103,17 @@ def test_waits_the_fast_side_has_as_much_of_explain_nothing():
     _stall(built, fast, waiting=20)  # ... against 0.2 s of 0.2 s: 0.05 s of a 0.3 s slowdown
     [finding] = gil_contention.check(jobs.context(built))
     assert finding.severity == "low" and finding.metrics["accounts_s"] == pytest.approx(0.05)
+
+
+def test_the_fast_sides_early_snapshot_is_no_stall():
+    from services.diagnose import stall
+
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.03] * 5)
+    jobs.timing_runs(slow, [0.5] * 5)
+    compared = _stall(built, fast, waiting=0)
+    compared.content = {**compared.content, "comparison": True, "wall_s": 0.03}
+    assert stall.check(jobs.context(built)) == []
+    _stall(built, slow, waiting=19)
+    assert [f.config_label for f in stall.check(jobs.context(built))] == ["cpuset=0-1"]
