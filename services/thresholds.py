@@ -102,10 +102,11 @@ class Thresholds(BaseModel):
     # a hot Python path, a blocked event loop) leave no mark on the screen's numbers.
     drill_slow_command_s: float = Field(1.0, gt=0)
     # ... and a command that spends this share of its wall time, and at least
-    # drill_syscall_heavy_min_s, in the kernel (300,000 recv(1) take 0.2 s here, half of
-    # it system time, where a healthy Python program spends a few per cent).
+    # drill_syscall_heavy_min_s, in the kernel (300,000 recv(1) take 0.13-0.2 s here, a
+    # third to a half of it system time: 0.045 s on a fast day; a healthy Python program
+    # spends a few per cent there). Drilling a program this short costs little.
     drill_syscall_heavy_share: float = Field(0.3, gt=0, le=1)
-    drill_syscall_heavy_min_s: float = Field(0.05, ge=0)
+    drill_syscall_heavy_min_s: float = Field(0.02, ge=0)
 
     # observer_effect: an evidence run's wall time this many times above (or below) the
     # timing median of the same configuration.
