@@ -69,6 +69,6 @@ def run_job(
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")
             execute_job(session, job, executor, settings, progress=progress, checkpoint=session.commit)
-            return build_report(job)
+            return build_report(job, settings.thresholds)
     finally:
         engine.dispose()

@@ -716,7 +716,7 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
     if source is None or not source.github_repository:
         task.state = TaskState.done
         return
-    report = build_report(job) if job.status in lifecycle.FINISHED else None
+    report = build_report(job, settings.thresholds) if job.status in lifecycle.FINISHED else None
     body = check_run_body(settings, job, source, report)
     client = GitHubClient(settings)
     try:
