@@ -62,6 +62,23 @@ class RunKind(str, enum.Enum):
     # and its warm-up): compared with the head, never in the head's own statistics.
     base = "base"
     base_warmup = "base_warmup"
+    # A pytest suite of real size (services/measure/survey.py): its first round, one
+    # whole-suite run per configuration, is the survey. Its wall time and counters are the
+    # command's record; its test durations only choose what the focused screen reruns.
+    survey = "survey"
+    # The focused screen: the suite narrowed to the tests the survey could not clear, all
+    # of them in one pytest process per run. Its test durations are timings; its wall time
+    # is a narrowed command's, never the command's.
+    focus = "focus"
+
+
+# The runs whose wall time and counters time the whole command.
+COMMAND_KINDS = (RunKind.timing, RunKind.survey)
+# The runs whose test durations enter a test's statistics.
+TEST_TIMING_KINDS = (RunKind.timing, RunKind.focus)
+# The runs whose test durations a test's history keeps (one per configuration and job
+# at least, whatever the survey cleared).
+TEST_HISTORY_KINDS = (RunKind.timing, RunKind.focus, RunKind.survey)
 
 
 class TriageStatus(str, enum.Enum):

@@ -32,6 +32,13 @@ class Thresholds(BaseModel):
     # counts as regressed (or, inverted, improved), when a rank test and the ratio's
     # interval both say it moved; the cpu_sensitivity_min_s floor applies too.
     base_change_ratio: float = Field(1.2, gt=1.0)
+    # A pytest suite of at least focus_min_tests tests is surveyed (services/measure/survey.py):
+    # its first round, one whole-suite run per configuration, clears every test whose
+    # configurations lie within survey_ratio of each other (beyond what a quota explains);
+    # the rest are rerun together, narrowed, for the verdicts. Below it the whole suite is
+    # screened: narrowing would save little.
+    focus_min_tests: int = Field(20, ge=1)
+    survey_ratio: float = Field(1.25, gt=1.0)
 
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)

@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
 from sqlalchemy.orm import Session
 
 from services.models import (
+    TEST_HISTORY_KINDS,
     CataloguedJob,
     CatalogueEntry,
     Finding,
@@ -30,7 +31,6 @@ from services.models import (
     JobStatus,
     Project,
     Run,
-    RunKind,
     TestResult,
     TriageStatus,
 )
@@ -104,7 +104,7 @@ def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS)
         .join(JobConfig, JobConfig.id == Run.config_id)
         .join(Job, Job.id == JobConfig.job_id)
         .outerjoin(JobSource, JobSource.job_id == Job.id)
-        .where(Job.id.in_(pending), Run.kind == RunKind.timing, TestResult.outcome != "skipped")
+        .where(Job.id.in_(pending), Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome != "skipped")
     )
     # (project, test, configuration, branch) -> job -> durations
     seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -374,7 +374,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
                 TestResult.test_id == test_id,
                 Job.project_id == project.id,
                 Job.status == JobStatus.done,
-                Run.kind == RunKind.timing,
+                Run.kind.in_(TEST_HISTORY_KINDS),
             )
             .order_by(JobConfig.job_id.desc())
             .limit(jobs)
@@ -401,7 +401,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
         .where(
             Job.id.in_(recent),
             TestResult.test_id == test_id,
-            Run.kind == RunKind.timing,
+            Run.kind.in_(TEST_HISTORY_KINDS),
             TestResult.outcome != "skipped",
         )
     ):

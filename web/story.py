@@ -21,7 +21,7 @@ from services.jobs.report import build_report
 from services.measure import hostload
 from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.measure.samples import collect
-from services.models import Evidence, Finding, Job, RunKind
+from services.models import COMMAND_KINDS, Evidence, Finding, Job
 
 # Which evidence tells the story first when several kinds are paired.
 KIND_ORDER = [
@@ -98,7 +98,7 @@ def busy_machine(job: Job, labels: list[str] | None = None) -> Busy:
     for config in job.configs:
         if labels is not None and config.label not in labels:
             continue
-        values = [run.foreign_cpus or 0.0 for run in config.runs if run.kind == RunKind.timing]
+        values = [run.foreign_cpus or 0.0 for run in config.runs if run.kind in COMMAND_KINDS]
         foreign += values
         if any(value > hostload.BUSY_MACHINE_CPUS for value in values):
             configs.append(config.label)

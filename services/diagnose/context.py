@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
 from services.measure.samples import JobSamples, collect, succeeded
-from services.models import Evidence, Job, JobConfig, Run, RunKind
+from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
 from services.thresholds import Thresholds
 
 Content = TypeVar("Content", bound=EvidenceContent)
@@ -44,7 +44,7 @@ class RuleContext:
         return [run for run in self.all_timing_runs(config) if succeeded(run)]
 
     def all_timing_runs(self, config: JobConfig) -> list[Run]:
-        return [run for run in config.runs if run.kind == RunKind.timing]
+        return [run for run in config.runs if run.kind in COMMAND_KINDS]
 
     def evidence(self, kind: EvidenceKind | str) -> list[Evidence]:
         """The job's usable evidence of one kind (entries that say why a probe could not

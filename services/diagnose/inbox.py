@@ -16,7 +16,18 @@ from typing import Any
 from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from services.models import Finding, Job, JobConfig, JobStatus, Project, Run, RunKind, TestResult, TriageStatus
+from services.models import (
+    COMMAND_KINDS,
+    TEST_TIMING_KINDS,
+    Finding,
+    Job,
+    JobConfig,
+    JobStatus,
+    Project,
+    Run,
+    TestResult,
+    TriageStatus,
+)
 
 
 def _narrowed(project_ids: list[int], project_id: int | None) -> list[int]:
@@ -175,7 +186,7 @@ def latency_history(session: Session, job: Job, test_id: str | None) -> list[dic
         query = (
             select(JobConfig.job_id, JobConfig.label, Run.wall_s)
             .join(Run)
-            .where(JobConfig.job_id.in_(recent), Run.kind == RunKind.timing)
+            .where(JobConfig.job_id.in_(recent), Run.kind.in_(COMMAND_KINDS))
         )
     else:
         query = (
@@ -185,7 +196,7 @@ def latency_history(session: Session, job: Job, test_id: str | None) -> list[dic
             .join(JobConfig)
             .where(
                 JobConfig.job_id.in_(recent),
-                Run.kind == RunKind.timing,
+                Run.kind.in_(TEST_TIMING_KINDS),
                 TestResult.test_id == test_id,
                 TestResult.outcome != "skipped",
             )

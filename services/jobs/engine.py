@@ -48,7 +48,7 @@ from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
 from services.measure.screen import BaseSide, screen
 from services.measure.stats import Summary, median_interval
-from services.models import Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
+from services.models import COMMAND_KINDS, Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.engine")
@@ -187,8 +187,11 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     flagged_tests = list(dict.fromkeys(d.test_id for d in flagged if d.test_id is not None)) if is_pytest else []
     slowest = max(summary.median for summary in wall.values())
     command_findings = [draft for draft in flagged if draft.test_id is None]
-    if flagged_tests:
-        # The tests carry the symptom; the command's own part is its start-up.
+    surveyed = any(run.kind is RunKind.survey for config in job.configs for run in config.runs)
+    if flagged_tests or surveyed:
+        # The tests carry the symptom; the command's own part is its start-up. A suite of
+        # real size is never traced whole for what a tracer alone might see: each probe
+        # would cost the whole suite's time again (issue 23).
         command_flagged = any(
             draft.kind in COMMAND_SYMPTOMS and SEVERITY_ORDER[draft.severity] <= SEVERITY_ORDER[Severity.medium]
             for draft in command_findings
@@ -236,7 +239,7 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
 def _walls_of(job: Job, unsuccessful: Callable[[Run], bool]) -> dict[str, Summary]:
     """Per configuration, the median interval of the timing runs that ``unsuccessful`` picks."""
     walls = {
-        config.label: [run.wall_s for run in config.runs if run.kind is RunKind.timing and unsuccessful(run)]
+        config.label: [run.wall_s for run in config.runs if run.kind in COMMAND_KINDS and unsuccessful(run)]
         for config in job.configs
     }
     return {label: median_interval(values) for label, values in walls.items() if values}

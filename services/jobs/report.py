@@ -28,7 +28,7 @@ from services.measure.evidence import (
 )
 from services.measure.samples import collect
 from services.measure.stats import Summary, compare
-from services.models import Job, RunKind
+from services.models import COMMAND_KINDS, Job, RunKind
 from services.thresholds import Thresholds
 
 SCHEMA = SCHEMA_ID
@@ -61,7 +61,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
     wall = samples.wall_summaries()
     configs = []
     for config in job.configs:
-        runs = [run for run in config.runs if run.kind == RunKind.timing]
+        runs = [run for run in config.runs if run.kind in COMMAND_KINDS]
         configs.append(
             {
                 "label": config.label,
@@ -73,6 +73,11 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
                     {field: getattr(run, field) for field in RUN_FIELDS}
                     for run in config.runs
                     if run.kind == RunKind.warmup
+                ],
+                "focus_runs": [
+                    {field: getattr(run, field) for field in RUN_FIELDS}
+                    for run in config.runs
+                    if run.kind == RunKind.focus
                 ],
                 # Median of the successful runs only (failed and timed-out runs are in runs[]).
                 "wall_s": _summary(wall.get(config.label)),
@@ -87,12 +92,16 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             {
                 "id": test_id,
                 "line": lines.get(test_id),
+                "cleared": False,
                 "configs": [
                     {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
                     for label, values in per_config.items()
                 ],
             }
         )
+    surveyed = survey_view(job)
+    if surveyed is not None:
+        tests += _cleared_tests(job, set(samples.tests), lines)
     failed = [
         {
             "config": config.label,
@@ -103,11 +112,26 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         }
         for config in job.configs
         for run in config.runs
-        if run.kind == RunKind.timing and (run.exit_code != 0 or run.timed_out)
+        if run.kind in (*COMMAND_KINDS, RunKind.focus) and (run.exit_code != 0 or run.timed_out)
     ]
     notes = list(job.notes)
     limits = thresholds or Thresholds()
-    short = {label: len(values) for label, values in samples.wall.items() if 0 < len(values) < limits.min_repetitions}
+    if surveyed is not None:
+        notes.append(
+            f"a suite of {surveyed['tests']} tests: the survey ran it whole once per configuration and cleared "
+            f"{surveyed['cleared']} of them there; "
+            + (
+                f"the other {len(surveyed['focused'])} were rerun together for their verdicts"
+                if surveyed["focused"]
+                else "none needed more runs"
+            )
+            + " (the command's own figures rest on the survey's one run per configuration)"
+        )
+    short = {
+        label: len(values)
+        for label, values in samples.wall.items()
+        if 0 < len(values) < limits.min_repetitions and surveyed is None
+    }
     if short:
         notes.append(
             "no cpu_sensitivity or latency_flaky verdict rests on fewer than "
@@ -224,8 +248,51 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
         # A pull request's job: each test head against base (services/jobs/pull_requests.py).
         "base_comparison": pull_requests.comparison_view(job),
+        "survey": surveyed,
     }
     return validated(report)
+
+
+def survey_view(job: Job) -> dict[str, Any] | None:
+    """What the survey of a suite of real size cleared and kept (None: screened whole)."""
+    surveyed = [run for config in job.configs for run in config.runs if run.kind == RunKind.survey]
+    if not surveyed:
+        return None
+    tests = {result.test_id for run in surveyed for result in run.test_results}
+    focused = [
+        result.test_id
+        for config in job.configs
+        for run in config.runs
+        if run.kind == RunKind.focus
+        for result in run.test_results
+    ]
+    kept = list(dict.fromkeys(focused))
+    return {"tests": len(tests), "cleared": len(tests - set(kept)), "focused": kept}
+
+
+def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[dict[str, Any]]:
+    """The tests a survey cleared, with their one duration per configuration."""
+    cleared: dict[str, dict[str, list[float]]] = {}
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind != RunKind.survey:
+                continue
+            for result in run.test_results:
+                if result.test_id not in judged and result.outcome == "passed":
+                    cleared.setdefault(result.test_id, {}).setdefault(config.label, []).append(result.duration_s)
+    return [
+        {
+            "id": test_id,
+            "line": lines.get(test_id),
+            "cleared": True,
+            "configs": [{"label": label, "median": values[0], "runs": values} for label, values in per_config.items()],
+        }
+        for test_id, per_config in cleared.items()
+    ]
+
+
+# A surveyed suite's text report lists its judged tests and this many of the slowest it cleared.
+CLEARED_SHOWN = 5
 
 
 def _seconds(value: float | None) -> str:
@@ -297,13 +364,23 @@ def render_text(report: dict[str, Any]) -> str:
         labels = [c["label"] for c in report["configs"]]
         out += ["", "Tests (median duration per configuration)"]
         rows = []
-        for test in report["tests"]:
+        judged = [test for test in report["tests"] if not test.get("cleared")]
+        cleared = sorted(
+            (test for test in report["tests"] if test.get("cleared")),
+            key=lambda test: -max((c.get("median") or 0.0 for c in test["configs"]), default=0.0),
+        )
+        for test in [*judged, *cleared[:CLEARED_SHOWN]]:
             by_label = {c["label"]: c for c in test["configs"]}
             medians = [by_label[label].get("median") if label in by_label else None for label in labels]
             known = [m for m in medians if m]
             ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
             rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
         out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
+        if len(cleared) > CLEARED_SHOWN:
+            out.append(
+                f"  ... and {len(cleared) - CLEARED_SHOWN} more tests the survey cleared (one run per configuration; "
+                "all of them in the JSON report)"
+            )
 
     comparison = report.get("base_comparison")
     if comparison:

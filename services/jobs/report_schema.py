@@ -70,6 +70,9 @@ class ReportConfig(_Part):
     runs: list[ReportRun]
     # One per configuration before its timing runs: stored, in no statistic.
     warmup_runs: list[ReportRun] = []
+    # A surveyed suite's focused screen: the suite narrowed to the tests the survey kept
+    # (their durations are in tests[]; their wall times are a narrowed command's).
+    focus_runs: list[ReportRun] = []
     wall_s: Interval | None
 
 
@@ -90,6 +93,8 @@ class ReportTest(_Part):
     configs: list[TestConfig]
     # The line that defines it (JUnit's line attribute, 1-based), where known.
     line: int | None = None
+    # Cleared by a suite's survey: its one run per configuration is all there is.
+    cleared: bool = False
 
 
 class FailedRun(_Part):
@@ -226,6 +231,15 @@ class BaseComparison(_Part):
     counts: dict[str, int]
 
 
+class ReportSurvey(_Part):
+    """A suite of real size (services/measure/survey.py): the first round ran it whole once
+    per configuration; ``cleared`` tests ended there, ``focused`` were rerun together."""
+
+    tests: int
+    cleared: int
+    focused: list[str]
+
+
 class Report(_Part):
     # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
     schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
@@ -243,6 +257,7 @@ class Report(_Part):
     findings: list[ReportFinding]
     diagnoses: list[Diagnosis] = []
     base_comparison: BaseComparison | None = None
+    survey: ReportSurvey | None = None
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from services.measure.configs import CpuConfig, parse_spec
 from services.measure.executors import EXECUTORS
 from services.measure.pytest_command import narrow_to_test
 from services.models import (
+    COMMAND_KINDS,
     Job,
     JobConfig,
     JobSource,
@@ -274,7 +275,7 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
     done_runs = dict(
         session.execute(
             select(Run.config_id, func.count())
-            .where(Run.config_id.in_([c.id for c in job.configs]), Run.kind == RunKind.timing)
+            .where(Run.config_id.in_([c.id for c in job.configs]), Run.kind.in_((*COMMAND_KINDS, RunKind.focus)))
             .group_by(Run.config_id)
         ).all()
     )

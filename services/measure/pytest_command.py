@@ -94,6 +94,18 @@ def narrow_to_test(
         node_id = _guessed_invocation_node_id(node_id, command)
     if is_test_path is None:
         is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
+    return [*_without_test_paths(command, is_test_path), node_id]
+
+
+def narrow_to_tests(command: list[str], node_ids: list[str], workdir: Path) -> list[str]:
+    """The pytest command with its test paths replaced by several node ids, run in the
+    order given (the focused screen reruns the tests its survey could not clear)."""
+    root, here = rootdir(command, workdir), workdir.resolve()
+    ids = [_relative_to(node_id, root, here) for node_id in dict.fromkeys(node_ids)]
+    return [*_without_test_paths(command, _exists_in(workdir)), *ids]
+
+
+def _without_test_paths(command: list[str], is_test_path: Callable[[str], bool]) -> list[str]:
     kept: list[str] = []
     previous = ""
     for argument in command:
@@ -104,18 +116,21 @@ def narrow_to_test(
             continue
         kept.append(argument)
         previous = argument
-    return [*kept, node_id]
+    return kept
 
 
 def invocation_node_id(node_id: str, command: list[str], workdir: Path) -> str:
     """``node_id`` as an argument given in ``workdir``: pytest's node ids (and its JUnit
     file attribute) are relative to its rootdir, which is not the working directory when a
     pytest.ini (or another configuration file) sits in a subfolder the command names."""
-    root = rootdir(command, workdir)
-    if root == workdir.resolve():
+    return _relative_to(node_id, rootdir(command, workdir), workdir.resolve())
+
+
+def _relative_to(node_id: str, root: Path, here: Path) -> str:
+    if root == here:
         return node_id
     path, sep, rest = node_id.partition("::")
-    return os.path.relpath(root / path, workdir.resolve()) + sep + rest
+    return os.path.relpath(root / path, here) + sep + rest
 
 
 def _guessed_invocation_node_id(node_id: str, command: list[str]) -> str:

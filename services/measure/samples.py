@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from services.measure.pytest_command import JUNIT_RESOLUTION_S, PYTEST_TESTS_FAILED
 from services.measure.stats import Summary, median_interval
-from services.models import Job, Run, RunKind
+from services.models import COMMAND_KINDS, TEST_TIMING_KINDS, Job, Run, RunKind
 
 # perf_counter-based wall times: far finer than any latency worth a verdict.
 WALL_RESOLUTION_S = 1e-6
@@ -75,19 +75,24 @@ def succeeded(run: Run) -> bool:
 
 
 def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
-    """The job's samples; ``kind`` RunKind.base: its pull request's base commit's."""
+    """The job's samples; ``kind`` RunKind.base: its pull request's base commit's.
+
+    A surveyed suite (services/measure/survey.py) has its command timed by the survey's
+    runs and its tests by the focused screen's."""
     samples = JobSamples()
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     test_load: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    command_kinds = COMMAND_KINDS if kind is RunKind.timing else (kind,)
+    test_kinds = TEST_TIMING_KINDS if kind is RunKind.timing else (kind,)
     for config in job.configs:
         if config.cpus is not None:
             samples.quotas[config.label] = config.cpus
-        timing_runs = [run for run in config.runs if run.kind == kind]
+        timing_runs = [run for run in config.runs if run.kind in command_kinds]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]
         samples.cpu[config.label] = [(run.user_s or 0.0) + (run.sys_s or 0.0) for run in timing_runs if succeeded(run)]
         samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
-        for run in timing_runs:
+        for run in (run for run in config.runs if run.kind in test_kinds):
             if not (succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)):
                 continue
             for result in run.test_results:

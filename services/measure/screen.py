@@ -8,6 +8,12 @@ of every statistic. A configuration stops early once more runs cannot change its
 verdict against any other, never before ``min_repetitions`` runs (the false-positive
 rate of that rule is measured by tests/bench/bench_false_positives.py).
 
+A pytest suite of real size (``focus_min_tests`` tests or more) is surveyed first: the
+warm-up round, one whole-suite run per configuration, shows which tests could hold a
+finding, and only those are rerun, together, in one narrowed pytest process per run (the
+focused screen, services/measure/survey.py). A test the survey clears costs one run per
+configuration; the survey's runs are the whole command's record.
+
 A pull request's job also screens its base commit (``base``): each configuration's base
 and head runs are shuffled into the same rounds, on the same node, so that whatever the
 machine does meanwhile falls on both sides alike.
@@ -27,12 +33,13 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from services.measure import hostload
+from services.measure import hostload, pytest_command
 from services.measure.executors.base import Executor, RunResult
 from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import median_interval, pair_settled
-from services.models import Job, JobConfig, RunKind
+from services.measure.survey import candidates, survey_tests
+from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
 Progress = Callable[[str], None]
@@ -72,8 +79,10 @@ def screen(
 
     sides = [False, True] if base is not None else [False]
 
-    def measure(job_config: JobConfig, kind: RunKind, repetition: int, on_base: bool = False) -> None:
-        run_dir = scratch / f"{job_config.position}-{repetition}{'-base' if on_base else ''}"
+    def measure(
+        job_config: JobConfig, kind: RunKind, repetition: int, on_base: bool = False, command: list[str] | None = None
+    ) -> None:
+        run_dir = scratch / f"{job_config.position}-{repetition}-{kind.value}{'-base' if on_base else ''}"
         run_dir.mkdir()
         if on_base and base is not None:
             kind = RunKind.base_warmup if kind is RunKind.warmup else RunKind.base
@@ -81,7 +90,7 @@ def screen(
             session,
             base.executor if on_base and base is not None else executor,
             job_config,
-            command=job.command,
+            command=command or job.command,
             workdir=base.workdir if on_base and base is not None else workdir,
             run_dir=run_dir,
             timeout_s=job.timeout_s,
@@ -97,11 +106,27 @@ def screen(
     try:
         for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
             measure(job_config, RunKind.warmup, 0, on_base)
-        for repetition in range(1, job.repeat + 1):
+        # A suite of real size: the warm-up round was its survey, and only the tests it
+        # could not clear are rerun, together (services/measure/survey.py).
+        focus = survey(session, job, thresholds, progress) if base is None else None
+        if focus == []:
+            return
+        command = pytest_command.narrow_to_tests(job.command, focus, workdir) if focus else job.command
+        kind = RunKind.focus if focus else RunKind.timing
+        repetition = 1
+        while repetition <= job.repeat:
             for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
-                measure(job_config, RunKind.timing, repetition, on_base)
+                measure(job_config, kind, repetition, on_base, command)
+            if focus and repetition == 1 and not focus_ran(job):
+                progress("the narrowed suite ran none of its tests: screening the whole suite instead")
+                unfocus(job)
+                focus, command, kind = None, job.command, RunKind.timing
+                continue
             labels = [c.label for c in active]
-            still = still_active(labels, collect(job), thresholds, repetition, job.repeat)
+            samples = collect(job)
+            if focus:
+                samples.wall = {}  # the survey timed the whole command once; the tests carry the verdicts
+            still = still_active(labels, samples, thresholds, repetition, job.repeat)
             if base is not None and repetition < job.repeat:
                 still = [*still, *(label for label in base.needs_runs(labels) if label not in still)]
             for done in active:
@@ -110,8 +135,59 @@ def screen(
             active = [c for c in active if c.label in still]
             if not active:
                 break
+            repetition += 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def survey(session: Session, job: Job, thresholds: Thresholds, progress: Progress) -> list[str] | None:
+    """The tests the focused screen reruns, with the warm-up round relabelled as the survey;
+    None where the whole command is screened: not pytest, fewer than focus_min_tests tests, a
+    run that failed as a whole, or nothing the survey could clear."""
+    if not pytest_command.is_pytest(job.command):
+        return None
+    runs = {config.label: _latest(config, RunKind.warmup) for config in job.configs}
+    found = {label: run for label, run in runs.items() if run is not None}
+    if len(found) < len(runs) or any(
+        run.timed_out or run.exit_code not in (0, pytest_command.PYTEST_TESTS_FAILED) for run in found.values()
+    ):
+        return None
+    tests = survey_tests(found)
+    if len(tests) < thresholds.focus_min_tests:
+        return None
+    kept = candidates(found, job.configs, thresholds, job.stall_after_s)
+    if len(kept) == len(tests):
+        return None
+    for run in found.values():
+        run.kind = RunKind.survey
+    session.flush()
+    progress(
+        f"survey: {len(tests)} tests, {len(tests) - len(kept)} cleared by one run per configuration"
+        + (f", {len(kept)} rerun together (the focused screen)" if kept else "")
+    )
+    return kept
+
+
+def focus_ran(job: Job) -> bool:
+    """Whether the first focused round ran tests in every configuration (a node id that
+    pytest cannot collect stops the whole narrowed run: exit 4 or 5)."""
+    return all(
+        (run := _latest(config, RunKind.focus)) is not None and any(r.outcome == "passed" for r in run.test_results)
+        for config in job.configs
+    )
+
+
+def unfocus(job: Job) -> None:
+    """Back to the whole suite: the survey is a warm-up again, and the narrowed runs a record."""
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind in (RunKind.survey, RunKind.focus):
+                run.kind = RunKind.warmup
+
+
+def _latest(config: JobConfig, kind: RunKind) -> Run | None:
+    runs = [run for run in config.runs if run.kind is kind]
+    return runs[-1] if runs else None
 
 
 T = TypeVar("T")
@@ -179,6 +255,8 @@ def _progress_line(
 ) -> str:
     if kind in (RunKind.warmup, RunKind.base_warmup):
         parts = [f"{job_config.label}: warm-up run {result.wall_s:.3f} s (not counted)"]
+    elif kind is RunKind.focus:
+        parts = [f"{job_config.label}: focused run {repetition}/{repeat} {result.wall_s:.3f} s"]
     else:
         parts = [f"{job_config.label}: run {repetition}/{repeat} {result.wall_s:.3f} s"]
     if result.exit_code != 0:

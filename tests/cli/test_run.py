@@ -312,3 +312,76 @@ def test_run_waits_for_the_node_lock_and_says_so(sqlite_url, tmp_path):
     _, rest = process.communicate(timeout=120)
     assert process.returncode == 0, said + rest
     assert "cpuset=0: run 1/1" in rest
+
+
+SUITE_OF_REAL_SIZE = """
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, {examples!r})
+
+from handoff import round_trips
+
+
+@pytest.mark.parametrize("n", range(28))
+def test_quick(n):
+    assert sum(range(n * 100)) >= 0
+
+
+def test_waits_for_a_timer():
+    time.sleep(0.05)
+
+
+def test_handoff_round_trips():
+    # Slow on two cores, fast on one: the one test the survey must keep.
+    assert round_trips(100) > 0
+"""
+
+
+@pytest.mark.latency
+def test_a_suite_of_real_size_is_surveyed_and_only_what_it_keeps_is_rerun(sqlite_url, tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_many.py").write_text(SUITE_OF_REAL_SIZE.format(examples=str(EXAMPLES)))
+    out = tmp_path / "out.json"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_many.py"]
+    result = run_cli(
+        [
+            "run",
+            "--executor",
+            "local",
+            *CORES,
+            "--repeat",
+            "5",
+            "--evidence",
+            "none",
+            "--workdir",
+            str(suite),
+            "--json",
+            str(out),
+            "--",
+            *command,
+        ],
+        sqlite_url,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    survey = report["survey"]
+    sensitive = "test_many.py::test_handoff_round_trips"
+    assert survey["tests"] == 30 and sensitive in survey["focused"]
+    assert survey["cleared"] == 30 - len(survey["focused"]) >= 20, survey
+    # The survey is the command's record: one whole-suite run per configuration, no more.
+    for config in report["configs"]:
+        assert len(config["runs"]) == 1 and config["warmup_runs"] == []
+        assert 1 <= len(config["focus_runs"]) <= 5
+    tests = {test["id"]: test for test in report["tests"]}
+    assert len(tests) == 30  # the JSON keeps every test, cleared ones with their one run each
+    cleared = [test for test in tests.values() if test["cleared"]]
+    assert len(cleared) == survey["cleared"] and all(len(c["runs"]) == 1 for t in cleared for c in t["configs"])
+    assert all(len(c["runs"]) >= 5 for c in tests[sensitive]["configs"])  # the same statistics as a whole screen
+    flagged = {f["test"] for f in report["findings"] if f["kind"] == "cpu_sensitivity"}
+    assert flagged == {sensitive}
+    assert "the survey ran it whole once per configuration" in result.stdout
+    assert "more tests the survey cleared" in result.stdout  # the text report does not list all 30

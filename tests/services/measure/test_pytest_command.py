@@ -84,6 +84,9 @@ def test_narrowed_node_ids_run_when_pytest_s_rootdir_is_a_subfolder(config, tmp_
             # Before: the rootdir-relative id was given from the checkout: exit 4, nothing ran.
             assert (code, ran) == (0, [test_id]), narrowed
             assert junit.nothing_ran(code, test_id) is None
+    # The focused screen: several node ids in one run, in the order given.
+    narrowed = junit.narrow_to_tests(command, list(reversed(ids)), checkout)
+    assert _junit_ids(narrowed, checkout, tmp_path / "some.xml") == (0, list(reversed(ids)))
 
 
 def test_without_a_config_file_the_rootdir_is_the_working_directory(tmp_path):

@@ -1,0 +1,93 @@
+"""The survey: which tests of a pytest suite of real size the focused screen reruns (issue 23).
+
+Screening a suite whole, 6 times in each of 3 configurations, cost 20 times the suite's
+own time before any evidence was taken, though most tests cannot hold a finding. So for
+a suite of at least ``focus_min_tests`` tests the screen's first round (one whole-suite
+run per configuration, the runs that used to be the warm-up) is a survey. A test goes on
+to the focused screen when that round shows what a finding would need:
+
+- a failure or an error in any configuration, or no result in one;
+- a ratio: its slowest configuration ``survey_ratio`` times its fastest, at least
+  ``cpu_sensitivity_min_s`` apart (below that floor no cpu_sensitivity verdict is
+  possible, however many runs). Against a configuration with a CPU quota the time to beat
+  is what the quota alone explains, as in cpu_sensitivity: a quota's share of a slowdown
+  is physics, and would otherwise send every test that computes to the focused screen;
+- a run at or past ``--stall-after``.
+
+``survey_ratio`` is well below ``cpu_sensitivity_ratio``: one run per configuration is
+noisy, and a test sent on needlessly costs a few reruns, while a test cleared wrongly is
+a lost finding. Every other test is cleared: one run per configuration is its whole cost.
+The focused screen reruns the survivors together, in the suite's own order, in one pytest
+process per run, under the same statistics as a whole screen (services/measure/screen.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from services.measure.cgroups import THROTTLE_PAUSE_S
+from services.models import JobConfig, Run
+from services.thresholds import Thresholds
+
+PASSED = ("passed", "skipped")
+
+
+def survey_tests(runs: dict[str, Run]) -> list[str]:
+    """Every test id the survey's runs reported, in the order of the first run that holds most."""
+    ordered = max(runs.values(), key=lambda run: len(run.test_results), default=None)
+    ids = [result.test_id for result in ordered.test_results] if ordered else []
+    others = [r.test_id for run in runs.values() for r in run.test_results]
+    return list(dict.fromkeys([*ids, *others]))
+
+
+def candidates(
+    runs: dict[str, Run], configs: list[JobConfig], thresholds: Thresholds, stall_after_s: float | None = None
+) -> list[str]:
+    """The tests the survey (``runs``: one whole-suite run per configuration label) cannot clear,
+    in suite order."""
+    quotas = {config.label: config.cpus for config in configs if config.cpus is not None}
+    durations: dict[str, dict[str, float]] = defaultdict(dict)
+    troubled: set[str] = set()
+    for label, run in runs.items():
+        for result in run.test_results:
+            if result.outcome not in PASSED:
+                troubled.add(result.test_id)
+            elif result.outcome == "passed":
+                durations[result.test_id][label] = result.duration_s
+    kept = []
+    for test_id in survey_tests(runs):
+        per_config = durations.get(test_id, {})
+        if (
+            test_id in troubled
+            or (per_config and len(per_config) < len(runs))
+            or (
+                per_config
+                and (
+                    _stretched(per_config, quotas, _cpu_shares(runs), thresholds)
+                    or (stall_after_s is not None and max(per_config.values()) >= stall_after_s)
+                )
+            )
+        ):
+            kept.append(test_id)
+    return kept
+
+
+def _cpu_shares(runs: dict[str, Run]) -> dict[str, float]:
+    """The CPUs each survey run kept busy: a test's own CPU time is unknown, so its
+    command's stands in for it (as in cpu_sensitivity)."""
+    return {label: ((run.user_s or 0.0) + (run.sys_s or 0.0)) / run.wall_s for label, run in runs.items() if run.wall_s}
+
+
+def _stretched(
+    per_config: dict[str, float], quotas: dict[str, float], shares: dict[str, float], thresholds: Thresholds
+) -> bool:
+    """The slowest configuration survey_ratio x the time to beat (cpu_sensitivity.slowdowns)."""
+    fast = min(per_config, key=per_config.__getitem__)
+    fast_s, share = per_config[fast], shares.get(fast)
+    for label, value in per_config.items():
+        expected = fast_s
+        if label in quotas and share is not None:
+            expected = fast_s * max(1.0, share / quotas[label]) + THROTTLE_PAUSE_S
+        if value >= thresholds.survey_ratio * expected and value - fast_s >= thresholds.cpu_sensitivity_min_s:
+            return True
+    return False
