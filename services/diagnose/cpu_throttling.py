@@ -10,8 +10,19 @@ back (DESIGN.md section 4), so it counts CPU-seconds that runnable threads wante
 did not get. One thread under cpus=0.5 wants 1 CPU, gets half and is held back the
 other half: demand 1.0, slowed by exactly the quota's factor, which is physics and no
 finding. Only a demand above both the quota and one CPU (by
-``cpu_throttling_min_parallelism``) is: then smaller pools would do the same work
-without standing still.
+``cpu_throttling_min_parallelism``) can be: more threads or processes than the quota
+pays for.
+
+Even then a count of throttled periods is no cost (issue 22). Two processes computing
+under cpus=0.5 burn each period's budget in half of it and stand still for the rest,
+yet take exactly their CPU time divided by the quota, as one process would: the
+quota's share, physics that no pool size changes. What throttling costs is the wall
+time beyond that share: the run under the quota against the useful CPU time of the
+same work without a quota (the configuration without one whose CPU time is least)
+over the quota, plus one throttling pause. CPU time inflated under the quota (threads
+that spin or contend while rationed) shows there. The finding fires on that cost, at
+``cpu_throttling_min_s`` at least, and its share of the run sets the severity. Without a
+configuration free of quotas to compare with, the time held back stands in for it.
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.measure.cgroups import THROTTLE_PAUSE_S
 
 
 def demand(user_s: float, sys_s: float, throttled_s: float, wall_s: float) -> float:
@@ -27,9 +39,22 @@ def demand(user_s: float, sys_s: float, throttled_s: float, wall_s: float) -> fl
     return (user_s + sys_s + throttled_s) / wall_s if wall_s > 0 else 0.0
 
 
+def _useful_cpu(context: RuleContext) -> tuple[float, float, str] | None:
+    """(CPU seconds, wall seconds, label) of the work where no quota rations it: the
+    configuration without a quota whose median CPU time is least."""
+    found = []
+    for config in context.job.configs:
+        runs = context.timing_runs(config)
+        if config.cpus is None and runs:
+            cpu = statistics.median((run.user_s or 0.0) + (run.sys_s or 0.0) for run in runs)
+            found.append((cpu, statistics.median(run.wall_s for run in runs), config.label))
+    return min(found) if found else None
+
+
 def check(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     drafts = []
+    useful = _useful_cpu(context)
     for config in context.job.configs:
         runs = [run for run in context.timing_runs(config) if run.nr_periods]
         if not runs or config.cpus is None:
@@ -47,7 +72,25 @@ def check(context: RuleContext) -> list[FindingDraft]:
             continue
         if wanted < max(1.0, config.cpus) * limits.cpu_throttling_min_parallelism:
             continue  # one thread slowed by the quota's factor: physics, not a finding
-        held_share = held_s / wall_s if wall_s else 0.0
+        cost_s, beyond = held_s, ""
+        if useful is not None:
+            useful_cpu, useful_wall, useful_label = useful
+            expected = max(useful_wall, useful_cpu / config.cpus) + THROTTLE_PAUSE_S
+            cost_s = wall_s - expected
+            if cost_s < limits.cpu_throttling_min_s:
+                continue  # the quota's share of the work: physics, whatever the periods say
+            run_cpu = statistics.median((run.user_s or 0.0) + (run.sys_s or 0.0) for run in runs)
+            beyond = (
+                f" Its useful CPU time ({useful_cpu:.3f} s with {useful_label}) over the quota, plus one throttling "
+                f"pause, explains {expected:.3f} s: throttling costs {cost_s:.3f} s beyond the quota's share"
+                + (
+                    f", with the CPU time itself inflated to {run_cpu:.3f} s under the quota"
+                    if run_cpu >= 1.2 * useful_cpu
+                    else ""
+                )
+                + "."
+            )
+        held_share = cost_s / wall_s if wall_s else 0.0
         severity = Severity.high if held_share >= 0.5 else Severity.medium if held_share >= 0.2 else Severity.low
         pools = max(1, int(config.cpus)) if config.cpus >= 1 else 1
         drafts.append(
@@ -65,7 +108,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     f"second) against a quota of {config.cpus:g}: its threads or processes outnumber what the "
                     f"quota pays for, so they burn each period's budget early and wait out the rest. Size thread "
                     f"and process pools to the quota ({pools} here: read cpu.max or pass the quota in), not to "
-                    f"os.cpu_count(), which counts the host's cores"
+                    f"os.cpu_count(), which counts the host's cores.{beyond}"
                 ),
                 config_label=config.label,
                 metrics={
@@ -77,6 +120,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     "median_wall_s": wall_s,
                     "cpu_demand": wanted,
                     "quota_cpus": config.cpus,
+                    # What throttling costs beyond the quota's share (the time held back
+                    # where no configuration runs without a quota): the cause's weight.
+                    "accounts_s": cost_s,
                 },
             )
         )

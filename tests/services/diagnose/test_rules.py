@@ -49,20 +49,19 @@ THREAD_HASHER = """
 
 @pytest.mark.latency
 @pytest.mark.parametrize("program", ["example", "independent"])
-def test_cpu_throttling_under_a_quota_smaller_than_the_pool(program, sqlite_url, tmp_path):
+def test_a_pool_wider_than_the_quota_that_takes_its_cpu_time_over_the_quota_is_no_finding(
+    program, sqlite_url, tmp_path
+):
+    # Issue 22: throttled in most periods, yet the run takes its CPU time divided by the
+    # quota, as a pool sized to the quota would: the quota's share, no cost of its own.
     path = str(EXAMPLES / "pool_quota.py") if program == "example" else write(tmp_path, "hasher.py", THREAD_HASHER)
     report, result = screen(
         tmp_path, sqlite_url, [PYTHON, path], "--config", "cpus=0.5", "--config", "cpuset=0-1", "--repeat", "3"
     )
-    [finding] = of_kind(report, "cpu_throttling")
-    assert finding["config"] == "cpus=0.5"
-    metrics = finding["metrics"]
-    assert metrics["throttled_share"] >= 0.2
-    assert metrics["nr_throttled"] <= metrics["nr_periods"]
-    assert metrics["quota_cpus"] == 0.5
-    # the numbers cited in the text are the stored ones
-    assert f"{metrics['nr_throttled']} of {metrics['nr_periods']} CFS periods" in finding["detail"]
-    assert "cpu_throttling" in result.stdout
+    quota = next(c for c in report["configs"] if c["label"] == "cpus=0.5")
+    throttled = sum(r["nr_throttled"] for r in quota["runs"])
+    assert throttled >= 0.2 * sum(r["nr_periods"] for r in quota["runs"])  # throttled all right ...
+    assert not [f for f in of_kind(report, "cpu_throttling") if f["severity"] != "low"], result.stdout  # ... at no cost
 
 
 SINGLE_THREAD = """

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from services.diagnose import command_failed, cpu_throttling, latency_flaky, observer_effect
 from services.diagnose.context import RuleContext
 from services.diagnose.diagnose import RULES
+from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import JobSamples, collect
 from services.models import RunKind
 from services.thresholds import Thresholds
@@ -170,10 +173,23 @@ def test_a_single_thread_slowed_by_the_quota_factor_is_physics_not_a_finding():
     assert cpu_throttling.check(RuleContext(built, LIMITS)) == []
 
 
-def test_a_pool_wider_than_the_quota_is_throttled_with_advice_on_its_size():
+def test_a_pool_that_takes_its_cpu_time_over_the_quota_is_the_quota_s_share_not_a_finding():
+    # Two processes computing 1 s of CPU: 0.5 s on two cores, 2 s under cpus=0.5, throttled
+    # in nearly every period. One process would take the same 2 s: physics (issue 22).
     built = job({"cpus=0.5": quota_runs(2, 0.5), "cpuset=0-1": [run(0.5, user_s=1.0)] * 5}, cpus={"cpus=0.5": 0.5})
+    assert cpu_throttling.check(RuleContext(built, LIMITS)) == []
+
+
+def test_throttling_that_costs_beyond_the_quota_s_share_is_a_finding_with_advice_on_pool_size():
+    # The same 1 s of useful CPU, but under the quota its threads burn 2 s (they spin while
+    # rationed) and the run takes 4 s where 2.12 s is the quota's share.
+    built = job(
+        {"cpus=0.5": quota_runs(2, 0.5, wall=4.0), "cpuset=0-1": [run(0.5, user_s=1.0)] * 5}, cpus={"cpus=0.5": 0.5}
+    )
     [finding] = cpu_throttling.check(RuleContext(built, LIMITS))
-    assert finding.config_label == "cpus=0.5"
+    assert finding.config_label == "cpus=0.5" and finding.severity == "medium"
+    assert finding.metrics["accounts_s"] == pytest.approx(4.0 - 2.0 - THROTTLE_PAUSE_S)
+    assert "beyond the quota's share" in finding.detail and "inflated to 2.000 s" in finding.detail
     assert finding.metrics["cpu_demand"] >= 1.9
     assert "Size thread and process pools to the quota" in finding.detail
     assert f"{finding.metrics['nr_throttled']} of {finding.metrics['nr_periods']} CFS periods" in finding.detail
