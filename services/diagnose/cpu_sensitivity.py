@@ -21,8 +21,11 @@ keeps one CPU busy takes twice as long with cpus=0.5, and one that keeps two bus
 times. Against a configuration with a quota, the time to beat is therefore what the
 quota alone explains: the fastest configuration's median stretched by the CPUs the
 command kept busy there over the quota, plus one throttling pause (services/measure/
-cgroups.py). The ratio to that is the one the gates and the severity read. A test's
-own CPU time is unknown, so its command's stands in for it.
+cgroups.py). The same holds for fewer cores (issue 22): a process pool that keeps two
+CPUs busy on two cores takes twice as long pinned to one, so against a configuration
+pinned to fewer CPUs than the command kept busy, the time to beat is the fastest median
+stretched by that ratio. The ratio to that is the one the gates and the severity read.
+A test's own CPU time is unknown, so its command's stands in for it.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class Candidate:
     # configuration label -> its CPU quota; and the CPUs the command kept busy there
     quotas: dict[str, float] = field(default_factory=dict)
     cpu_shares: dict[str, float | None] = field(default_factory=dict)
+    # configuration label -> the CPUs it pins the command to
+    pinned: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Slowdown:
     expected_s: float
     quota: float | None = None
     cpu_share: float | None = None
+    # Pinned to fewer CPUs than the command kept busy in the fastest configuration.
+    pinned: int | None = None
 
     def ratio(self, summaries: dict[str, Summary]) -> float:
         fast = summaries[self.fast].median
@@ -87,11 +94,18 @@ def slowdowns(candidate: Candidate) -> list[Slowdown]:
         if label == fast:
             continue
         quota = candidate.quotas.get(label)
-        if quota is None or share is None:
+        pinned = candidate.pinned.get(label)
+        if share is None or (quota is None and pinned is None):
             found.append(Slowdown(label, fast, fast_median))
-        else:
+        elif quota is not None:
             expected = fast_median * max(1.0, share / quota) + THROTTLE_PAUSE_S
             found.append(Slowdown(label, fast, expected, quota, share))
+        elif pinned is not None and share > pinned:
+            # Parallel work on fewer cores takes longer by the cores it lost (issue 22: a
+            # process pool computing on two cores is twice as slow on one, as it must be).
+            found.append(Slowdown(label, fast, fast_median * share / pinned, None, share, pinned))
+        else:
+            found.append(Slowdown(label, fast, fast_median))
     return sorted(found, key=lambda slowdown: -slowdown.unexplained(summaries))
 
 
@@ -115,7 +129,8 @@ def candidates(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> di
         loads = {label: samples.load(test_id, label) for label in eligible}
         quotas = {label: samples.quotas[label] for label in eligible if label in samples.quotas}
         shares = {label: samples.cpu_share(label) for label in eligible}
-        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value, loads, quotas, shares)
+        pinned = {label: samples.pinned[label] for label in eligible if label in samples.pinned}
+        family[test_id or ""] = Candidate(test_id, summaries, resolution, p_value, loads, quotas, shares, pinned)
     return family
 
 
@@ -186,12 +201,14 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
         + (f"; others vs {worst.fast}: {', '.join(others)}" if others else "")
         + (f". {neighbours.describe(worst.slow, worst.fast)}" if neighbours else "")
         + (f". {_quota_share(worst, ratio, unexplained)}" if worst.quota is not None else "")
+        + (f". {_pinned_share(worst, ratio, unexplained)}" if worst.pinned is not None else "")
     )
     return FindingDraft(
         kind="cpu_sensitivity",
         severity=severity,
         title=f"{subject} is {ratio:.1f}x slower with {worst.slow} than with {worst.fast}"
-        + (f", {unexplained:.1f}x more than its quota explains" if worst.quota is not None else ""),
+        + (f", {unexplained:.1f}x more than its quota explains" if worst.quota is not None else "")
+        + (f", {unexplained:.1f}x more than its fewer CPUs explain" if worst.pinned is not None else ""),
         detail=detail,
         config_label=worst.slow,
         test_id=candidate.test_id,
@@ -211,7 +228,20 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
                 if worst.quota is not None
                 else {}
             ),
+            **(
+                {"pinned": {"cpus": worst.pinned, "cpu_share": worst.cpu_share, "expected_s": worst.expected_s}}
+                if worst.pinned is not None
+                else {}
+            ),
         },
+    )
+
+
+def _pinned_share(slowdown: Slowdown, ratio: float, unexplained: float) -> str:
+    return (
+        f"The command kept {slowdown.cpu_share:.2f} CPUs busy with {slowdown.fast}; on the {slowdown.pinned} CPU(s) "
+        f"of {slowdown.slow} it would take {_s(slowdown.expected_s)}: fewer CPUs explain "
+        f"{ratio / unexplained:.1f}x of the {ratio:.1f}x, {unexplained:.1f}x is left"
     )
 
 

@@ -12,6 +12,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from services.measure.configs import parse_cpulist
 from services.measure.pytest_command import JUNIT_RESOLUTION_S, PYTEST_TESTS_FAILED
 from services.measure.stats import Summary, median_interval
 from services.models import COMMAND_KINDS, TEST_TIMING_KINDS, Job, Run, RunKind
@@ -34,6 +35,8 @@ class JobSamples:
     test_load: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     # configuration label -> its CPU quota (``--cpus``), for the configurations that have one
     quotas: dict[str, float] = field(default_factory=dict)
+    # configuration label -> how many CPUs it pins the command to (``--cpuset-cpus``)
+    pinned: dict[str, int] = field(default_factory=dict)
     # configuration label -> CPU time (user + sys) of each run, aligned with ``wall``
     cpu: dict[str, list[float]] = field(default_factory=dict)
     # The clocks' resolution: a duration below it is too fast to judge.
@@ -87,6 +90,8 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     for config in job.configs:
         if config.cpus is not None:
             samples.quotas[config.label] = config.cpus
+        if config.cpuset:
+            samples.pinned[config.label] = len(parse_cpulist(config.cpuset))
         timing_runs = [run for run in config.runs if run.kind in command_kinds]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]

@@ -10,8 +10,9 @@ to the focused screen when that round shows what a finding would need:
 - a ratio: its slowest configuration ``survey_ratio`` times its fastest, at least
   ``cpu_sensitivity_min_s`` apart (below that floor no cpu_sensitivity verdict is
   possible, however many runs). Against a configuration with a CPU quota the time to beat
-  is what the quota alone explains, as in cpu_sensitivity: a quota's share of a slowdown
-  is physics, and would otherwise send every test that computes to the focused screen;
+  is what the quota alone explains, as in cpu_sensitivity (and against one pinned to
+  fewer CPUs than the command kept busy, what the lost cores explain): a quota's share of
+  a slowdown is physics, and would otherwise send every test that computes on;
 - a run at or past ``--stall-after``.
 
 ``survey_ratio`` is well below ``cpu_sensitivity_ratio``: one run per configuration is
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from services.measure.cgroups import THROTTLE_PAUSE_S
+from services.measure.configs import parse_cpulist
 from services.models import JobConfig, Run
 from services.thresholds import Thresholds
 
@@ -46,6 +48,7 @@ def candidates(
     """The tests the survey (``runs``: one whole-suite run per configuration label) cannot clear,
     in suite order."""
     quotas = {config.label: config.cpus for config in configs if config.cpus is not None}
+    pinned = {config.label: len(parse_cpulist(config.cpuset)) for config in configs if config.cpuset}
     durations: dict[str, dict[str, float]] = defaultdict(dict)
     troubled: set[str] = set()
     for label, run in runs.items():
@@ -63,7 +66,7 @@ def candidates(
             or (
                 per_config
                 and (
-                    _stretched(per_config, quotas, _cpu_shares(runs), thresholds)
+                    _stretched(per_config, quotas, pinned, _cpu_shares(runs), thresholds)
                     or (stall_after_s is not None and max(per_config.values()) >= stall_after_s)
                 )
             )
@@ -79,7 +82,11 @@ def _cpu_shares(runs: dict[str, Run]) -> dict[str, float]:
 
 
 def _stretched(
-    per_config: dict[str, float], quotas: dict[str, float], shares: dict[str, float], thresholds: Thresholds
+    per_config: dict[str, float],
+    quotas: dict[str, float],
+    pinned: dict[str, int],
+    shares: dict[str, float],
+    thresholds: Thresholds,
 ) -> bool:
     """The slowest configuration survey_ratio x the time to beat (cpu_sensitivity.slowdowns)."""
     fast = min(per_config, key=per_config.__getitem__)
@@ -88,6 +95,8 @@ def _stretched(
         expected = fast_s
         if label in quotas and share is not None:
             expected = fast_s * max(1.0, share / quotas[label]) + THROTTLE_PAUSE_S
+        elif label in pinned and share is not None:
+            expected = fast_s * max(1.0, share / pinned[label])
         if value >= thresholds.survey_ratio * expected and value - fast_s >= thresholds.cpu_sensitivity_min_s:
             return True
     return False

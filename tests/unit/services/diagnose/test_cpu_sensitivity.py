@@ -192,3 +192,33 @@ def test_a_configuration_the_quota_explains_leaves_the_verdict_to_the_others():
     [finding] = cpu_sensitivity.judge(collect(job(configs, cpus={"cpus=0.5": 0.5})), LIMITS)
     assert finding.config_label == "cpuset=0" and finding.metrics["fast"]["config"] == "cpuset=0-1"
     assert finding.metrics["ratio"] == pytest.approx(4.0) and "quota" not in finding.metrics
+
+
+def _pinned(configs: dict) -> object:
+    built = job(configs)
+    for config in built.configs:
+        config.cpuset = config.label.removeprefix("cpuset=")
+    return built
+
+
+def test_parallel_work_pinned_to_fewer_cores_is_the_cores_share_not_a_finding():
+    # Issue 22: a process pool keeping two CPUs busy on two cores is twice as slow on one.
+    pool = {"cpuset=0": _runs([0.2, 0.21, 0.2, 0.19, 0.2], 1.0), "cpuset=0-1": _runs([0.1, 0.1, 0.11, 0.1, 0.1], 1.95)}
+    assert cpu_sensitivity.judge(collect(_pinned(pool)), LIMITS) == []
+    # Five times as slow on one core is more than the lost core explains, and said so.
+    worse = {**pool, "cpuset=0": _runs([0.5, 0.51, 0.5, 0.49, 0.5], 1.0)}
+    [finding] = cpu_sensitivity.judge(collect(_pinned(worse)), LIMITS)
+    assert finding.config_label == "cpuset=0" and finding.metrics["pinned"]["cpus"] == 1
+    assert (
+        "more than its fewer CPUs explain" in finding.title and "fewer CPUs explain 2.0x of the 5.0x" in finding.detail
+    )
+
+
+def test_the_hand_off_slower_on_more_cores_owes_nothing_to_pinning():
+    handoff = {
+        "cpuset=0": _runs([0.1, 0.11, 0.1, 0.1, 0.1], 0.9),
+        "cpuset=0-1": _runs([0.5, 0.52, 0.49, 0.5, 0.5], 1.0),
+    }
+    [finding] = cpu_sensitivity.judge(collect(_pinned(handoff)), LIMITS)
+    assert finding.config_label == "cpuset=0-1" and finding.metrics["ratio"] == pytest.approx(5.0)
+    assert "pinned" not in finding.metrics
