@@ -91,6 +91,11 @@ class Thresholds(BaseModel):
     tiny_reads_max_bytes: float = Field(64.0, gt=0)
     # The /proc io screen (file and pipe reads only, start-up reads included in its mean).
     tiny_reads_max_avg_bytes: float = Field(512.0, gt=0)
+    # ... and a medium finding only where the reads cost: their system time (strace -c, in
+    # the same configuration) at least tiny_reads_min_cost_s and tiny_reads_min_share of the
+    # untraced run. 2,000 reads of 38-byte messages paced by a peer over 4 s cost 2 %.
+    tiny_reads_min_cost_s: float = Field(0.02, ge=0)
+    tiny_reads_min_share: float = Field(0.1, ge=0, le=1)
 
     # event_loop_blocked: asyncio callbacks that each ran >= 20 ms (the asyncio_loop probe)
     # add up to this share of the traced run and at least event_loop_blocked_min_s.

@@ -9,6 +9,12 @@ chunks. Two sources:
   mean; it is the only source that sees socket reads (`recv`, `recvfrom`);
 - before a drill, the timing runs' /proc io counters (file and pipe reads only; their
   mean includes start-up reads) flag the command so the drill traces it.
+
+A count is no cost (issue 22): a client reading 2,000 messages of 38 bytes that a peer
+sends over 4 s reads each as it comes, and a bigger buffer would save nothing. The
+finding is medium only where the reads cost time: the system time strace -c measured in
+the read syscalls, in the same configuration, against the untraced run's median
+(``tiny_reads_min_cost_s``, ``tiny_reads_min_share``); otherwise it is a low note.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import statistics
 
 from services.diagnose.context import RuleContext, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import FdTypeReads, ReadsContent
+from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
+from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
 
 ADVICE = (
@@ -56,18 +63,19 @@ def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
     syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.syscalls.items()))
     histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.histogram.items())
     wall = content.wall_s or 0.0
+    cost, costs = _cost(context, entry)
     # Tracing every read costs ~90 us each: a long loop of them meets the evidence timeout,
     # and the counts then cover the run up to the tracer's stop.
     partial = " (stopped before the timeout: counts up to then)" if content.stopped_before_timeout else ""
     return [
         FindingDraft(
             kind="tiny_reads",
-            severity=Severity.medium,
+            severity=Severity.medium if costs else Severity.low,
             title=f"{reads} {fd_type} reads of typically {median:.0f} bytes",
             detail=(
                 f"strace of every read ({where(entry)}): {reads} {fd_type} reads brought data ({syscalls}), "
                 f"median {median:.0f} bytes, most often {mode} bytes, {row.bytes} bytes in all"
-                f"{f' in a {wall:.2f} s traced run' if wall else ''}{partial}; sizes: {histogram}. {ADVICE}"
+                f"{f' in a {wall:.2f} s traced run' if wall else ''}{partial}; sizes: {histogram}. {cost}{ADVICE}"
             ),
             config_label=entry.config.label if entry.config else None,
             metrics={
@@ -82,6 +90,29 @@ def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
             evidence_ids=[entry.id],
         )
     ]
+
+
+def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool]:
+    """What the read syscalls cost, said, and whether that is enough for a medium finding:
+    their system time in the strace -c evidence of the same configuration and test,
+    against the untraced median."""
+    limits = context.thresholds
+    label = reads.config.label if reads.config else None
+    median = context.timing_median(label, reads.test_id) if label else None
+    for entry, content in context.evidence_of(StraceContent):
+        if entry.config is not reads.config or entry.test_id != reads.test_id or not content.syscalls:
+            continue
+        seconds = sum(row.seconds for row in content.syscalls if row.name in READ_SYSCALLS)
+        if not median:
+            return f"The read syscalls took {seconds:.3f} s of system time (strace -c). ", False
+        share = seconds / median
+        costs = seconds >= limits.tiny_reads_min_cost_s and share >= limits.tiny_reads_min_share
+        said = (
+            f"The read syscalls took {seconds:.3f} s of system time (strace -c), {share:.0%} of the "
+            f"{median:.3f} s untraced median"
+        )
+        return (said + (". " if costs else ": too little to be worth a larger buffer. ")), costs
+    return "What the reads cost was not measured (no strace -c in this configuration). ", False
 
 
 def _from_proc_io(context: RuleContext) -> list[FindingDraft]:

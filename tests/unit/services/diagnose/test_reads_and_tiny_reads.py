@@ -40,11 +40,16 @@ def test_median_of_a_histogram_is_the_middle_read():
     assert reads._median(Counter({1: 2, 100: 2})) == 50.5
 
 
-def _job_with_reads(parsed: dict, wall_s: float = 2.0):
+def _job_with_reads(parsed: dict, wall_s: float = 2.0, read_s: float | None = 0.12):
+    """A job whose drill read every read, and (unless ``read_s`` is None) took strace -c
+    in the same configuration, with ``read_s`` of system time in recvfrom."""
     built = jobs.job()
     config = built.configs[1]
     jobs.timing_runs(config, [0.4, 0.41, 0.42], cpu_share=0.9)
     jobs.evidence(built, config, "reads", {"status": "ok", "by_fd_type": parsed, "wall_s": wall_s})
+    if read_s is not None:
+        row = {"name": "recvfrom", "pct_time": 90.0, "seconds": read_s, "usecs_per_call": 1, "calls": 100_000}
+        jobs.evidence(built, config, "strace", {"status": "ok", "syscalls": [{**row, "errors": 0}]})
     return built
 
 
@@ -55,6 +60,17 @@ def test_tiny_socket_reads_are_a_finding_naming_the_typical_size():
     assert finding.metrics["fd_type"] == "socket"
     assert finding.metrics["median_bytes"] == 1
     assert "recvfrom" in finding.detail and "median 1 bytes" in finding.detail
+    assert "0.120 s of system time (strace -c), 29% of the 0.410 s untraced median" in finding.detail
+
+
+def test_tiny_reads_that_cost_little_or_nothing_measured_are_a_low_note():
+    # Issue 22: a client reading small messages as a peer sends them spends 2 % of its run
+    # in the reads; a bigger buffer would save nothing.
+    parsed = by_type("strace-reads-recv1.txt")
+    [cheap] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=0.008)))
+    assert cheap.severity == "low" and "too little to be worth a larger buffer" in cheap.detail
+    [unmeasured] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=None)))
+    assert unmeasured.severity == "low" and "not measured" in unmeasured.detail
 
 
 def test_large_socket_reads_are_no_finding():
