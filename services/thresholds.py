@@ -71,6 +71,10 @@ class Thresholds(BaseModel):
     # at least futex_min_calls calls (a few futex waits at thread exit are normal).
     futex_storm_pct: float = Field(80.0, gt=0, le=100)
     futex_min_calls: int = Field(100, ge=1)
+    # ... and above low only where the wake-ups cost: futex's system time at least this
+    # share of the untraced median (a pool's workers sleeping between jobs make a few
+    # hundred calls, which hold most of a quiet program's syscall time and none of its run).
+    futex_min_share: float = Field(0.05, ge=0, le=1)
 
     # busy_polling: sleep and non-blocking wait syscalls (nanosleep, wait4 with WNOHANG;
     # strace) per second of a traced run of at least busy_polling_min_wall_s, at a CPU

@@ -3,6 +3,12 @@
 Threads that hand work to each other through locks, conditions or queues wait and wake
 on futexes; when that dominates the kernel time, the hand-offs are the workload
 (DESIGN.md story 1: futex at 97-99 % of syscall time).
+
+A share of syscall time is no cost (issue 22): a thread pool whose workers sleep in
+futex between jobs makes a few hundred calls, which hold most of the syscall time of a
+program that makes few others. The finding rises above low only where the wake-ups hold
+``futex_min_share`` of the untraced run (futex's system time against the timing median
+of the same configuration and test), and says how many there were per second.
 """
 
 from __future__ import annotations
@@ -29,18 +35,28 @@ def check(context: RuleContext) -> list[FindingDraft]:
     drafts = []
     for test_id, (evidence, row) in worst.items():
         gil = [e for e, core in context.evidence_of(GdbContent) if e.test_id == test_id and core.waiting_for_gil]
+        label = evidence.config.label if evidence.config else None
+        median = context.timing_median(label, test_id) if label else None
+        share = row.seconds / median if median else None
+        cost = (
+            f"; {row.calls / median:.0f} calls per second of the {median:.3f} s untraced median, their system time "
+            f"{share:.0%} of it"
+            if median and share is not None
+            else ""
+        )
         detail = (
             f"strace -f -c ({where(evidence)}): futex {row.pct_time:.1f} % of syscall time, "
             f"{row.calls} calls, {row.seconds:.3f} s, {row.errors} errors "
-            f"({row.usecs_per_call} us per call). Threads are handing work to each other through locks, "
+            f"({row.usecs_per_call} us per call){cost}. Threads are handing work to each other through locks, "
             f"conditions or queues, and each hand-off is a futex wait and wake"
         )
+        costly = share is not None and share >= limits.futex_min_share
         if gil:
             detail += "; at the stall, gdb saw threads waiting for the GIL"
         drafts.append(
             FindingDraft(
                 kind="futex_storm",
-                severity=Severity.high if row.pct_time >= 95 else Severity.medium,
+                severity=(Severity.high if row.pct_time >= 95 else Severity.medium) if costly else Severity.low,
                 title=f"{subject(test_id)}: futex holds {row.pct_time:.0f} % of syscall time",
                 detail=detail,
                 config_label=evidence.config.label if evidence.config else None,
@@ -49,6 +65,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     "futex_pct_time": row.pct_time,
                     "futex_calls": row.calls,
                     "futex_seconds": row.seconds,
+                    "futex_share_of_run": share,
                 },
                 evidence_ids=[evidence.id, *(e.id for e in gil)],
             )

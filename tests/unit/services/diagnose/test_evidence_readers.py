@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from services.diagnose import futex_storm, gil_contention, off_cpu_wait
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import Severity
@@ -31,9 +33,10 @@ def test_off_cpu_wait_names_the_idle_configuration_and_leaves_a_busy_one_alone()
     assert off_cpu_wait.check(RuleContext(short, LIMITS)) == []
 
 
-def _traced(kind: str, content: dict, test_id: str | None = None):
+def _traced(kind: str, content: dict, test_id: str | None = None, timing_s: float | None = None):
     traced_run = run(1.0, kind=RunKind.evidence, probe=kind)
-    built = job({"cpuset=0-1": [traced_run]})
+    timing = [run(timing_s, repetition=i) for i in range(1, 6)] if timing_s else []
+    built = job({"cpuset=0-1": [traced_run, *timing]})
     entry = evidence(traced_run, kind=kind, test_id=test_id)
     entry.config = built.configs[0]
     entry.content = content
@@ -49,6 +52,18 @@ def test_futex_storm_on_a_recorded_hand_off_and_not_on_a_reader():
     rows, total = parse_summary((DATA / "strace-reads-recv1.txt").read_text())
     reader = _traced("strace", {"syscalls": rows, "total": total})
     assert futex_storm.check(RuleContext(reader, LIMITS)) == []
+
+
+def test_a_futex_storm_rises_above_low_only_where_its_wake_ups_cost():
+    rows, total = parse_summary((DATA / "strace-handoff.txt").read_text())
+    content = {"syscalls": rows, "total": total, "top": rows[0]["name"]}
+    # 29,149 futex calls, 0.242 s of system time: 24 % of a 1 s run, a storm ...
+    [storm] = futex_storm.check(RuleContext(_traced("strace", content, timing_s=1.0), LIMITS))
+    assert storm.severity == "high" and storm.metrics["futex_share_of_run"] == pytest.approx(0.242, abs=0.001)
+    assert "29149 calls per second of the 1.000 s untraced median" in storm.detail
+    # ... but 2 % of a 12 s run: the same share of syscall time, no cost worth more than a note.
+    [note] = futex_storm.check(RuleContext(_traced("strace", content, timing_s=12.0), LIMITS))
+    assert note.severity == "low"
 
 
 def test_gil_contention_from_a_recorded_core_and_a_recorded_py_spy_dump():
