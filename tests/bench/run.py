@@ -171,6 +171,12 @@ BENCHMARKS = [
         what="examples/ with --repeat 10, early stopping vs fixed 10 per configuration, twice",
     ),
     Benchmark(
+        "suites",
+        "tests.bench.bench_suites:run",
+        ("lagtrace / suite", "planted tests found", "medium/high findings on healthy tests"),
+        what="a synthetic pytest suite with two planted tests, default matrix and drill, one worker (issue 23)",
+    ),
+    Benchmark(
         "false_positives",
         "tests.bench.bench_false_positives:run",
         ("false cpu_sensitivity per test",),
