@@ -28,6 +28,26 @@ from services.models import Evidence
 # runner), true of every program and no answer to "where".
 ENTRY_POINT_PCT = 95.0
 NAMED = 3
+# The test runner's and the interpreter's own machinery: collection, fixtures, hooks,
+# assertion rewriting, runpy, imports. Every pytest run holds samples there, a short
+# test's run mostly (issue 22: a 10 ms websocket test's "cause" was pytest's
+# getfixturemarker); they are never the answer to where a test's time goes.
+HARNESS = (
+    "/_pytest/",
+    "/pluggy/",
+    "/pytest/",
+    "/py.py",
+    "<frozen runpy>",
+    "/runpy.py",
+    "<frozen importlib",
+    "/importlib/",
+    "<frozen zipimport>",
+    "/unittest/",
+)
+
+
+def harness(function: ProfiledFunction) -> bool:
+    return any(marker in function.file for marker in HARNESS)
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -65,7 +85,11 @@ def check(context: RuleContext) -> list[FindingDraft]:
         # that ran mostly inside imports (finding, compiling, executing modules: pytest's
         # assertion rewriting parses every test module there) is start-up, which
         # slow_startup judges against the whole run and names by import.
-        functions = [f for f in table.functions if not f.waiting and 2 * f.importing_samples <= f.cumulative_samples]
+        functions = [
+            f
+            for f in table.functions
+            if not f.waiting and 2 * f.importing_samples <= f.cumulative_samples and not harness(f)
+        ]
         own = [f for f in functions if f.own_pct >= 100 * limits.hot_path_min_share][:NAMED]
         path = [
             f
