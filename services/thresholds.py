@@ -123,6 +123,9 @@ class Thresholds(BaseModel):
     # spends a few per cent there). Drilling a program this short costs little.
     drill_syscall_heavy_share: float = Field(0.3, gt=0, le=1)
     drill_syscall_heavy_min_s: float = Field(0.02, ge=0)
+    # The most tests of one job the drill traces (each costs every probe in two
+    # configurations): the most severe first; the report names the rest.
+    drill_max_tests: int = Field(5, ge=1)
 
     # observer_effect: an evidence run's wall time this many times above (or below) the
     # timing median of the same configuration.

@@ -161,7 +161,7 @@ def screen_phase(
     )
 
 
-def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
+def drill_targets(job: Job, settings: Settings, workdir: Path, left_out: list[str] | None = None) -> list[Target]:
     """What the drill traces, each in the two configurations its symptom compares
     (services/diagnose/pairs.py): each test (pytest) that a timing rule flags; the whole
     command where it is itself the symptom: a plain program the timing rules flag, a
@@ -185,6 +185,13 @@ def drill_targets(job: Job, settings: Settings, workdir: Path) -> list[Target]:
     seed = job.screen_seed or 0
     is_pytest = pytest_command.is_pytest(job.command)
     flagged_tests = list(dict.fromkeys(d.test_id for d in flagged if d.test_id is not None)) if is_pytest else []
+    # The most severe first (a stable sort keeps the suite's order among equals); past
+    # drill_max_tests the rest are named, not traced.
+    worst = {t: min(SEVERITY_ORDER[d.severity] for d in flagged if d.test_id == t) for t in flagged_tests}
+    flagged_tests.sort(key=worst.__getitem__)
+    if left_out is not None:
+        left_out += flagged_tests[settings.thresholds.drill_max_tests :]
+    flagged_tests = flagged_tests[: settings.thresholds.drill_max_tests]
     slowest = max(summary.median for summary in wall.values())
     command_findings = [draft for draft in flagged if draft.test_id is None]
     surveyed = any(run.kind is RunKind.survey for config in job.configs for run in config.runs)
@@ -268,7 +275,15 @@ def drill_phase(
     session.flush()
     if job.probes == []:
         return 0
-    chosen = drill_targets(job, settings, workdir)
+    left_out: list[str] = []
+    chosen = drill_targets(job, settings, workdir, left_out)
+    if left_out:
+        job.notes = [
+            *job.notes,
+            f"{len(left_out)} more flagged tests were not drilled (at most {settings.thresholds.drill_max_tests} "
+            f"per job, the most severe first): {', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}; "
+            "rerun them by name for evidence",
+        ]
     if not chosen:
         job.notes = [*job.notes, NO_TARGETS]
         return 0

@@ -30,3 +30,18 @@ def test_a_command_slow_in_every_configuration_is_drilled():
 
 def test_a_short_healthy_command_is_not_drilled():
     assert _targets([0.05, 0.05, 0.051, 0.05, 0.049], cpu_share=0.9, sys_part=0.3) == []
+
+
+def test_a_suite_with_many_flagged_tests_drills_the_most_severe_first_and_names_the_rest():
+    built = jobs.job(["python", "-m", "pytest", "-q", "tests"])
+    # Eight tests slower on two cores, the last in the suite far more than the others.
+    fast = {f"t.py::test_{i}": 0.1 for i in range(8)}
+    slow = {**{f"t.py::test_{i}": 0.25 for i in range(7)}, "t.py::test_7": 2.0}
+    jobs.timing_runs(built.configs[0], [2.0] * 5, tests=fast)
+    jobs.timing_runs(built.configs[1], [3.0] * 5, tests=slow)
+    left_out: list[str] = []
+    targets = drill_targets(built, Settings(), Path("."), left_out)
+    drilled = [target.test_id for target in targets]
+    assert len(drilled) == Settings().thresholds.drill_max_tests == 5
+    assert drilled[0] == "t.py::test_7"  # high before low, whatever the suite's order
+    assert len(left_out) == 3 and not set(left_out) & set(drilled)
