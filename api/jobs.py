@@ -19,7 +19,7 @@ def _created(job):
     session = db()
     session.commit()  # the outbox sends the job's first step now, not before
     metrics().jobs_submitted.labels(source=job.source).inc()
-    response = jsonify(submissions.job_detail(session, job))
+    response = jsonify(submissions.job_detail(session, job, ctx().settings.thresholds))
     response.status_code = 201
     response.headers["Location"] = url_for("jobs.get_job", job_id=job.id)
     return response
@@ -82,7 +82,9 @@ def list_jobs():
 @bp.get("/jobs/<int:job_id>")
 def get_job(job_id: int):
     who = caller()
-    return jsonify(submissions.job_detail(db(), submissions.get_job(db(), who.project, job_id)))
+    return jsonify(
+        submissions.job_detail(db(), submissions.get_job(db(), who.project, job_id), ctx().settings.thresholds)
+    )
 
 
 @bp.post("/jobs/<int:job_id>/cancel")
@@ -92,7 +94,7 @@ def cancel_job(job_id: int):
     job = submissions.get_job(session, who.project, job_id)
     lifecycle.cancel_job(session, ctx().settings, job, who.token_name)
     session.commit()
-    return jsonify(submissions.job_detail(session, job))
+    return jsonify(submissions.job_detail(session, job, ctx().settings.thresholds))
 
 
 @bp.post("/jobs/<int:job_id>/rerun")

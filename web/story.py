@@ -22,6 +22,7 @@ from services.measure import hostload
 from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.measure.samples import collect
 from services.models import COMMAND_KINDS, Evidence, Finding, Job
+from services.thresholds import Thresholds
 
 # Which evidence tells the story first when several kinds are paired.
 KIND_ORDER = [
@@ -144,7 +145,13 @@ class Story:
         return None
 
 
-def finding_story(session: Session, finding: Finding, project_ids: list[int], sort: str | None = None) -> Story:
+def finding_story(
+    session: Session,
+    finding: Finding,
+    project_ids: list[int],
+    sort: str | None = None,
+    thresholds: Thresholds | None = None,
+) -> Story:
     job = finding.job
     samples = collect(job)
     per_config = samples.wall if finding.test_id is None else samples.tests.get(finding.test_id, {})
@@ -156,7 +163,7 @@ def finding_story(session: Session, finding: Finding, project_ids: list[int], so
         slow = max(medians, key=lambda label: medians[label])
     if slow == fast:
         fast = None if len(medians) < 2 else fast
-    report = build_report(job) if job.status.value in ("done", "failed", "cancelled") else {"diagnoses": []}
+    report = build_report(job, thresholds) if job.status.value in ("done", "failed", "cancelled") else {"diagnoses": []}
     diagnosis = next((d for d in report.get("diagnoses", []) if finding.id in d["findings"]), None)
 
     cited = {int(i) for i in finding.evidence_ids}

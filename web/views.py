@@ -350,7 +350,7 @@ def new_job():
 @bp.get("/jobs/<int:job_id>")
 def job(job_id: int):
     found = auth.visible_job(job_id)
-    detail = submissions.job_detail(db(), found)
+    detail = submissions.job_detail(db(), found, ctx().settings.thresholds)
     report = detail["report"]
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
@@ -518,7 +518,7 @@ def _sort_arg() -> str:
 @bp.get("/findings/<int:finding_id>")
 def finding(finding_id: int):
     found = auth.visible_finding(finding_id)
-    told = story.finding_story(db(), found, auth.project_ids(), sort=_sort_arg())
+    told = story.finding_story(db(), found, auth.project_ids(), sort=_sort_arg(), thresholds=ctx().settings.thresholds)
     return render_template(
         "finding.html",
         finding=found,

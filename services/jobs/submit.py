@@ -37,6 +37,7 @@ from services.models import (
     TestResult,
 )
 from services.settings import Settings
+from services.thresholds import Thresholds
 
 
 def _check_spec(spec: JobSpec) -> list[CpuConfig]:
@@ -350,8 +351,9 @@ def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None
     }
 
 
-def job_detail(session: Session, job: Job) -> dict[str, Any]:
-    """The job, its progress, and once finished its v1 report (compared with its parent's)."""
+def job_detail(session: Session, job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The job, its progress, and once finished its v1 report (compared with its parent's),
+    its notes judged by the configured ``thresholds`` as its findings were."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
         # The report walks every run's test results: read them in two queries, not one per run.
@@ -360,10 +362,10 @@ def job_detail(session: Session, job: Job) -> dict[str, Any]:
             .where(JobConfig.job_id == job.id)
             .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
         ).all()
-        detail["report"] = build_report(job)
+        detail["report"] = build_report(job, thresholds)
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:
-            detail["comparison"] = compare_reports(build_report(parent), detail["report"])
+            detail["comparison"] = compare_reports(build_report(parent, thresholds), detail["report"])
     return detail
 
 
