@@ -70,6 +70,8 @@ class RunKind(str, enum.Enum):
     # of them in one pytest process per run. Its test durations are timings; its wall time
     # is a narrowed command's, never the command's.
     focus = "focus"
+    # A pull request's base commit, narrowed to the same tests as the head's focused screen.
+    base_focus = "base_focus"
 
 
 # The runs whose wall time and counters time the whole command.

@@ -86,7 +86,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     test_load: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     command_kinds = COMMAND_KINDS if kind is RunKind.timing else (kind,)
-    test_kinds = TEST_TIMING_KINDS if kind is RunKind.timing else (kind,)
+    test_kinds = TEST_TIMING_KINDS if kind is RunKind.timing else (kind, RunKind.base_focus)
     for config in job.configs:
         if config.cpus is not None:
             samples.quotas[config.label] = config.cpus

@@ -80,17 +80,22 @@ def screen(
     sides = [False, True] if base is not None else [False]
 
     def measure(
-        job_config: JobConfig, kind: RunKind, repetition: int, on_base: bool = False, command: list[str] | None = None
+        job_config: JobConfig,
+        kind: RunKind,
+        repetition: int,
+        on_base: bool = False,
+        command: list[str] | None = None,
+        base_command: list[str] | None = None,
     ) -> None:
         run_dir = scratch / f"{job_config.position}-{repetition}-{kind.value}{'-base' if on_base else ''}"
         run_dir.mkdir()
         if on_base and base is not None:
-            kind = RunKind.base_warmup if kind is RunKind.warmup else RunKind.base
+            kind = {RunKind.warmup: RunKind.base_warmup, RunKind.focus: RunKind.base_focus}.get(kind, RunKind.base)
         measured = run_once(
             session,
             base.executor if on_base and base is not None else executor,
             job_config,
-            command=command or job.command,
+            command=(base_command if on_base else command) or job.command,
             workdir=base.workdir if on_base and base is not None else workdir,
             run_dir=run_dir,
             timeout_s=job.timeout_s,
@@ -108,23 +113,27 @@ def screen(
             measure(job_config, RunKind.warmup, 0, on_base)
         # A suite of real size: the warm-up round was its survey, and only the tests it
         # could not clear are rerun, together (services/measure/survey.py).
-        focus = survey(session, job, thresholds, progress) if base is None else None
-        if focus == []:
+        focus = survey(session, job, thresholds, progress, with_base=base is not None)
+        if focus is not None and not focus.head:
             return
-        command = pytest_command.narrow_to_tests(job.command, focus, workdir) if focus else job.command
-        kind = RunKind.focus if focus else RunKind.timing
+        command, base_command, kind = job.command, job.command, RunKind.timing
+        if focus is not None:
+            command = pytest_command.narrow_to_tests(job.command, focus.head, workdir)
+            if base is not None:
+                base_command = pytest_command.narrow_to_tests(job.command, focus.base, base.workdir)
+            kind = RunKind.focus
         repetition = 1
         while repetition <= job.repeat:
             for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
-                measure(job_config, kind, repetition, on_base, command)
-            if focus and repetition == 1 and not focus_ran(job):
+                measure(job_config, kind, repetition, on_base, command, base_command)
+            if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
                 progress("the narrowed suite ran none of its tests: screening the whole suite instead")
                 unfocus(job)
-                focus, command, kind = None, job.command, RunKind.timing
+                focus, command, base_command, kind = None, job.command, job.command, RunKind.timing
                 continue
             labels = [c.label for c in active]
             samples = collect(job)
-            if focus:
+            if focus is not None:
                 samples.wall = {}  # the survey timed the whole command once; the tests carry the verdicts
             still = still_active(labels, samples, thresholds, repetition, job.repeat)
             if base is not None and repetition < job.repeat:
@@ -140,40 +149,69 @@ def screen(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def survey(session: Session, job: Job, thresholds: Thresholds, progress: Progress) -> list[str] | None:
-    """The tests the focused screen reruns, with the warm-up round relabelled as the survey;
-    None where the whole command is screened: not pytest, fewer than focus_min_tests tests, a
-    run that failed as a whole, or nothing the survey could clear."""
+@dataclass(frozen=True)
+class Focus:
+    """The tests the focused screen reruns: on the head, and on a pull request's base (those
+    of them its survey found there)."""
+
+    head: list[str]
+    base: list[str]
+
+
+def survey(
+    session: Session, job: Job, thresholds: Thresholds, progress: Progress, with_base: bool = False
+) -> Focus | None:
+    """The tests the focused screen reruns, with the head's warm-up round relabelled as the
+    survey; None where the whole command is screened: not pytest, fewer than
+    focus_min_tests tests, a run that failed as a whole, or nothing the survey could clear.
+
+    With a pull request's base, its warm-up round is surveyed beside the head's, each side
+    a configuration of its own: a test that differs between base and head goes on too."""
     if not pytest_command.is_pytest(job.command):
         return None
-    runs = {config.label: _latest(config, RunKind.warmup) for config in job.configs}
+    sides = [("", RunKind.warmup), *([(BASE_SIDE, RunKind.base_warmup)] if with_base else [])]
+    runs = {side + config.label: _latest(config, kind) for side, kind in sides for config in job.configs}
     found = {label: run for label, run in runs.items() if run is not None}
     if len(found) < len(runs) or any(
         run.timed_out or run.exit_code not in (0, pytest_command.PYTEST_TESTS_FAILED) for run in found.values()
     ):
         return None
-    tests = survey_tests(found)
+    head_runs = {label: run for label, run in found.items() if not label.startswith(BASE_SIDE)}
+    tests = survey_tests(head_runs)
     if len(tests) < thresholds.focus_min_tests:
         return None
-    kept = candidates(found, job.configs, thresholds, job.stall_after_s)
-    if len(kept) == len(tests):
+    configs = [*job.configs, *(_as_base(config) for config in job.configs if with_base)]
+    kept = candidates(found, configs, thresholds, job.stall_after_s)
+    if len(kept) >= len(survey_tests(found)):
         return None
-    for run in found.values():
+    for run in head_runs.values():
         run.kind = RunKind.survey
     session.flush()
     progress(
         f"survey: {len(tests)} tests, {len(tests) - len(kept)} cleared by one run per configuration"
         + (f", {len(kept)} rerun together (the focused screen)" if kept else "")
     )
-    return kept
+    on_base = {r.test_id for label, run in found.items() if label.startswith(BASE_SIDE) for r in run.test_results}
+    on_head = set(tests)
+    return Focus([test for test in kept if test in on_head], [test for test in kept if test in on_base])
 
 
-def focus_ran(job: Job) -> bool:
-    """Whether the first focused round ran tests in every configuration (a node id that
-    pytest cannot collect stops the whole narrowed run: exit 4 or 5)."""
+# A pull request's base side in the survey: its configurations under their own labels.
+BASE_SIDE = "base:"
+
+
+def _as_base(config: JobConfig) -> JobConfig:
+    return JobConfig(label=BASE_SIDE + config.label, cpus=config.cpus, cpuset=config.cpuset, position=config.position)
+
+
+def focus_ran(job: Job, with_base: bool = False) -> bool:
+    """Whether the first focused round ran tests in every configuration, on the base too
+    (a node id that pytest cannot collect stops the whole narrowed run: exit 4 or 5)."""
+    kinds = [RunKind.focus, *([RunKind.base_focus] if with_base else [])]
     return all(
-        (run := _latest(config, RunKind.focus)) is not None and any(r.outcome == "passed" for r in run.test_results)
+        (run := _latest(config, kind)) is not None and any(r.outcome == "passed" for r in run.test_results)
         for config in job.configs
+        for kind in kinds
     )
 
 
@@ -183,6 +221,8 @@ def unfocus(job: Job) -> None:
         for run in config.runs:
             if run.kind in (RunKind.survey, RunKind.focus):
                 run.kind = RunKind.warmup
+            elif run.kind is RunKind.base_focus:
+                run.kind = RunKind.base_warmup
 
 
 def _latest(config: JobConfig, kind: RunKind) -> Run | None:

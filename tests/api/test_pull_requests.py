@@ -128,6 +128,29 @@ def test_a_pull_request_that_slows_one_test_5x_fails_until_its_finding_is_muted(
     )
 
 
+@pytest.mark.latency
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_pull_request_on_a_suite_of_real_size_compares_only_what_the_survey_kept(api, tmp_path):
+    api.token = api.new_token("octo/demo")
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15, filler=28)
+    register(api.settings, api.session_factory, repository.url)
+    response = deliver(api, pull_request_payload(repository), "pr-big", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert job["status"] == "done", job["error"]
+    report = job["report"]
+    # Head and base surveyed side by side: the test the head slowed differs, so it goes on.
+    assert report["survey"]["tests"] == 30 and TARGET in report["survey"]["focused"]
+    assert report["survey"]["cleared"] >= 25, report["survey"]
+    with api.session_factory() as session:
+        kinds = [r.kind for r in session.query(Run).order_by(Run.id)]
+    assert kinds.count(RunKind.base_focus) >= 5 and kinds.count(RunKind.focus) >= 5
+    assert RunKind.timing not in kinds and RunKind.base not in kinds  # no whole-suite rounds after the survey
+    verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
+    assert verdicts[TARGET]["verdict"] == "regressed", verdicts
+    assert not [test for test in verdicts if test and "test_filler" in test and test not in report["survey"]["focused"]]
+
+
 def test_the_rerun_with_other_cpus_action_reruns_on_more_configurations(sqlite_api, tmp_path):
     api = sqlite_api
     repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)

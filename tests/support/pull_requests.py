@@ -28,11 +28,25 @@ class PullRequestRepository:
     head: str
 
 
-def make_pull_request(path: Path, lagtrace_yml: str, base_s: float, head_s: float) -> PullRequestRepository:
-    """main holds tests/test_speed.py with test_target sleeping ``base_s``; the head commit
-    (on branch `slower`) makes it sleep ``head_s``. Returns the file:// URL and both commits."""
+FILLER = """import pytest
+
+
+@pytest.mark.parametrize("n", range({count}))
+def test_filler(n):
+    assert sum(range(n * 100)) >= 0
+"""
+
+
+def make_pull_request(
+    path: Path, lagtrace_yml: str, base_s: float, head_s: float, filler: int = 0
+) -> PullRequestRepository:
+    """main holds tests/test_speed.py with test_target sleeping ``base_s`` (and ``filler``
+    more quick tests in tests/test_filler.py); the head commit (on branch `slower`) makes it
+    sleep ``head_s``. Returns the file:// URL and both commits."""
     (path / "tests").mkdir(parents=True)
     (path / ".lagtrace.yml").write_text(lagtrace_yml)
+    if filler:
+        (path / "tests" / "test_filler.py").write_text(FILLER.format(count=filler))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(path)]
 
     def commit(target: float, message: str) -> str:

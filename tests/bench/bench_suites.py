@@ -1,0 +1,181 @@
+"""Suites of real size (issue 23): lagtrace's wall time over the suite's own, on one worker.
+
+A synthetic pytest suite of healthy tests with realistic durations (log-normal around
+20 ms, a tail to half a second; a third of them compute, the rest wait) and two planted
+tests: one CPU-sensitive (a thread hand-off under GIL pressure, slower on two cores than
+on one) and one bimodal (half its runs ten times slower). `lagtrace run` screens it with
+the default matrix and the default drill, as a user would; the suite's own time is one
+plain `python -m pytest` run on all cores. Figures: the ratio, whether each planted test
+was found, and the medium or high findings on healthy tests (target: none).
+
+    .venv/bin/python -m tests.bench.run --only suites [--quick]
+
+Target (issue 23): at most 4x for suites of 60 s and more. The quick run screens a
+suite of about 3 s; the full run about 10 s and 60 s (LAGTRACE_BENCH_LONG=1 adds 300 s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.bench.common import scratch_dir
+from tests.bench.figures import Figure
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+PER_FILE = 50
+
+HEADER = """import random
+import sys
+import time
+
+sys.path.insert(0, {examples!r})
+
+
+def _wait(seconds):
+    time.sleep(seconds)
+
+
+def _compute(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+"""
+
+PLANTED = """
+
+def test_planted_handoff():
+    from handoff import round_trips
+
+    assert round_trips({round_trips}) > 0
+
+
+def test_planted_bimodal():
+    # Half the processes take the slow path (a cache that is cold, a retry that waits).
+    time.sleep(0.4 if random.random() < 0.5 else 0.04)
+"""
+
+SENSITIVE = "test_planted_handoff"
+BIMODAL = "test_planted_bimodal"
+
+
+def build_suite(folder: Path, seconds: float, seed: int = 23) -> int:
+    """Write a suite whose healthy tests add up to about ``seconds``; returns its test count."""
+    rng = random.Random(seed)
+    durations: list[float] = []
+    while sum(durations) < seconds:
+        durations.append(min(0.5, rng.lognormvariate(math.log(0.02), 1.0)))
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(0, len(durations), PER_FILE):
+        body = [HEADER.format(examples=str(EXAMPLES))]
+        for number, duration in enumerate(durations[index : index + PER_FILE], start=index):
+            how = "_compute" if number % 3 == 0 else "_wait"
+            body.append(f"\n\ndef test_{number:05d}():\n    {how}({duration:.4f})\n")
+        if index == 0:
+            body.append(PLANTED.format(round_trips=1000))
+        (folder / f"test_part_{index // PER_FILE:03d}.py").write_text("".join(body))
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    return len(durations) + 2
+
+
+def _pytest(folder: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."]
+
+
+def screen_suite(seconds: float) -> dict:
+    with scratch_dir("suites") as scratch:
+        return _screen(scratch, seconds)
+
+
+def _screen(scratch: Path, seconds: float) -> dict:
+    folder = scratch / f"suite-{seconds:g}s"
+    tests = build_suite(folder, seconds)
+    started = time.perf_counter()
+    plain = subprocess.run(_pytest(folder), cwd=folder, capture_output=True, text=True)
+    own_s = time.perf_counter() - started
+    if plain.returncode != 0:
+        raise RuntimeError(f"the synthetic suite failed on its own: {plain.stdout[-2000:]}")
+    out = scratch / f"report-{seconds:g}s.json"
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": f"sqlite:///{scratch / f'lagtrace-{seconds:g}.db'}"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "run",
+            "--executor",
+            "local",
+            "--workdir",
+            str(folder),
+            "--json",
+            str(out),
+            "--",
+            *_pytest(folder),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    lagtrace_s = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"lagtrace run failed: {done.stderr[-2000:]}")
+    report = json.loads(out.read_text())
+    findings = [f for f in report["findings"] if f["test"]]
+    planted = {test for test in (f["test"] for f in findings) if test.endswith(("::" + SENSITIVE, "::" + BIMODAL))}
+    healthy = [f for f in findings if f["test"] not in planted and f["severity"] in ("medium", "high")]
+    survey = report.get("survey") or {}
+    return {
+        "suite_s": own_s,
+        "tests": tests,
+        "lagtrace_s": lagtrace_s,
+        "ratio": lagtrace_s / own_s,
+        "sensitive_found": any(f["test"].endswith(SENSITIVE) and f["kind"] == "cpu_sensitivity" for f in findings),
+        "bimodal_found": any(f["test"].endswith(BIMODAL) and f["kind"] == "latency_flaky" for f in findings),
+        "healthy_flagged": [f"{f['kind']} {f['test']}" for f in healthy],
+        "focused": len(survey.get("focused", [])),
+        "cleared": survey.get("cleared"),
+    }
+
+
+def run(quick: bool = False) -> dict:
+    sizes = [3.0] if quick else [10.0, 60.0] + ([300.0] if os.environ.get("LAGTRACE_BENCH_LONG") else [])
+    figures, suites = [], {}
+    for seconds in sizes:
+        result = screen_suite(seconds)
+        suites[f"{seconds:g}s"] = result
+        name = f"{result['tests']} tests, {result['suite_s']:.0f} s"
+        figures += [
+            Figure(
+                f"lagtrace / suite, {name}",
+                result["ratio"],
+                "x",
+                target="<= 4x" if seconds >= 60 else None,
+                met=result["ratio"] <= 4 if seconds >= 60 else None,
+                note=f"{result['focused']} tests focused, {result['cleared']} cleared by the survey",
+            ),
+            Figure(
+                f"planted tests found, {name}",
+                float(result["sensitive_found"]) + float(result["bimodal_found"]),
+                "",
+                target="2",
+                met=result["sensitive_found"] and result["bimodal_found"],
+            ),
+            Figure(
+                f"medium/high findings on healthy tests, {name}",
+                float(len(result["healthy_flagged"])),
+                "",
+                target="0",
+                met=not result["healthy_flagged"],
+                note="; ".join(result["healthy_flagged"][:3]),
+            ),
+        ]
+    return {"figures": figures, "suites": suites}
