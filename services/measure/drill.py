@@ -23,7 +23,7 @@ from services.measure import pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
 from services.measure.evidence import EvidenceRunTiming, StallAttempt, StallContent, dump
 from services.measure.executors.base import Executor
-from services.measure.probes import PROBES, EvidenceDraft, ProbeContext
+from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
 from services.measure.runs import Wrapping, run_once
 from services.measure.stats import Summary
@@ -176,12 +176,17 @@ def _evidence_run(
             _store_evidence(session, job, job_config, target.test_id, None, missing, store)
             progress(f"evidence {name} in {where}: {missing.content.reason}")
             return
+        command, env = target.command, probe.env()
+        times = _iterations(target, job_config.label, name)
+        if times > 1:
+            hook = context.executor.visible_path(context.run_dir / amplify.HOOK_DIR)
+            command, env = amplify.amplified(command, env, context.run_dir, hook, times)
         try:
             measured = run_once(
                 session,
                 context.executor,
                 job_config,
-                command=target.command,
+                command=command,
                 workdir=workdir,
                 run_dir=context.run_dir,
                 timeout_s=context.timeout_s,
@@ -189,7 +194,7 @@ def _evidence_run(
                 repetition=1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence),
                 probe=name,
                 test_id=target.test_id,
-                wrapping=Wrapping(probe.command, probe.env(), probe.watcher(), probe.stall_clock()),
+                wrapping=Wrapping(probe.command, env, probe.watcher(), probe.stall_clock()),
             )
         except BadInput as exc:
             # The screen ran this command, so what failed to start is the probe's tool (a
@@ -241,6 +246,7 @@ def _evidence_run(
         ratio=round(observed / timing_median, 3) if timing_median else None,
         exit_code=result.exit_code,
         timed_out=result.timed_out,
+        iterations=times,
     )
     for draft in drafts:
         draft.content.probe = draft.content.probe or name
@@ -253,6 +259,22 @@ def _evidence_run(
         + (f" after {len(earlier) + 1} attempts" if earlier else "")
         + f"; {summary}"
     )
+
+
+# The probes whose evidence a short test's repetitions sharpen: samples, snapshots, syscall
+# counts. Not every read traced one by one (90 us a read: a repeated test can cost
+# minutes), nor import times (start-up is the same once).
+AMPLIFIED = ("strace", "pyspy", "core", "faulthandler", "asyncio_loop")
+
+
+def _iterations(target: Target, label: str, probe: str) -> int:
+    """How many times a drilled test runs in this probe's evidence run (1: as it is)."""
+    summary = target.summaries.get(label)
+    if target.test_id is None or probe not in AMPLIFIED or summary is None:
+        return 1
+    if not pytest_command.is_pytest(target.command):
+        return 1
+    return amplify.iterations(summary.median)
 
 
 def _store_evidence(

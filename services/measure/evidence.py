@@ -58,6 +58,9 @@ class EvidenceRunTiming(_Model):
     ratio: float | None = None
     exit_code: int
     timed_out: bool
+    # A short test run this many times in the evidence run (services/measure/probes/
+    # amplify.py): its counts cover every repetition.
+    iterations: int = 1
 
 
 class EvidenceContent(_Model):

@@ -211,3 +211,44 @@ def test_per_test_evidence_runs_the_test_when_pytest_ini_sits_in_a_subfolder(tmp
         assert entry["content"]["run"]["exit_code"] == 0, entry["content"]
         assert entry["content"]["status"] == "ok", entry["content"]
         assert entry["content"]["run"]["observed_s"] < entry["content"]["run"]["wall_s"]  # the test's own time
+
+
+# A test that computes 15 ms pinned to one CPU and 0.3 s when it may use two.
+SHORT_COMPUTING_TEST = (
+    "import os\n\n\ndef crunch(n):\n    total = 0\n    for i in range(n):\n        total += i * i\n    return total\n\n\n"
+    "def test_short():\n    crunch(3_000_000 if len(os.sched_getaffinity(0)) > 1 else 150_000)\n"
+)
+
+
+@pytest.mark.latency
+def test_a_short_test_is_repeated_in_its_evidence_runs_so_the_profile_sees_it(tmp_path):
+    (tmp_path / "test_short.py").write_text(SHORT_COMPUTING_TEST)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
+    report = run_job(
+        settings,
+        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_short.py"],
+        executor_name="local",
+        specs=["cpuset=0", "cpuset=0-1"],
+        repeat=5,
+        timeout_s=60,
+        workdir=tmp_path,
+        project="amplified",
+        evidence="pyspy",
+        stall_after_s=None,
+        progress=lambda message: None,
+    )
+    test_id = "test_short.py::test_short"
+    profiles = [e for e in report["evidence"] if e["kind"] == "pyspy" and e["test"] == test_id]
+    fast = next(p for p in profiles if p["config"] == "cpuset=0")
+    run = fast["content"]["run"]
+    # About 15 ms a run: repeated up to a second's worth (at most 50 times), reported once.
+    assert 20 <= run["iterations"] <= 50, run
+    assert run["observed_s"] < 0.2 and run["wall_s"] > 0.4
+    # One or two samples at 100 Hz without the repetitions; now the test's own loop holds many.
+    [main] = [
+        t
+        for t in fast["content"]["functions"]
+        if t["samples"] == max(x["samples"] for x in fast["content"]["functions"])
+    ]
+    crunch = next(f for f in main["functions"] if f["function"] == "crunch")
+    assert crunch["own_samples"] >= 20, main

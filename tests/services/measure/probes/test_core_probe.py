@@ -55,7 +55,8 @@ def test_stall_snapshot_of_the_handoff_shows_threads_waiting_for_the_gil(executo
     assert len(stall["captured"]) == 4 and stall["not_captured"] == [], stall
     # Twenty looks before the deadline, with no debug symbols needed: some saw a GIL waiter.
     [looked] = stall["gil_samples"]["processes"]
-    assert looked["samples"] == 20 and looked["gil_found"] and looked["with_waiter"] >= 1, looked
+    # Up to twenty: on a busy machine a look takes longer and fewer fit before the deadline.
+    assert 10 <= looked["samples"] <= 20 and looked["gil_found"] and looked["with_waiter"] >= 1, looked
     assert "before the deadline: a thread waited for the GIL in" in stall["captured"][3]
     io = stored(drafts["proc_io"].content)
     assert io["counters"]["syscr"] > 0 and io["bytes_per_read_syscall"] > 0
