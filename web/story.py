@@ -34,6 +34,7 @@ KIND_ORDER = [
     EvidenceKind.pyspy,
     EvidenceKind.reads,
     EvidenceKind.asyncio_loop,
+    EvidenceKind.census,
     EvidenceKind.proc_io,
     EvidenceKind.imports,
 ]

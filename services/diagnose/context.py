@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
 from services.measure.samples import JobSamples, collect, succeeded
-from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
+from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
 Content = TypeVar("Content", bound=EvidenceContent)
@@ -81,10 +81,26 @@ class RuleContext:
         return DrillPair(max(known, key=known.__getitem__), min(known, key=known.__getitem__))
 
     def timing_median(self, config_label: str, test_id: str | None) -> float | None:
-        """The screen's median for a configuration, of the command or of one test."""
+        """The screen's median for a configuration, of the command or of one test (for a
+        test a suite's survey cleared, its one survey run: a census may have sent it on)."""
         per_config = self.samples.tests.get(test_id, {}) if test_id else self.samples.wall
         values = per_config.get(config_label)
+        if not values and test_id:
+            values = self.surveyed.get(test_id, {}).get(config_label)
         return statistics.median(values) if values else None
+
+    @cached_property
+    def surveyed(self) -> dict[str, dict[str, list[float]]]:
+        """Test id -> configuration label -> its durations in the survey's runs."""
+        found: dict[str, dict[str, list[float]]] = {}
+        for config in self.job.configs:
+            for run in config.runs:
+                if run.kind is not RunKind.survey:
+                    continue
+                for result in run.test_results:
+                    if result.outcome == "passed":
+                        found.setdefault(result.test_id, {}).setdefault(config.label, []).append(result.duration_s)
+        return found
 
 
 def subject(test_id: str | None) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 
-from services.diagnose.context import RuleContext, where
+from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
@@ -34,18 +34,21 @@ ADVICE = (
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
-    traced = _from_reads(context)
-    if traced is not None:
-        return traced
-    return _from_proc_io(context)
+    """Each drilled subject's reads (the whole command, or a test drilled alone: a census
+    may have sent it on); the /proc io screen where the whole command's were not traced."""
+    found = []
+    subjects = list(dict.fromkeys(e.test_id for e, _ in context.evidence_of(ReadsContent)))
+    for test_id in subjects:
+        found += _from_reads(context, test_id)
+    if None not in subjects:
+        found += _from_proc_io(context)
+    return found
 
 
-def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
-    """None when no reads evidence of the whole command exists; else its verdict."""
+def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]:
+    """The verdict on one subject's reads evidence."""
     limits = context.thresholds
-    evidence = [(e, c) for e, c in context.evidence_of(ReadsContent) if e.test_id is None]
-    if not evidence:
-        return None
+    evidence = [(e, c) for e, c in context.evidence_of(ReadsContent) if e.test_id == test_id]
     worst: tuple[Evidence, ReadsContent, str, FdTypeReads] | None = None
     for entry, content in evidence:
         for fd_type, row in (content.by_fd_type or {}).items():
@@ -71,7 +74,10 @@ def _from_reads(context: RuleContext) -> list[FindingDraft] | None:
         FindingDraft(
             kind="tiny_reads",
             severity=Severity.medium if costs else Severity.low,
-            title=f"{reads} {fd_type} reads of typically {median:.0f} bytes",
+            title=f"{subject(test_id)}: {reads} {fd_type} reads of typically {median:.0f} bytes"
+            if test_id
+            else f"{reads} {fd_type} reads of typically {median:.0f} bytes",
+            test_id=test_id,
             detail=(
                 f"strace of every read ({where(entry)}): {reads} {fd_type} reads brought data ({syscalls}), "
                 f"median {median:.0f} bytes, most often {mode} bytes, {row.bytes} bytes in all"

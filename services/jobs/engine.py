@@ -21,7 +21,7 @@ import logging
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +43,7 @@ from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.measure import nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
-from services.measure.drill import NO_TARGETS, Target, drill, parse_evidence
+from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
 from services.measure.screen import BaseSide, screen
@@ -161,13 +161,16 @@ def screen_phase(
     )
 
 
-def drill_targets(job: Job, settings: Settings, workdir: Path, left_out: list[str] | None = None) -> list[Target]:
+def drill_targets(
+    job: Job, settings: Settings, workdir: Path, left_out: list[str] | None = None, suspects: Sequence[str] = ()
+) -> list[Target]:
     """What the drill traces, each in the two configurations its symptom compares
     (services/diagnose/pairs.py): each test (pytest) that a timing rule flags; the whole
     command where it is itself the symptom: a plain program the timing rules flag, a
     hang, a stall past --stall-after, probes asked for by name, a pytest start-up problem,
-    or a suite with no flagged test where only a tracer can tell (needs_tracer). Drilling
-    a whole suite for what one test does costs the suite's time once per probe."""
+    or a suite with no flagged test where only a tracer can tell (needs_tracer); and the
+    tests a surveyed suite's census ``suspects`` of polling or tiny reads. Drilling a whole
+    suite for what one test does costs the suite's time once per probe."""
     context = RuleContext(job, settings.thresholds)
     samples = context.samples
     wall = samples.wall_summaries()
@@ -189,6 +192,8 @@ def drill_targets(job: Job, settings: Settings, workdir: Path, left_out: list[st
     # drill_max_tests the rest are named, not traced.
     worst = {t: min(SEVERITY_ORDER[d.severity] for d in flagged if d.test_id == t) for t in flagged_tests}
     flagged_tests.sort(key=worst.__getitem__)
+    # Then the tests the census suspects (polling, tiny reads): no timing mark, a tracer's.
+    flagged_tests += [test for test in suspects if test not in worst]
     if left_out is not None:
         left_out += flagged_tests[settings.thresholds.drill_max_tests :]
     flagged_tests = flagged_tests[: settings.thresholds.drill_max_tests]
@@ -212,10 +217,72 @@ def drill_targets(job: Job, settings: Settings, workdir: Path, left_out: list[st
         found.append(Target(None, list(job.command), wall, (pair.slow, pair.fast) if pair else None))
     for test_id in flagged_tests:
         narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
-        summaries = samples.test_summaries(test_id)
+        summaries = samples.test_summaries(test_id) if test_id in samples.tests else _survey_summaries(job, test_id)
+        if not summaries:
+            continue
         pair = pairs.choose(samples, settings.thresholds, test_id, summaries, flagged, seed)
         found.append(Target(test_id, narrowed, summaries, (pair.slow, pair.fast) if pair else None))
     return found
+
+
+def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:
+    """A test the survey cleared: its one duration per configuration."""
+    found = {}
+    for config in job.configs:
+        durations = [
+            r.duration_s
+            for run in config.runs
+            if run.kind is RunKind.survey
+            for r in run.test_results
+            if r.test_id == test_id and r.outcome == "passed"
+        ]
+        if durations:
+            found[config.label] = median_interval(durations)
+    return found
+
+
+def census_phase(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    executor: Executor,
+    *,
+    workdir: Path,
+    progress: Progress = _quiet,
+) -> list[str]:
+    """A surveyed suite's census, in its fastest configuration without a quota: the tests
+    that poll or read in tiny pieces, which no timing rule sees."""
+    survey = [
+        (run, config)
+        for config in job.configs
+        if config.cpus is None
+        for run in config.runs
+        if run.kind is RunKind.survey and run.exit_code in (0, pytest_command.PYTEST_TESTS_FAILED)
+    ]
+    if not survey or job.probes is not None:
+        return []
+    run, config = min(survey, key=lambda pair: pair[0].wall_s)
+    if run.wall_s > settings.thresholds.census_max_suite_s:
+        job.notes = [
+            *job.notes,
+            f"no census: the suite took {run.wall_s:.0f} s, over census_max_suite_s "
+            f"({settings.thresholds.census_max_suite_s:.0f} s); tests that poll or read in tiny pieces without "
+            "a timing mark are not looked for",
+        ]
+        return []
+    durations = {r.test_id: r.duration_s for r in run.test_results if r.outcome == "passed"}
+    return census(
+        session,
+        job,
+        executor,
+        settings.thresholds,
+        make_artifact_store(settings),
+        config,
+        durations,
+        run.wall_s,
+        workdir=workdir,
+        progress=progress,
+    )
 
 
 # What the whole command of a suite with flagged tests is drilled for (medium or high):
@@ -276,7 +343,8 @@ def drill_phase(
     if job.probes == []:
         return 0
     left_out: list[str] = []
-    chosen = drill_targets(job, settings, workdir, left_out)
+    suspects = census_phase(session, settings, job, executor, workdir=workdir, progress=progress)
+    chosen = drill_targets(job, settings, workdir, left_out, suspects)
     if left_out:
         job.notes = [
             *job.notes,

@@ -16,6 +16,7 @@ from services.measure import evidence as evidence_models
 from services.measure import hostload
 from services.measure.evidence import (
     AsyncioLoopContent,
+    CensusContent,
     FaulthandlerContent,
     GdbContent,
     ProcIoContent,
@@ -542,6 +543,14 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
                 f"      {call.count} x {call.call}: {call.total_s:.3f} s, longest {call.max_s:.3f} s"
                 for call in calls[:3]
             ]
+        case CensusContent(tests=dict() as tests):
+            lines.append(f"{head}: {content.tests_seen or 0} tests, the sleeps and reads of each under strace")
+            busiest = sorted(
+                tests.items(), key=lambda item: -(item[1].sleeps + sum(r.reads for r in item[1].reads.values()))
+            )
+            for test_id, row in busiest[:5]:
+                reads = ", ".join(f"{fd} {r.reads} of {r.median_bytes:.0f} B" for fd, r in row.reads.items())
+                lines.append(f"      {test_id}: {row.sleeps} sleeps" + (f", reads: {reads}" if reads else ""))
         case _:
             lines.append(head)
     for note in entry.get("notes", []):

@@ -21,10 +21,11 @@ from sqlalchemy.orm import Session
 from services.errors import BadInput
 from services.measure import pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
-from services.measure.evidence import EvidenceRunTiming, StallAttempt, StallContent, dump
+from services.measure.evidence import CensusContent, EvidenceRunTiming, StallAttempt, StallContent, dump
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
+from services.measure.probes.census import CensusProbe, suspects
 from services.measure.runs import Wrapping, run_once
 from services.measure.stats import Summary
 from services.models import Evidence, Job, JobConfig, Run, RunKind
@@ -259,6 +260,63 @@ def _evidence_run(
         + (f" after {len(earlier) + 1} attempts" if earlier else "")
         + f"; {summary}"
     )
+
+
+def census(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    thresholds: Thresholds,
+    store: ArtifactStore,
+    job_config: JobConfig,
+    durations: dict[str, float],
+    suite_s: float,
+    *,
+    workdir: Path,
+    progress: Progress = lambda message: None,
+) -> list[str]:
+    """One run of the whole suite under the census (services/measure/probes/census.py) in
+    ``job_config``; the tests it suspects of polling or tiny reads, judged against their
+    untraced ``durations`` (the survey's, in the same configuration, whose whole run took
+    ``suite_s``)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-census-"))
+    limits = thresholds
+    try:
+        timeout = job.timeout_s or max(limits.evidence_timeout_min_s, limits.evidence_timeout_multiple * suite_s)
+        context = ProbeContext(executor, scratch, stall_after_s=timeout, timeout_s=timeout)
+        probe = CensusProbe(context)
+        missing = probe.unavailable()
+        if missing is not None:
+            _store_evidence(session, job, job_config, None, None, missing, store)
+            progress(f"census in {job_config.label}: {missing.content.reason}")
+            return []
+        measured = run_once(
+            session,
+            executor,
+            job_config,
+            command=job.command,
+            workdir=workdir,
+            run_dir=scratch,
+            timeout_s=timeout,
+            kind=RunKind.evidence,
+            repetition=1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence),
+            probe="census",
+            wrapping=Wrapping(probe.command, probe.env(), probe.watcher()),
+        )
+        [draft] = probe.collect(measured.result)
+        draft.content.probe = "census"
+        _store_evidence(session, job, job_config, None, measured.run, draft, store)
+        if not isinstance(draft.content, CensusContent) or not draft.content.ok:
+            progress(f"census in {job_config.label}: {draft.content.reason}")
+            return []
+        found = suspects(draft.content, durations, thresholds)
+        progress(
+            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {draft.content.tests_seen or 0} tests; "
+            + (f"{len(found)} polled or read in tiny pieces: {', '.join(found[:5])}" if found else "none polled")
+        )
+        return found
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # The probes whose evidence a short test's repetitions sharpen: samples, snapshots, syscall

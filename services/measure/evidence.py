@@ -28,6 +28,7 @@ class EvidenceKind(enum.StrEnum):
     imports = "imports"
     reads = "reads"  # every read syscall's size, by descriptor type (strace)
     asyncio_loop = "asyncio_loop"  # asyncio callbacks that blocked the event loop
+    census = "census"  # a whole suite's sleeps and reads, attributed to its tests
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -369,6 +370,27 @@ class AsyncioLoopContent(EvidenceContent):
     blocking_calls: list[BlockingCall] | None = None
 
 
+# --- the census: a suite's sleeps and reads, per test ------------------------------
+
+
+class CensusReads(_Model):
+    reads: int  # reads that brought data
+    median_bytes: float
+
+
+class CensusTest(_Model):
+    sleeps: int
+    reads: dict[str, CensusReads] = {}  # descriptor type (socket, pipe, file) -> its reads
+
+
+class CensusContent(EvidenceContent):
+    tests: dict[str, CensusTest] | None = None  # only the tests that slept or read
+    tests_seen: int | None = None
+    wall_s: float | None = None
+    timed_out: bool | None = None
+    stopped_before_timeout: bool | None = None
+
+
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.strace: StraceContent,
     EvidenceKind.pyspy: PySpyRecordContent,
@@ -380,6 +402,7 @@ CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.imports: ImportsContent,
     EvidenceKind.reads: ReadsContent,
     EvidenceKind.asyncio_loop: AsyncioLoopContent,
+    EvidenceKind.census: CensusContent,
 }
 
 

@@ -387,3 +387,71 @@ def test_a_suite_of_real_size_is_surveyed_and_only_what_it_keeps_is_rerun(sqlite
     assert flagged == {sensitive}
     assert "the survey ran it whole once per configuration" in result.stdout
     assert "more tests the survey cleared" in result.stdout  # the text report does not list all 30
+
+
+SUITE_WITH_HIDDEN_WAITS = """
+import socket
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("n", range(22))
+def test_filler(n):
+    time.sleep(0.005)
+
+
+def test_polls():
+    # Waits by waking up every 0.5 ms: the same in every configuration, no timing mark.
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
+def test_reads_a_byte_at_a_time():
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b"x" * 30000)
+    theirs.close()
+    received = 0
+    while ours.recv(1):
+        received += 1
+    assert received == 30000
+"""
+
+
+@pytest.mark.latency
+def test_a_census_of_a_surveyed_suite_names_the_test_that_polls_and_the_one_that_reads_bytes(sqlite_url, tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_hidden.py").write_text(SUITE_WITH_HIDDEN_WAITS)
+    out = tmp_path / "out.json"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_hidden.py"]
+    result = run_cli(
+        [
+            "run",
+            "--executor",
+            "local",
+            *CORES,
+            "--repeat",
+            "5",
+            "--workdir",
+            str(suite),
+            "--json",
+            str(out),
+            "--",
+            *command,
+        ],
+        sqlite_url,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert report["survey"]["tests"] == 24
+    [census] = [e for e in report["evidence"] if e["kind"] == "census"]
+    counted = census["content"]["tests"]
+    assert counted["test_hidden.py::test_polls"]["sleeps"] >= 300
+    assert counted["test_hidden.py::test_reads_a_byte_at_a_time"]["reads"]["socket"]["reads"] == 30000
+    assert all(row["sleeps"] < 5 for test, row in counted.items() if "filler" in test)  # each test its own calls
+    polling = [f for f in report["findings"] if f["kind"] == "busy_polling"]
+    assert [f["test"] for f in polling] == ["test_hidden.py::test_polls"], report["findings"]
+    tiny = [f for f in report["findings"] if f["kind"] == "tiny_reads" and f["severity"] == "medium"]
+    assert [f["test"] for f in tiny] == ["test_hidden.py::test_reads_a_byte_at_a_time"], report["findings"]

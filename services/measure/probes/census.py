@@ -1,0 +1,200 @@
+"""census: a suite's sleeps and reads, attributed to its tests (issue 22, item 4).
+
+A suite of real size is never traced whole with every probe (issue 23: each costs the
+suite's time again), yet a test that polls with 0.5 ms sleeps, or reads a socket a byte at
+a time, leaves no mark on the timing screen: it is neither slow nor CPU-sensitive. The
+census is one run of the whole suite under strace, tracing only sleeps and reads
+(``--seccomp-bpf`` leaves every other syscall untraced and free), with the test boundaries
+marked in the same trace: a small pytest plugin seeks a descriptor it opened on /dev/null to
+``2 i + 1`` when test ``i`` starts and ``2 i + 2`` when it ends, an ``lseek`` line whose
+numbers survive ``-s 0``. Every traced call between a start and its end belongs to that
+test, whichever process made it. The tests whose share looks like polling or tiny reads
+(``suspects``) are then drilled alone, with every probe, and the rules name them.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from services.measure.evidence import CensusContent, CensusTest, EvidenceKind
+from services.measure.executors.base import RunResult
+from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
+from services.measure.probes.hooks import install_hook
+from services.measure.probes.reads import READ_SYSCALLS, fd_type
+from services.thresholds import Thresholds
+
+KIND = EvidenceKind.census
+TRACE_FILE = "census-trace.txt"
+IDS_FILE = "census-tests.txt"
+HOOK_DIR = "census-hook"
+PLUGIN = "lagtrace_census"
+SLEEPS = ("clock_nanosleep", "nanosleep")
+TRACED = ("lseek", *SLEEPS, *READ_SYSCALLS)
+
+PLUGIN_SOURCE = '''"""lagtrace's census: each test's start and end marked in the strace of the run."""
+
+import os
+
+_ids = {}
+_fd = None
+_names = None
+
+
+def pytest_configure(config):
+    global _fd, _names
+    _fd = os.open(os.devnull, os.O_RDONLY)
+    _names = open(os.environ["LAGTRACE_CENSUS_IDS"], "w", encoding="utf-8")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    index = _ids.setdefault(nodeid, len(_ids))
+    _names.write(f"{index}\\t{nodeid}\\n")
+    _names.flush()
+    os.lseek(_fd, 2 * index + 1, os.SEEK_SET)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    os.lseek(_fd, 2 * _ids[nodeid] + 2, os.SEEK_SET)
+'''
+
+SITECUSTOMIZE = "import os, sys\n"
+
+# "1234  lseek(7</dev/null>, 5, SEEK_SET) = 5"
+_LSEEK = re.compile(r"lseek\(\d+</dev/null>, (?P<offset>\d+), SEEK_SET\)")
+_CALL = re.compile(r"^(?:\[pid\s+)?(?P<pid>\d+)?\]?\s*(?P<name>\w+)\((?P<fd>\d+)?(?:<(?P<desc>[^>]*)>)?")
+_RESUMED = re.compile(r"^(?:\[pid\s+)?(?P<pid>\d+)?\]?\s*<\.\.\. (?P<name>\w+) resumed>")
+_UNFINISHED = re.compile(r"<unfinished \.\.\.>\s*$")
+_RESULT = re.compile(r"\)\s+=\s+(?P<ret>-?\d+)")
+
+
+def parse(lines, names: dict[int, str]) -> dict[str, dict]:
+    """Per test: its sleeps, and its reads with data per descriptor type (count, median size)."""
+    current: int | None = None
+    sleeps: Counter = Counter()
+    sizes: dict[int, dict[str, Counter]] = {}
+    pending: dict[str | None, tuple[str, str]] = {}
+    for line in lines:
+        seek = _LSEEK.search(line)
+        if seek:
+            offset = int(seek["offset"])
+            current = (offset - 1) // 2 if offset % 2 else None
+            continue
+        resumed = _RESUMED.match(line)
+        if resumed:
+            name, kind = pending.pop(resumed["pid"], (resumed["name"], "unknown"))
+        else:
+            call = _CALL.match(line)
+            if not call or call["name"] not in TRACED:
+                continue
+            name, kind = call["name"], fd_type(call["desc"])
+            if _UNFINISHED.search(line):
+                pending[call["pid"]] = (name, kind)
+                continue
+        if current is None:
+            continue  # start-up, collection, a fixture's teardown between tests
+        if name in SLEEPS:
+            sleeps[current] += 1
+            continue
+        result = _RESULT.search(line)
+        if result is not None and int(result["ret"]) > 0:
+            sizes.setdefault(current, {}).setdefault(kind, Counter())[int(result["ret"])] += 1
+    tests = {}
+    for index in set(sleeps) | set(sizes):
+        reads = sizes.get(index, {})
+        by_type = {
+            kind: {"reads": sum(c.values()), "median_bytes": statistics.median(c.elements())}
+            for kind, c in reads.items()
+        }
+        tests[names.get(index, f"#{index}")] = {"sleeps": sleeps[index], "reads": by_type}
+    return tests
+
+
+def read_names(path: Path) -> dict[int, str]:
+    names = {}
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            index, _, node = line.partition("\t")
+            if index.isdigit() and node:
+                names[int(index)] = node
+    return names
+
+
+def suspects(content: CensusContent, durations: dict[str, float], thresholds: Thresholds) -> list[str]:
+    """The tests whose census looks like polling (sleeps at busy_polling's rate over the
+    test's duration) or tiny reads (tiny_reads' count of reads at its median size)."""
+    found = []
+    for test_id, census in (content.tests or {}).items():
+        duration = durations.get(test_id)
+        polls = (
+            duration is not None
+            and duration > 0
+            and census.sleeps >= thresholds.busy_polling_min_calls
+            and census.sleeps / duration >= thresholds.busy_polling_min_calls_per_s
+        )
+        tiny = any(
+            row.reads >= thresholds.tiny_reads_min_syscalls and row.median_bytes <= thresholds.tiny_reads_max_bytes
+            for row in census.reads.values()
+        )
+        if polls or tiny:
+            found.append(test_id)
+    return found
+
+
+class CensusProbe(TracerProbe):
+    """Not a drill probe of its own: the engine runs it once over a whole suite."""
+
+    name = KIND.value
+    kind = KIND
+    tool = "strace"
+    stop_signal = "TERM"
+
+    def command(self, command: list[str]) -> list[str]:
+        return [
+            self.found_tool,
+            "-f",
+            "-qq",
+            "-y",
+            "-s",
+            "0",
+            "--seccomp-bpf",
+            "-e",
+            "trace=" + ",".join(TRACED),
+            "-e",
+            "signal=none",
+            "-I",
+            "2",
+            "-o",
+            self.visible(TRACE_FILE),
+            "--",
+            *command,
+            "-p",
+            PLUGIN,
+        ]
+
+    def env(self) -> dict[str, str]:
+        hook = install_hook(
+            self.context.run_dir / HOOK_DIR, self.visible(HOOK_DIR), SITECUSTOMIZE, **{PLUGIN: PLUGIN_SOURCE}
+        )
+        return {**hook, "LAGTRACE_CENSUS_IDS": self.visible(IDS_FILE)}
+
+    def collect(self, result: RunResult) -> list[EvidenceDraft]:
+        path = self.context.run_dir / TRACE_FILE
+        if not path.exists():
+            reason = "strace wrote no census trace"
+            if result.output_tail:
+                reason += ": " + " / ".join(result.output_tail.strip().splitlines()[-3:])
+            return [unavailable(KIND, reason, DENIED if "ptrace" in (result.output_tail or "") else FAILED)]
+        names = read_names(self.context.run_dir / IDS_FILE)
+        with path.open(errors="replace") as handle:
+            tests = parse(handle, names)
+        content = CensusContent(
+            tests={test_id: CensusTest.model_validate(row) for test_id, row in tests.items()},
+            tests_seen=len(names),
+            wall_s=result.wall_s,
+            timed_out=result.timed_out,
+            stopped_before_timeout=self.stopped_before_timeout,
+        )
+        return [EvidenceDraft(kind=KIND, content=content)]
