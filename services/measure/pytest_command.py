@@ -102,7 +102,18 @@ def narrow_to_tests(command: list[str], node_ids: list[str], workdir: Path) -> l
     order given (the focused screen reruns the tests its survey could not clear)."""
     root, here = rootdir(command, workdir), workdir.resolve()
     ids = [_relative_to(node_id, root, here) for node_id in dict.fromkeys(node_ids)]
-    return [*_without_test_paths(command, _exists_in(workdir)), *ids]
+    is_test_path = _exists_in(workdir)
+    if "--pyargs" in command:
+        # `--pyargs jsonschema.tests.test_validators`: a module the nodes' files live in,
+        # which would otherwise still be collected whole beside them.
+        files = ["/" + node.split("::", 1)[0].removesuffix(".py") + "/" for node in ids]
+        exists = is_test_path
+
+        def is_test_path(argument: str) -> bool:
+            dotted = "/" + argument.replace(".", "/") + "/"
+            return exists(argument) or any(dotted in file for file in files)
+
+    return [*_without_test_paths(command, is_test_path), *ids]
 
 
 def _without_test_paths(command: list[str], is_test_path: Callable[[str], bool]) -> list[str]:

@@ -112,3 +112,18 @@ def test_a_narrowed_run_that_ran_no_test_is_reported_as_such(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "nothing"], cwd=tmp_path)
     assert "no tests collected" in junit.nothing_ran(empty.returncode, "test_suite.py::test_a")
     assert junit.nothing_ran(1, "test_suite.py::test_a") is None  # it ran and failed: that is evidence
+
+
+def test_a_pyargs_suite_narrowed_to_some_of_its_tests_runs_only_those(tmp_path):
+    # `--pyargs mypkg.tests` names a module, not a path: narrowed, it must not still be
+    # collected whole beside the node ids (jsonschema's own suite runs this way).
+    (tmp_path / "mypkg" / "tests").mkdir(parents=True)
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "tests" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "tests" / "test_suite.py").write_text(SUITE)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "mypkg.tests", "-k", "tests"]
+    code, ids = _junit_ids(command, tmp_path, tmp_path / "all.xml")
+    assert code == 0 and len(ids) == 2, ids
+    narrowed = junit.narrow_to_tests(command, ids[1:], tmp_path)
+    assert "mypkg.tests" not in narrowed and narrowed[-3:] == ["-k", "tests", ids[1]]
+    assert _junit_ids(narrowed, tmp_path, tmp_path / "one.xml") == (0, ids[1:])
