@@ -71,8 +71,13 @@ _RESULT = re.compile(r"\)\s+=\s+(?P<ret>-?\d+)")
 
 
 def parse(lines, names: dict[int, str]) -> dict[str, dict]:
-    """Per test: its sleeps, and its reads with data per descriptor type (count, median size)."""
-    current: int | None = None
+    """Per test: its sleeps, and its reads with data per descriptor type (count, median size).
+
+    A call belongs to the test its own process is running (pytest-xdist runs one in each
+    worker at once); a process that marks no test (a subprocess a test started) gives its
+    calls to the test that started last."""
+    running: dict[str | None, int | None] = {}
+    last: int | None = None
     sleeps: Counter = Counter()
     sizes: dict[int, dict[str, Counter]] = {}
     pending: dict[str | None, tuple[str, str]] = {}
@@ -80,19 +85,24 @@ def parse(lines, names: dict[int, str]) -> dict[str, dict]:
         seek = _LSEEK.search(line)
         if seek:
             offset = int(seek["offset"])
-            current = (offset - 1) // 2 if offset % 2 else None
+            marker = _CALL.match(line)
+            pid = marker["pid"] if marker else None
+            running[pid] = (offset - 1) // 2 if offset % 2 else None
+            last = running[pid] if offset % 2 else (None if last == (offset - 2) // 2 else last)
             continue
         resumed = _RESUMED.match(line)
         if resumed:
-            name, kind = pending.pop(resumed["pid"], (resumed["name"], "unknown"))
+            pid = resumed["pid"]
+            name, kind = pending.pop(pid, (resumed["name"], "unknown"))
         else:
             call = _CALL.match(line)
             if not call or call["name"] not in TRACED:
                 continue
-            name, kind = call["name"], fd_type(call["desc"])
+            pid, name, kind = call["pid"], call["name"], fd_type(call["desc"])
             if _UNFINISHED.search(line):
-                pending[call["pid"]] = (name, kind)
+                pending[pid] = (name, kind)
                 continue
+        current = running.get(pid, last)
         if current is None:
             continue  # start-up, collection, a fixture's teardown between tests
         if name in SLEEPS:

@@ -45,3 +45,22 @@ def test_suspects_are_tests_that_poll_at_busy_polling_s_rate_or_read_in_tiny_pie
     )
     durations = {"t::polls": 0.3, "t::sleeps_once_in_a_while": 10.0, "t::reads_bytes": 0.03, "t::reads_blocks": 0.2}
     assert census.suspects(content, durations, Thresholds()) == ["t::polls", "t::reads_bytes"]
+
+
+XDIST_TRACE = """\
+200 lseek(7</dev/null>, 1, SEEK_SET) = 1
+300 lseek(7</dev/null>, 3, SEEK_SET) = 3
+200 nanosleep({tv_sec=0, tv_nsec=1000}, NULL) = 0
+300 recvfrom(5<UNIX:[1]>, ""..., 1, 0, NULL, NULL) = 1
+400 nanosleep({tv_sec=0, tv_nsec=1000}, NULL) = 0
+200 lseek(7</dev/null>, 2, SEEK_SET) = 2
+200 nanosleep({tv_sec=0, tv_nsec=1000}, NULL) = 0
+"""
+
+
+def test_two_workers_running_tests_at_once_keep_their_calls_apart():
+    # pytest-xdist: each worker marks its own test; pid 400 (a subprocess) marks none and
+    # its call goes to the test that started last; after its end a worker's calls are no test's.
+    tests = census.parse(XDIST_TRACE.splitlines(), {0: "a", 1: "b"})
+    assert tests["a"] == {"sleeps": 1, "reads": {}}
+    assert tests["b"] == {"sleeps": 1, "reads": {"socket": {"reads": 1, "median_bytes": 1}}}
