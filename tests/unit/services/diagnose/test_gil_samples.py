@@ -117,3 +117,18 @@ def test_the_fast_sides_early_snapshot_is_no_stall():
     assert stall.check(jobs.context(built)) == []
     _stall(built, slow, waiting=19)
     assert [f.config_label for f in stall.check(jobs.context(built))] == ["cpuset=0-1"]
+
+
+def test_a_repeated_short_test_s_snapshot_is_no_stall_unless_it_hung():
+    from services.diagnose import stall
+
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.03] * 5)
+    jobs.timing_runs(slow, [0.3] * 5)
+    repeated = _stall(built, slow, waiting=19)
+    timing = {"run_id": 1, "wall_s": 1.6, "observed_s": 0.3, "exit_code": 0, "timed_out": False, "iterations": 4}
+    repeated.content = {**repeated.content, "run": timing}
+    assert stall.check(jobs.context(built)) == []  # its deadline fell in the second of four repetitions
+    repeated.content = {**repeated.content, "timed_out": True}
+    assert [f.config_label for f in stall.check(jobs.context(built))] == ["cpuset=0-1"]
