@@ -177,6 +177,12 @@ BENCHMARKS = [
         what="a synthetic pytest suite with two planted tests, default matrix and drill, one worker (issue 23)",
     ),
     Benchmark(
+        "pr_power",
+        "tests.bench.bench_pr_power:run",
+        ("smallest regression found, 80 % power", "false 'regressed' per unchanged test"),
+        what="a pull request's base-against-head comparison, simulated with the real statistics (issue 24)",
+    ),
+    Benchmark(
         "false_positives",
         "tests.bench.bench_false_positives:run",
         ("false cpu_sensitivity per test",),
