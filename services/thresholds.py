@@ -32,6 +32,11 @@ class Thresholds(BaseModel):
     # counts as regressed (or, inverted, improved), when a rank test and the ratio's
     # interval both say it moved; the cpu_sensitivity_min_s floor applies too.
     base_change_ratio: float = Field(1.2, gt=1.0)
+    # ... and runs up to this many times a side where fewer cannot decide it: at 5 runs a
+    # side the exact rank test's smallest p-value is 0.008, which Benjamini-Hochberg never
+    # passes over ten or more comparisons with one regression (tests/bench/bench_pr_power.py:
+    # 30 tests, 3 slowed 1.5x, 0 % found at 5 runs a side, 100 % at 7).
+    base_min_repeat: int = Field(7, ge=1)
     # A pytest suite of at least focus_min_tests tests is surveyed (services/measure/survey.py):
     # its first round, one whole-suite run per configuration, clears every test whose
     # configurations lie within survey_ratio of each other (beyond what a quota explains);
