@@ -21,9 +21,9 @@ from pathlib import Path
 
 from services.measure.evidence import CensusContent, CensusTest, EvidenceKind
 from services.measure.executors.base import RunResult
-from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
+from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, unavailable
 from services.measure.probes.hooks import install_hook
-from services.measure.probes.reads import READ_SYSCALLS, fd_type
+from services.measure.probes.reads import READ_SYSCALLS, ReadSizesProbe, fd_type
 from services.thresholds import Thresholds
 
 KIND = EvidenceKind.census
@@ -153,36 +153,17 @@ def suspects(content: CensusContent, durations: dict[str, float], thresholds: Th
     return found
 
 
-class CensusProbe(TracerProbe):
-    """Not a drill probe of its own: the engine runs it once over a whole suite."""
+class CensusProbe(ReadSizesProbe):
+    """Not a drill probe of its own: the engine runs it once over a whole suite. The reads
+    probe's strace, tracing sleeps and the plugin's marks as well."""
 
     name = KIND.value
     kind = KIND
-    tool = "strace"
-    stop_signal = "TERM"
+    traced = TRACED
+    trace_file = TRACE_FILE
 
     def command(self, command: list[str]) -> list[str]:
-        return [
-            self.found_tool,
-            "-f",
-            "-qq",
-            "-y",
-            "-s",
-            "0",
-            "--seccomp-bpf",
-            "-e",
-            "trace=" + ",".join(TRACED),
-            "-e",
-            "signal=none",
-            "-I",
-            "2",
-            "-o",
-            self.visible(TRACE_FILE),
-            "--",
-            *command,
-            "-p",
-            PLUGIN,
-        ]
+        return [*super().command(command), "-p", PLUGIN]
 
     def env(self) -> dict[str, str]:
         hook = install_hook(

@@ -132,6 +132,9 @@ class ReadSizesProbe(TracerProbe):
     kind = KIND
     tool = "strace"
     stop_signal = "TERM"
+    # What strace traces, and where it writes (the census traces more: probes/census.py).
+    traced: tuple[str, ...] = READ_SYSCALLS
+    trace_file = TRACE_FILE
 
     def command(self, command: list[str]) -> list[str]:
         # -qq: no attach/exit chatter; -e signal=none: no signal lines; -I 2 lets the
@@ -146,13 +149,13 @@ class ReadSizesProbe(TracerProbe):
             "0",
             "--seccomp-bpf",
             "-e",
-            "trace=" + ",".join(READ_SYSCALLS),
+            "trace=" + ",".join(self.traced),
             "-e",
             "signal=none",
             "-I",
             "2",
             "-o",
-            self.visible(TRACE_FILE),
+            self.visible(self.trace_file),
             "--",
             *command,
         ]
