@@ -23,6 +23,7 @@ from services.models import Job, JobSource
 from services.settings import Settings
 
 Member = tuple[tarfile.TarInfo, bytes | None]
+STEADY = {"command": ["python3", "-c", "pass"], "configs": ["cpuset=0"], "repeat": 1, "evidence": []}
 
 
 def pack(members: list[Member], mode: str = "w:gz") -> bytes:
@@ -215,6 +216,3 @@ def test_one_projects_upload_cannot_plant_where_the_next_job_is_unpacked(make_se
         path for path in everything_below(service.settings.work_dir) if (service.settings.work_dir / path).is_symlink()
     ]
     assert links == []
-
-
-STEADY = {"command": ["python3", "-c", "pass"], "configs": ["cpuset=0"], "repeat": 1, "evidence": []}
