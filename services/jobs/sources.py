@@ -7,11 +7,13 @@ directory and removes it afterwards, so nodes share nothing but the database.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import lzma
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import stat
@@ -91,24 +93,63 @@ def check_archive(data: bytes, settings: Settings) -> bytes:
 
 
 def checkout(source: JobSource, settings: Settings, name: str, *, commit: str | None = None) -> tuple[Path, str | None]:
-    """Materialise the job's code in a new directory ``name`` below the work dir.
+    """Materialise the job's code in a directory of its own below the work dir.
 
     ``commit``: another commit of the same repository (a pull request's base) instead of
     the job's own. Returns the directory and, for git, the commit it holds.
     """
-    directory = settings.work_dir / "jobs" / str(source.job_id) / name
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    if source.kind == "archive":
-        try:
-            unpack_archive(source.archive or b"", directory, settings)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-        return directory, None
-    if commit is not None and not SHA.match(commit):
+    if source.kind != "archive" and commit is not None and not SHA.match(commit):
         raise SourceError(f"commit {commit!r}: not a commit id")
-    return directory, _clone(source, settings, directory, commit)
+    directory = new_checkout_directory(settings, f"{source.job_id}-{name}")
+    try:
+        if source.kind == "archive":
+            unpack_archive(source.archive or b"", directory, settings)
+            return directory, None
+        return directory, _clone(source, settings, directory, commit)
+    except BaseException:
+        remove(directory)  # its name is this attempt's alone: nobody else would remove it
+        raise
+
+
+def new_checkout_directory(settings: Settings, prefix: str) -> Path:
+    """A new, empty directory for one attempt of one step: ``<work dir>/jobs/<prefix>-<random>``.
+
+    Never an existing one: two holders of the same step (one re-leased while the other still
+    runs) each get their own, and no name can be prepared in advance by anyone. ``jobs`` is
+    opened without following a link; one found there (planted by an unpacking that escaped,
+    in an older version) is replaced by a directory. The work dir itself is the operator's
+    and may be a link.
+    """
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
+    work = os.open(settings.work_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        jobs = _own_directory(work, "jobs", settings.work_dir)
+    finally:
+        os.close(work)
+    try:
+        while True:
+            name = f"{prefix}-{secrets.token_hex(8)}"
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, dir_fd=jobs)  # the umask's mode: the run containers read it
+                return settings.work_dir / "jobs" / name
+    finally:
+        os.close(jobs)
+
+
+def _own_directory(parent: int, name: str, where: Path) -> int:
+    """A descriptor of the directory ``name`` in ``parent``, made if missing; whatever else
+    is there (a link, a file) is removed first."""
+    for _ in range(3):  # another worker may be replacing it at the same moment
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, dir_fd=parent)
+        try:
+            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)
+    raise SourceError(f"{where / name} is not a directory and cannot be replaced by one")
 
 
 def remove(directory: Path) -> None:
@@ -117,54 +158,113 @@ def remove(directory: Path) -> None:
 
 # --- Archives ------------------------------------------------------------------------
 
+# Each directory of the tree is opened from its parent, never by path, and never through a
+# link: a link planted anywhere (by this archive or an earlier one) fails the walk instead.
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINK_HOPS = 40  # the kernel's own limit before ELOOP
+Parts = tuple[str, ...]
+
 
 def unpack_archive(data: bytes, directory: Path, settings: Settings) -> None:
     """Unpack a tarball into ``directory`` with lagtrace's own filter, whatever Python runs.
 
-    Regular files and directories are written by lagtrace itself (no tarfile extraction),
-    each new file created exclusively and without following links; a symlink is kept
-    only when it is relative and stays inside the tree, and is made after every file,
-    so no member is ever written through one. Hard links, devices and FIFOs are refused.
-    Streamed (one pass), and stopped as soon as a cap is crossed: total bytes, member
-    count, and unpacked/packed ratio (a decompression bomb is cut off early, not after).
+    Not tarfile's ``filter="data"``: it checks a link against the links already on disk
+    (Python 3.11.7 here also predates its 3.11.13 fixes for CVE-2025-4517), which is the
+    hole this replaces. Here every file and directory is created by an ``O_NOFOLLOW`` walk
+    from the tree's root, files exclusively; no member may pass through a symlink member;
+    symlinks are made last, each only if it resolves inside the tree with every link of the
+    archive expanded (``p -> .`` then ``x -> p/p/../..`` is refused). Hard links only to a
+    regular file unpacked before them; devices and FIFOs refused. Streamed (one pass) and
+    stopped as soon as a cap is crossed: total bytes, member count, and unpacked/packed ratio
+    (a decompression bomb is cut off early, not after).
     """
     limit = min(settings.max_archive_unpacked_bytes, int(max(len(data), 1) * settings.max_archive_ratio))
     written, members = 0, 0
-    links: list[tuple[Path, str]] = []
-    root = directory.resolve()
+    links: dict[Parts, str] = {}  # in archive order
+    files: set[Parts] = set()
+    tree = _Tree(os.open(directory, DIRECTORY_FLAGS))
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as archive:
             for member in archive:
                 members += 1
                 if members > settings.max_archive_members:
                     raise SourceError(f"archive: more than {settings.max_archive_members} members")
-                target = _member_path(root, member.name)
-                if target is None:
+                parts = _member_parts(member.name)
+                if not parts:
                     continue  # the archive's root itself (".")
+                for depth in range(1, len(parts)):
+                    if parts[:depth] in links:
+                        raise SourceError(
+                            f"archive: {member.name} lies below the link {'/'.join(parts[:depth])}; "
+                            "nothing is unpacked through a link"
+                        )
                 if member.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
+                    os.close(tree.directory(parts, member.name))
                 elif member.isfile():
                     if written + member.size > limit:
                         raise SourceError(_too_big(limit, len(data), settings))
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    written += _write_member(archive, member, target, limit - written)
+                    written += _write_member(archive, member, tree, parts, limit - written)
+                    files.add(parts)
                 elif member.issym():
-                    link = Path(member.linkname)
-                    if link.is_absolute() or not (target.parent / link).resolve().is_relative_to(root):
-                        raise SourceError(f"archive: link {member.name} points out of the tree ({member.linkname})")
-                    links.append((target, member.linkname))
+                    if parts in links:
+                        raise SourceError(f"archive: {member.name} appears twice")
+                    links[parts] = member.linkname
+                elif member.islnk():
+                    _hard_link(tree, member, parts, files)
+                    files.add(parts)
                 else:
-                    kind = "hard link" if member.islnk() else "special file"
-                    raise SourceError(f"archive: {member.name} is a {kind}; only files, directories and links")
+                    raise SourceError(f"archive: {member.name} is a special file; only files, directories and links")
+        for parts, linkname in links.items():
+            _make_link(tree, parts, linkname, links)
     except tarfile.TarError as exc:
         raise SourceError(f"archive: not a readable tar archive ({exc})") from None
     except (EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
         if isinstance(exc, SourceError):
             raise
         raise SourceError(f"archive: cannot be unpacked ({exc})") from None
-    for target, linkname in links:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.symlink(linkname, target)
+    finally:
+        tree.close()
+
+
+class _Tree:
+    """The unpacked tree, reached only through directory descriptors opened without
+    following links; the last parent directory stays open (members come grouped by it)."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._cached: tuple[Parts, int] | None = None
+
+    def directory(self, parts: Parts, name: str) -> int:
+        """A new descriptor of directory ``parts``, made (with its parents) if missing."""
+        fd = os.dup(self.root)
+        try:
+            for part in parts:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                below = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = below
+        except OSError as exc:
+            os.close(fd)
+            raise SourceError(
+                f"archive: {name}: {'/'.join(parts)} is not a directory of the tree ({exc.strerror}); "
+                "nothing is unpacked through a link"
+            ) from None
+        return fd
+
+    def parent(self, parts: Parts, name: str) -> int:
+        """The directory that holds ``parts``, owned by the tree (not to be closed)."""
+        if self._cached is None or self._cached[0] != parts[:-1]:
+            fd = self.directory(parts[:-1], name)
+            if self._cached is not None:
+                os.close(self._cached[1])
+            self._cached = (parts[:-1], fd)
+        return self._cached[1]
+
+    def close(self) -> None:
+        if self._cached is not None:
+            os.close(self._cached[1])
+        os.close(self.root)
 
 
 def _too_big(limit: int, packed: int, settings: Settings) -> str:
@@ -174,26 +274,21 @@ def _too_big(limit: int, packed: int, settings: Settings) -> str:
     )
 
 
-def _member_path(root: Path, name: str) -> Path | None:
-    parts = PurePosixPath(name).parts
-    if PurePosixPath(name).is_absolute() or ".." in parts or any("\0" in part for part in parts):
+def _member_parts(name: str) -> Parts:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or "\0" in name:
         raise SourceError(f"archive: member {name!r} would land outside the tree")
-    parts = tuple(part for part in parts if part != ".")
-    if not parts:
-        return None
-    target = root.joinpath(*parts)
-    if not target.resolve().is_relative_to(root):
-        raise SourceError(f"archive: member {name!r} would land outside the tree")
-    return target
+    return tuple(part for part in path.parts if part != ".")
 
 
-def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Path, room: int) -> int:
+def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, tree: _Tree, parts: Parts, room: int) -> int:
     source = archive.extractfile(member)
     if source is None:
         raise SourceError(f"archive: {member.name} cannot be read")
     mode = 0o755 if member.mode & 0o111 else 0o644  # no setuid, no world-writable
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        fd = os.open(parts[-1], flags, mode, dir_fd=tree.parent(parts, member.name))
     except FileExistsError:
         raise SourceError(f"archive: {member.name} appears twice") from None
     written = 0
@@ -204,6 +299,78 @@ def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Pat
                 raise SourceError(f"archive: {member.name} is larger than its header says, or than the limit")
             out.write(chunk)
     return written
+
+
+def _hard_link(tree: _Tree, member: tarfile.TarInfo, parts: Parts, files: set[Parts]) -> None:
+    # A hard link names another member of the archive (not a path relative to the link);
+    # only one already unpacked as a regular file, so it can only share an inode of the tree.
+    try:
+        source = _member_parts(member.linkname)
+    except SourceError:
+        source = ()
+    if source not in files:
+        raise SourceError(
+            f"archive: hard link {member.name} -> {member.linkname}: only to a regular file unpacked before it"
+        )
+    target_dir = tree.directory(parts[:-1], member.name)
+    try:
+        os.link(
+            source[-1],
+            parts[-1],
+            src_dir_fd=tree.parent(source, member.linkname),
+            dst_dir_fd=target_dir,
+            follow_symlinks=False,
+        )
+    except FileExistsError:
+        raise SourceError(f"archive: {member.name} appears twice") from None
+    finally:
+        os.close(target_dir)
+
+
+def _make_link(tree: _Tree, parts: Parts, linkname: str, links: dict[Parts, str]) -> None:
+    name = "/".join(parts)
+    if _resolve_link(parts, links) is None:
+        raise SourceError(f"archive: link {name} points out of the tree, or loops ({linkname})")
+    parent = tree.directory(parts[:-1], name)
+    try:
+        os.symlink(linkname, parts[-1], dir_fd=parent)
+    except FileExistsError:
+        raise SourceError(f"archive: {name} is both a link and a file or directory") from None
+    finally:
+        os.close(parent)
+
+
+def _resolve_link(parts: Parts, links: dict[Parts, str]) -> Parts | None:
+    """Where the link ``parts`` leads, as the kernel would resolve it once the tree is
+    unpacked (the tree holds nothing but the archive's members, so expanding the archive's
+    own links is exact); None if it leaves the tree, is absolute, or loops."""
+    here = list(parts[:-1])  # the directory reached so far, no link in it
+    pending: list[str] = []  # components still to walk, the next on top
+    target: str | None = links[parts]  # a link's text, read from the directory ``here``
+    hops = 0
+    while True:
+        if target is not None:
+            hops += 1
+            if target.startswith("/") or "\0" in target or hops > MAX_LINK_HOPS:
+                return None
+            pending += _components(target)
+            target = None
+        if not pending:
+            return tuple(here)
+        part = pending.pop()
+        if part == "..":
+            if not here:
+                return None
+            here.pop()
+        elif (*here, part) in links:
+            target = links[(*here, part)]
+        else:
+            here.append(part)
+
+
+def _components(linkname: str) -> list[str]:
+    """A link's target as a stack of components, the first on top."""
+    return [part for part in reversed(linkname.split("/")) if part not in ("", ".")]
 
 
 # --- git -------------------------------------------------------------------------------
