@@ -193,18 +193,12 @@ def document() -> dict[str, Any]:
                 ],
             )
         },
-        "/api/v1/webhooks/github": {
-            "post": {
-                **_operation(
-                    "GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256)",
-                    _responses("202", "A job was started", "Delivery", ("400", "401", "422")),
-                    secure=False,
-                ),
-                "parameters": [
-                    {"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
-                    for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")
-                ],
-            }
+        "/api/v1/webhooks/github": {"post": _webhook_operation("every known secret is tried", [])},
+        "/api/v1/webhooks/github/{owner}/{name}": {
+            "post": _webhook_operation(
+                "only this repository's secret is tried",
+                [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in ("owner", "name")],
+            )
         },
         OPENAPI_PATH: {"get": _operation("This document", {"200": {"description": "OpenAPI 3.1"}}, secure=False)},
         "/healthz": {"get": _operation("The process answers", _responses("200", "ok", "Status", ()), secure=False)},
@@ -227,6 +221,23 @@ def document() -> dict[str, Any]:
         "info": {"title": "lagtrace", "version": "1", "description": "Test-latency forensics as a service"},
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def _webhook_operation(which: str, params: list[dict]) -> dict:
+    return {
+        **_operation(
+            f"GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256, checked before the body is parsed: {which})",
+            _responses("202", "A job was started", "Delivery", ("400", "401", "422")),
+            secure=False,
+        ),
+        "parameters": [
+            *params,
+            *(
+                {"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
+                for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")
+            ),
+        ],
     }
 
 
