@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
-from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
+from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in, visible_projects
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
@@ -231,6 +231,10 @@ def sign_in_page():
 
 @bp.post("/sign-out")
 def sign_out():
+    # Server-side too: clearing the cookie alone leaves any copy of it signed in.
+    if g.user is not None:
+        end_sessions(g.user)
+        db().commit()
     session.clear()
     return redirect(url_for("web.sign_in"))
 

@@ -170,3 +170,22 @@ def test_webhook_secret_is_not_needed_to_learn_nothing(front_door):
     assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=headers).status_code == 401
     wrong = delivery_headers(body, "d-probe", secret=SECRET + "x")
     assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=wrong).status_code == 401
+
+
+def test_a_copied_session_cookie_stops_working_at_sign_out(front_door):
+    front_door.add_user("ann", ["octo/demo"])
+    assert sign_in(front_door.client, "ann", PASSWORD).status_code == 302
+    stolen = front_door.client.get_cookie("lagtrace_session")
+    assert stolen is not None
+    thief = front_door.client.application.test_client()
+    thief.set_cookie("lagtrace_session", stolen.value, domain=stolen.domain)
+    assert thief.get("/").status_code == 200  # the copy works while ann is signed in
+    page = front_door.client.get("/").get_data(as_text=True)
+    signed_out = front_door.client.post("/sign-out", data={"csrf_token": CSRF.search(page).group(1)})
+    assert signed_out.status_code == 302
+    # The copy, replayed after ann signed out, is a stranger's: off to sign in.
+    replayed = thief.get("/")
+    assert replayed.status_code == 302 and replayed.headers["Location"].startswith("/sign-in"), replayed.status_code
+    # ann can sign in again, and the new session works.
+    assert sign_in(front_door.client, "ann", PASSWORD).status_code == 302
+    assert front_door.client.get("/").status_code == 200
