@@ -22,6 +22,7 @@ ERRORS = {
     "401": "Missing or unknown token",
     "404": "Not found in this project",
     "409": "Not allowed in the current state",
+    "403": "Not enabled on this server",
     "413": "Body too large",
     "415": "Wrong content type",
     "422": "Invalid field; `problems` names each one",
@@ -213,7 +214,14 @@ def document() -> dict[str, Any]:
             )
         },
         "/metrics": {
-            "get": _operation("Prometheus metrics", {"200": {"description": "text exposition format"}}, secure=False)
+            "get": _operation(
+                "Prometheus metrics (Bearer LAGTRACE_METRICS_TOKEN; 403 while it is unset)",
+                {
+                    "200": {"description": "text exposition format"},
+                    **{code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in ("401", "403")},
+                },
+                secure=False,
+            )
         },
     }
     return {

@@ -99,15 +99,34 @@ def test_a_token_flooding_submissions_gets_429(make_service):
     assert service.submit(JOB, token=other).status_code == 201
 
 
-def test_readyz_does_not_show_the_brokers_password(front_door):
+def test_readyz_names_the_failed_components_and_nothing_about_them(front_door, caplog):
+    from sqlalchemy import create_engine
+
     from worker import CeleryDispatcher, make_celery
 
     settings = front_door.settings.model_copy(update={"broker_url": "redis://lagtrace:hunter2-pw@127.0.0.1:1/0"})
-    front_door.client.application.extensions["lagtrace"].dispatcher = CeleryDispatcher(make_celery(settings))
-    response = front_door.client.get("/readyz")
+    extension = front_door.client.application.extensions["lagtrace"]
+    extension.dispatcher = CeleryDispatcher(make_celery(settings))
+    extension.engine = create_engine("postgresql+psycopg://lagtrace:db-pw-77@127.0.0.2:1/lagtrace")
+    with caplog.at_level("WARNING", logger="lagtrace.api"):
+        response = front_door.client.get("/readyz")
     assert response.status_code == 503
-    text = response.get_data(as_text=True)
-    assert "hunter2-pw" not in text and "127.0.0.1:1" in text, text
+    assert response.get_json() == {"status": "not ready", "components": {"database": "failed", "queue": "failed"}}
+    # The operator still learns why, from the log, without the passwords.
+    logged = caplog.text
+    assert "127.0.0.1:1" in logged and "127.0.0.2" in logged
+    assert "hunter2-pw" not in logged and "db-pw-77" not in logged, logged
+
+
+def test_metrics_need_the_scrapers_token(make_service):
+    closed = make_service(run_jobs=False)
+    assert closed.client.get("/metrics").status_code == 403  # no token configured: off
+    service = make_service(run_jobs=False, metrics_token="scrape-token-0123456789")
+    for headers in ({}, {"Authorization": "Bearer wrong"}, service.auth, {"Authorization": "scrape-token-0123456789"}):
+        response = service.client.get("/metrics", headers=headers)
+        assert response.status_code == 401 and "lagtrace_" not in response.get_data(as_text=True), headers
+    scraped = service.client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"})
+    assert scraped.status_code == 200 and "lagtrace_jobs" in scraped.get_data(as_text=True)
 
 
 def test_expired_and_revoked_tokens_are_refused(front_door):
