@@ -208,3 +208,20 @@ def test_a_copied_session_cookie_stops_working_at_sign_out(front_door):
     # ann can sign in again, and the new session works.
     assert sign_in(front_door.client, "ann", PASSWORD).status_code == 302
     assert front_door.client.get("/").status_code == 200
+
+
+def test_dashboard_reruns_spend_the_same_submission_allowance(make_service):
+    service = make_service(run_jobs=False, submissions_per_minute=3)
+    parent = service.submit(JOB).get_json()["id"]  # the API token's allowance, not ann's
+    service.add_user("ann", ["octo/demo"])
+    assert sign_in(service.client, "ann", PASSWORD).status_code == 302
+    page = service.client.get(f"/jobs/{parent}").get_data(as_text=True)
+    token = CSRF.search(page).group(1)
+    statuses = [
+        service.client.post(f"/jobs/{parent}/rerun", data={"csrf_token": token, "config": ["cpuset=0"]}).status_code
+        for _ in range(5)
+    ]
+    assert statuses == [302, 302, 302, 429, 429], statuses
+    refused = service.client.post(f"/jobs/{parent}/rerun", data={"csrf_token": token, "config": ["cpuset=0"]})
+    assert int(refused.headers["Retry-After"]) > 0
+    assert service.count(Job) == 1 + 3
