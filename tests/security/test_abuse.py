@@ -225,3 +225,20 @@ def test_dashboard_reruns_spend_the_same_submission_allowance(make_service):
     refused = service.client.post(f"/jobs/{parent}/rerun", data={"csrf_token": token, "config": ["cpuset=0"]})
     assert int(refused.headers["Retry-After"]) > 0
     assert service.count(Job) == 1 + 3
+
+
+def test_sign_in_attempts_under_made_up_names_do_not_grow_the_limiters_table(front_door):
+    # Once this address is blocked, each request under a new name is refused cheaply (no
+    # password check), and must leave nothing behind either.
+    limit = front_door.settings.sign_in_failures_per_minute
+    page = front_door.client.get("/sign-in").get_data(as_text=True)
+    token = CSRF.search(page).group(1)
+    statuses = [
+        front_door.client.post(
+            "/sign-in", data={"username": f"nobody-{i}", "password": "x" * 12, "csrf_token": token}
+        ).status_code
+        for i in range(limit + 2000)
+    ]
+    assert statuses[:limit] == [401] * limit and set(statuses[limit:]) == {429}
+    failures = front_door.client.application.extensions["lagtrace"].sign_in_failures
+    assert len(failures._events) <= limit + 1, len(failures._events)  # the failed names and the address
