@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
 
 from flask import Blueprint, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,19 +12,10 @@ from sqlalchemy import text
 from api.errors import error_response
 from api.metrics import metrics as api_metrics
 from services.context import ctx
+from services.redact import redact
 
 bp = Blueprint("health", __name__)
 log = logging.getLogger("lagtrace.api")
-
-# scheme://user:password@host: /readyz is unauthenticated, so no password in its answer.
-CREDENTIALS_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
-PASSWORD_PARAMETER = re.compile(r"(?i)(password|passwd|pwd|secret|token)=[^&\s]+")
-
-
-def redact(text: str) -> str:
-    """A connection error as the public may read it: URLs without their credentials."""
-    text = CREDENTIALS_IN_URL.sub(lambda m: m.group("scheme") + "***@", text)
-    return PASSWORD_PARAMETER.sub(lambda m: m.group(1) + "=***", text)
 
 
 @bp.get("/healthz")
