@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import re
+import hmac
+import logging
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response, jsonify, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
+from api.errors import error_response
 from api.metrics import metrics as api_metrics
 from services.context import ctx
+from services.redact import redact
 
 bp = Blueprint("health", __name__)
-
-# scheme://user:password@host: /readyz is unauthenticated, so no password in its answer.
-CREDENTIALS_IN_URL = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
-PASSWORD_PARAMETER = re.compile(r"(?i)(password|passwd|pwd|secret|token)=[^&\s]+")
-
-
-def redact(text: str) -> str:
-    """A connection error as the public may read it: URLs without their credentials."""
-    text = CREDENTIALS_IN_URL.sub(lambda m: m.group("scheme") + "***@", text)
-    return PASSWORD_PARAMETER.sub(lambda m: m.group(1) + "=***", text)
+log = logging.getLogger("lagtrace.api")
 
 
 @bp.get("/healthz")
@@ -31,20 +25,33 @@ def healthz():
 
 @bp.get("/readyz")
 def readyz():
-    problems = {}
+    # Unauthenticated: the answer names the components and nothing else (no host, port or
+    # error text, which map the network behind the API); the reasons go to the log.
+    problems: dict[str, str] = {}
     try:
         with ctx().engine.connect() as connection:
             connection.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure means "not ready"; say which
-        problems["database"] = redact(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # any failure means "not ready"
+        problems["database"] = f"{type(exc).__name__}: {exc}"
     queue_problem = ctx().dispatcher.problem()
     if queue_problem:
-        problems["queue"] = redact(queue_problem)
-    response = jsonify({"status": "not ready" if problems else "ready", "problems": problems})
+        problems["queue"] = queue_problem
+    for component, problem in problems.items():
+        log.warning("not ready: %s: %s", component, redact(problem))
+    components = {name: "failed" if name in problems else "ok" for name in ("database", "queue")}
+    response = jsonify({"status": "not ready" if problems else "ready", "components": components})
     response.status_code = 503 if problems else 200
     return response
 
 
 @bp.get("/metrics")
 def metrics():
+    # The counts span every project: only a scraper holding LAGTRACE_METRICS_TOKEN reads them.
+    token = ctx().settings.metrics_token
+    if token is None:
+        return error_response(403, "/metrics is off: set LAGTRACE_METRICS_TOKEN and scrape with it as a Bearer token")
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    expected = token.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(sent.strip().encode(), expected):
+        return error_response(401, "missing or wrong Bearer token (LAGTRACE_METRICS_TOKEN)")
     return Response(generate_latest(api_metrics().registry), mimetype=CONTENT_TYPE_LATEST)

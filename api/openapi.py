@@ -22,6 +22,7 @@ ERRORS = {
     "401": "Missing or unknown token",
     "404": "Not found in this project",
     "409": "Not allowed in the current state",
+    "403": "Not enabled on this server",
     "413": "Body too large",
     "415": "Wrong content type",
     "422": "Invalid field; `problems` names each one",
@@ -193,18 +194,12 @@ def document() -> dict[str, Any]:
                 ],
             )
         },
-        "/api/v1/webhooks/github": {
-            "post": {
-                **_operation(
-                    "GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256)",
-                    _responses("202", "A job was started", "Delivery", ("400", "401", "422")),
-                    secure=False,
-                ),
-                "parameters": [
-                    {"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
-                    for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")
-                ],
-            }
+        "/api/v1/webhooks/github": {"post": _webhook_operation("every known secret is tried", [])},
+        "/api/v1/webhooks/github/{owner}/{name}": {
+            "post": _webhook_operation(
+                "only this repository's secret is tried",
+                [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in ("owner", "name")],
+            )
         },
         OPENAPI_PATH: {"get": _operation("This document", {"200": {"description": "OpenAPI 3.1"}}, secure=False)},
         "/healthz": {"get": _operation("The process answers", _responses("200", "ok", "Status", ()), secure=False)},
@@ -219,7 +214,14 @@ def document() -> dict[str, Any]:
             )
         },
         "/metrics": {
-            "get": _operation("Prometheus metrics", {"200": {"description": "text exposition format"}}, secure=False)
+            "get": _operation(
+                "Prometheus metrics (Bearer LAGTRACE_METRICS_TOKEN; 403 while it is unset)",
+                {
+                    "200": {"description": "text exposition format"},
+                    **{code: {"description": ERRORS[code], **_json(_ref("Error"))} for code in ("401", "403")},
+                },
+                secure=False,
+            )
         },
     }
     return {
@@ -227,6 +229,23 @@ def document() -> dict[str, Any]:
         "info": {"title": "lagtrace", "version": "1", "description": "Test-latency forensics as a service"},
         "paths": paths,
         "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+    }
+
+
+def _webhook_operation(which: str, params: list[dict]) -> dict:
+    return {
+        **_operation(
+            f"GitHub deliveries (HMAC-SHA256 in X-Hub-Signature-256, checked before the body is parsed: {which})",
+            _responses("202", "A job was started", "Delivery", ("400", "401", "422")),
+            secure=False,
+        ),
+        "parameters": [
+            *params,
+            *(
+                {"name": h, "in": "header", "required": True, "schema": {"type": "string"}}
+                for h in ("X-Hub-Signature-256", "X-GitHub-Delivery", "X-GitHub-Event")
+            ),
+        ],
     }
 
 

@@ -18,7 +18,8 @@ bp = Blueprint("webhooks", __name__, url_prefix="/api/v1")
 
 
 @bp.post("/webhooks/github")
-def github():
+@bp.post("/webhooks/github/<owner>/<name>")
+def github(owner: str | None = None, name: str | None = None):
     settings, metrics = ctx().settings, api_metrics()
     # GitHub sends at most 25 MB; anything larger is refused before it is read or verified
     # (never more than the app's own limit on request bodies).
@@ -29,11 +30,15 @@ def github():
     if not signature:
         metrics.webhooks.labels(outcome="bad_signature").inc()
         return error_response(401, "missing or wrong X-Hub-Signature-256: nothing was stored")
-    # Parsed before the check only to learn whose secret signs it (the repository's own).
-    payload = _payload(body)
+    # The per-repository URL names whose secret signs the body; the shared URL tries every
+    # known secret. Either way the HMAC is checked on the raw bytes and only a signed body
+    # is parsed: an unsigned caller never reaches the JSON parser.
+    repository = f"{owner}/{name}" if owner and name else None
     session = db()
     try:
-        project = webhooks.authenticate_delivery(session, settings, body, signature, payload)
+        signer = webhooks.verify_delivery(session, settings, body, signature, repository)
+        payload = _payload(body)
+        project = webhooks.authenticate_delivery(session, signer, payload, repository)
     except webhooks.WebhooksOff as exc:
         metrics.webhooks.labels(outcome="not_configured").inc()
         return error_response(503, str(exc))
@@ -83,5 +88,5 @@ def _payload(body: bytes) -> object:
         if request.mimetype == "application/x-www-form-urlencoded":
             return json.loads(parse_qs(body.decode())["payload"][0])
         return json.loads(body)
-    except (ValueError, KeyError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequest(f"the delivery body is not a JSON payload: {exc}") from None

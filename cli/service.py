@@ -20,6 +20,7 @@ from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
+from services.redact import redact
 from services.settings import Settings, prepare_work_dir
 
 log = logging.getLogger("lagtrace.serve")
@@ -68,7 +69,7 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
         from worker import CeleryDispatcher, make_celery
 
         dispatcher: Dispatcher = CeleryDispatcher(make_celery(settings))
-        log.info("jobs go to the Celery workers at %s", settings.broker_url)
+        log.info("jobs go to the Celery workers at %s", redact(settings.broker_url))
     else:
         prepare_work_dir(settings)  # this process checks out and runs the jobs
         embedded, session_factory = in_process_dispatcher(settings, engine)

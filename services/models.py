@@ -437,6 +437,9 @@ class User(Base):
     is_admin: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     last_sign_in_at: Mapped[dt.datetime | None] = mapped_column()
+    # The dashboard's session cookie is signed, not stored: it carries this number, and a
+    # sign-out raises it, so every cookie issued before (a copied one included) stops working.
+    session_epoch: Mapped[int] = mapped_column(default=0)
 
     projects: Mapped[list[Project]] = relationship(secondary="project_members", order_by="Project.name")
 

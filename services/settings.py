@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     # A token allowed to write check runs (a GitHub App installation token or a PAT).
     github_token: SecretStr | None = None
     github_check_name: str = "lagtrace"
+    # Bearer token Prometheus sends to scrape /metrics; unset, /metrics answers 403 (its
+    # counts span every project, so it is not public).
+    metrics_token: SecretStr | None = None
     # Checkouts and unpacked archives of service jobs, one directory per task, each
     # bind-mounted into the run containers (whose uid 1000 must read it, not its parents).
     work_dir: Path = Field(default_factory=lambda: _data_dir() / "work")

@@ -8,12 +8,13 @@ from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
 
-from services.accounts.users import visible_project_ids
+from services.accounts.users import session_is_current, visible_project_ids
 from services.context import db
 from services.errors import NotFound
 from services.models import Finding, Job, User
 
 CSRF_FIELD = "csrf_token"
+SESSION_EPOCH = "epoch"
 # Reachable without signing in: the sign-in page itself and the stylesheet/script.
 PUBLIC_ENDPOINTS = {"web.sign_in", "web.static"}
 
@@ -44,6 +45,10 @@ def load_user():
     check_csrf()
     user_id = session.get("user_id")
     user = db().get(User, user_id) if user_id is not None else None
+    if user is not None and not session_is_current(user, session.get(SESSION_EPOCH)):
+        # A cookie from before a sign-out: the browser may still hold it, or someone copied it.
+        session.clear()
+        user = None
     g.user = user
     if user is None and request.endpoint not in PUBLIC_ENDPOINTS:
         return redirect(url_for("web.sign_in", next=request.full_path if request.query_string else request.path))
@@ -55,6 +60,7 @@ def start_session(user: User) -> None:
     session.clear()
     session.permanent = True
     session["user_id"] = user.id
+    session[SESSION_EPOCH] = user.session_epoch or 0
     csrf_token()
 
 

@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
-from services.accounts.users import SignInFailed, require_project, sign_in, visible_projects
+from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in, visible_projects
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
@@ -178,6 +178,9 @@ def _error_page(status: int, message: str):
 @bp.errorhandler(LagtraceError)
 def _domain_error(exc: LagtraceError):
     # The status each domain error carries (services/errors.py), rendered as a page.
+    if isinstance(exc, TooManyRequests):
+        retry_after = str(max(1, math.ceil(exc.retry_after_s)))
+        return render_template("error.html", status=429, message=str(exc)), 429, {"Retry-After": retry_after}
     return _error_page(exc.http_status, str(exc))
 
 
@@ -231,6 +234,10 @@ def sign_in_page():
 
 @bp.post("/sign-out")
 def sign_out():
+    # Server-side too: clearing the cookie alone leaves any copy of it signed in.
+    if g.user is not None:
+        end_sessions(g.user)
+        db().commit()
     session.clear()
     return redirect(url_for("web.sign_in"))
 
@@ -319,7 +326,7 @@ def new_job():
     except ValueError:
         raise BadInput("project: choose one") from None
     project = require_project(db(), g.user, project_id)
-    ctx().submissions.take(f"user:{g.user.id}", "job submissions by this user")
+    _count_submission()
     try:
         command = shlex.split(form.get("command", ""))
     except ValueError as exc:
@@ -478,9 +485,15 @@ def test_entry():
     return render_template("test_entry.html", entry=entry, plots=plots)
 
 
+def _count_submission() -> None:
+    ctx().submissions.take(f"user:{g.user.id}", "job submissions by this user")
+
+
 @bp.post("/jobs/<int:job_id>/rerun")
 def rerun(job_id: int):
     parent = auth.visible_job(job_id)
+    # A rerun queues a whole job: it spends the same allowance as the new-job form.
+    _count_submission()
     asked = _spec_from_form(request.form)
     wanted = RerunSpec(configs=asked["configs"], repeat=asked["repeat"])
     session_ = db()

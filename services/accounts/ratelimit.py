@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 
 from services.errors import LagtraceError
 
@@ -25,18 +25,44 @@ class TooManyRequests(LagtraceError):
 
 
 class SlidingWindow:
-    """At most ``limit`` events per key in any ``window_s`` seconds."""
+    """At most ``limit`` events per key in any ``window_s`` seconds.
 
-    def __init__(self, limit: int, window_s: float = 60.0, clock=time.monotonic):
-        self.limit, self.window_s, self._clock = limit, window_s, clock
-        self._events: dict[str, deque[float]] = defaultdict(deque)
+    Keys come from unauthenticated requests (any username typed at the sign-in form), so
+    the table is bounded: a check never adds a key, a key whose last event left the window
+    is dropped, and past ``max_keys`` the least recently hit keys go first.
+    """
+
+    def __init__(self, limit: int, window_s: float = 60.0, clock=time.monotonic, max_keys: int = 10_000):
+        self.limit, self.window_s, self._clock, self.max_keys = limit, window_s, clock, max_keys
+        # Ordered by each key's last event (hit moves it to the end): the front expires first.
+        self._events: OrderedDict[str, deque[float]] = OrderedDict()
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def _expire(self, now: float) -> None:
+        while self._events:
+            events = next(iter(self._events.values()))
+            if events and events[-1] > now - self.window_s:
+                break
+            self._events.popitem(last=False)
+
     def _recent(self, key: str, now: float) -> deque[float]:
-        events = self._events[key]
+        self._expire(now)
+        events = self._events.get(key)
+        if events is None:
+            return deque()
         while events and events[0] <= now - self.window_s:
             events.popleft()
         return events
+
+    def _add(self, key: str, now: float) -> None:
+        events = self._events.setdefault(key, deque())
+        events.append(now)
+        self._events.move_to_end(key)
+        while len(self._events) > self.max_keys:
+            self._events.popitem(last=False)
 
     def check(self, key: str, what: str) -> None:
         """Raise TooManyRequests if ``key`` is at its limit (without counting this call)."""
@@ -46,7 +72,8 @@ class SlidingWindow:
     def hit(self, key: str) -> None:
         with self._lock:
             now = self._clock()
-            self._recent(key, now).append(now)
+            self._recent(key, now)
+            self._add(key, now)
 
     def _refuse_if_full(self, key: str, now: float, what: str) -> None:
         events = self._recent(key, now)
@@ -59,4 +86,4 @@ class SlidingWindow:
         with self._lock:
             now = self._clock()
             self._refuse_if_full(key, now, what)
-            self._events[key].append(now)
+            self._add(key, now)

@@ -81,6 +81,15 @@ def sign_in(session: Session, username: str, password: str) -> User:
     return user
 
 
+def end_sessions(user: User) -> None:
+    """Sign ``user`` out everywhere: sessions issued before carry an older epoch."""
+    user.session_epoch = (user.session_epoch or 0) + 1
+
+
+def session_is_current(user: User, epoch: object) -> bool:
+    return isinstance(epoch, int) and epoch == (user.session_epoch or 0)
+
+
 def visible_project_ids(session: Session, user: User) -> list[int]:
     """The projects this user may see: all for an admin, otherwise their memberships."""
     if user.is_admin:

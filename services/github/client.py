@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import Any
@@ -196,7 +197,7 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
     fail_on = DEFAULT_FAIL_ON if fail_on is None else fail_on
     lines = [f"**lagtrace job [{job.id}]({dashboard_url(settings, job)})**: {job.status.value}", ""]
     if job.error:
-        lines += [f"Error: `{job.error[:500]}`", ""]
+        lines += [f"Error: {_code(job.error[:500], in_table=False)}", ""]
     if not report:
         return "\n".join(lines)
     comparison = report.get("base_comparison")
@@ -204,7 +205,7 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
         rows = comparison["tests"]
         counts = comparison["counts"]
         lines += [
-            f"### Compared with base `{comparison['base_commit'][:12]}`",
+            f"### Compared with base {_code(comparison['base_commit'][:12], in_table=False)}",
             "",
             ", ".join(f"{counts[v]} {v.replace('_', ' ')}" for v in counts) + " (test × configuration)",
             "",
@@ -218,7 +219,7 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
             for r in shown:
                 test = _code(r["test"] or "(whole command)")
                 lines.append(
-                    f"| {test} | `{r['config']}` | {format_seconds(r['base_median_s'])} "
+                    f"| {test} | {_code(r['config'])} | {format_seconds(r['base_median_s'])} "
                     f"| {format_seconds(r['head_median_s'])} | {_ratio(r)} | **{r['verdict'].replace('_', ' ')}** |"
                 )
             lines.append("")
@@ -227,9 +228,10 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
         blocking = {f["id"] for f in failing(report, fail_on)}
         lines += ["### Findings", "", "| severity | finding | test | triage |", "|---|---|---|---|"]
         for f in findings[:SUMMARY_FINDINGS]:
-            state = "**fails the check**" if f["id"] in blocking else f["status"]
+            state = "**fails the check**" if f["id"] in blocking else _text(f["status"])
             lines.append(
-                f"| {f['severity']} | `{f['kind']}`: {_cell(f['title'])} | {_code(f['test'] or '')} | {state} |"
+                f"| {_text(f['severity'])} | {_code(f['kind'])}: {_text(f['title'])} "
+                f"| {_code(f['test'] or '')} | {state} |"
             )
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"| | and {len(findings) - SUMMARY_FINDINGS} more on the dashboard | | |")
@@ -238,10 +240,10 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
     for config in report["configs"]:
         median = config["wall_s"]["median"] if config["wall_s"] else None
         lines.append(
-            f"| `{config['label']}` | {len(config['runs'])} | {f'{median:.3f} s' if median is not None else '-'} |"
+            f"| {_code(config['label'])} | {len(config['runs'])} | {f'{median:.3f} s' if median is not None else '-'} |"
         )
     lines.append("")
-    lines += [f"- Note: {note}" for note in report["notes"]]
+    lines += [f"- Note: {_text(note)}" for note in report["notes"]]
     lines.append(
         f"\nFails on: {', '.join(fail_on) or 'nothing'} (`fail_on` in .lagtrace.yml); muted and acknowledged "
         "findings never fail it."
@@ -249,12 +251,33 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
     return "\n".join(lines)[:MAX_SUMMARY_CHARS]
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# Test ids, titles, notes and errors come from the repository's code: what they hold must
+# read as text in the check run, never as Markdown (a backtick closing a code span, a pipe
+# ending a table cell, an image, a link, a heading, raw HTML).
+MARKDOWN_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")  # every ASCII punctuation character
+BACKTICKS = re.compile(r"`+")
 
 
-def _code(text: str) -> str:
-    return f"`{_cell(text)}`" if text else ""
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
+
+
+def _text(text: str) -> str:
+    """Plain text: each punctuation character backslash-escaped (CommonMark reads any as
+    literal), a pipe included, so it also stays inside its table cell."""
+    return MARKDOWN_PUNCTUATION.sub(lambda m: "\\" + m.group(), _one_line(text))
+
+
+def _code(text: str, *, in_table: bool = True) -> str:
+    """An inline code span that the text cannot close: fenced by one more backtick than its
+    longest run, padded when it starts or ends with one. In a table cell pipes are escaped
+    (GFM unescapes them inside code spans there); nothing else is read in a code span."""
+    text = _one_line(text)
+    if not text:
+        return ""
+    fence = "`" * (max((len(run) for run in BACKTICKS.findall(text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" or (text[0] == " " and text[-1] == " ") else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|') if in_table else text}{pad}{fence}"
 
 
 def test_location(report: dict[str, Any], test_id: str | None) -> tuple[str, int] | None:

@@ -132,29 +132,67 @@ def _parse(model: type[Parsed], payload: object, event: str) -> Parsed:
         raise BadInput(f"{event} payload: {describe_validation_error(exc)}") from None
 
 
-def authenticate_delivery(
-    session: Session, settings: Settings, body: bytes, signature: str | None, payload: object
-) -> Project | None:
-    """The registered project the signed delivery is for (None: it names no repository).
+@dataclass
+class Signer:
+    """Who signed a delivery, known from the raw body alone: the server-wide secret and/or
+    the registered projects whose own secret matches (two may share one)."""
 
-    Raises WebhooksOff, BadSignature. A repository nobody registered is checked against
-    the server-wide secret, so that an unsigned caller cannot tell which are registered.
+    server_wide: bool
+    projects: list[Project]
+
+
+def verify_delivery(
+    session: Session, settings: Settings, body: bytes, signature: str | None, repository: str | None = None
+) -> Signer:
+    """Check X-Hub-Signature-256 on the raw body before anything reads it.
+
+    ``repository`` (owner/name, from the per-repository URL) narrows the candidates to that
+    repository's secret: one HMAC. Without it every known secret is tried, one HMAC pass over
+    the body each. Raises WebhooksOff, BadSignature.
     """
-    repository = payload.get("repository") if isinstance(payload, dict) else None
-    full_name = repository.get("full_name") if isinstance(repository, dict) else None
-    project = None
-    if isinstance(full_name, str):
-        project = session.scalar(select(Project).where(Project.github_repository == full_name))
-    secret = (
-        project.webhook_secret
-        if project is not None and project.webhook_secret
-        else (settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None)
-    )
-    if secret is None:
+    query = select(Project).where(Project.github_repository.is_not(None))
+    if repository is not None:
+        query = query.where(Project.github_repository == repository)
+    projects = list(session.scalars(query))
+    server_wide = settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None
+    own = [project for project in projects if project.webhook_secret]
+    if server_wide is None and not own:
         raise WebhooksOff(
             "GitHub webhooks are off: register the repository with a secret or set LAGTRACE_GITHUB_WEBHOOK_SECRET"
         )
-    if not signature_valid(secret, body, signature):
+    matches: dict[str, bool] = {}
+    for secret in dict.fromkeys([*([server_wide] if server_wide else []), *(p.webhook_secret or "" for p in own)]):
+        matches[secret] = signature_valid(secret, body, signature)
+    signer = Signer(
+        server_wide=server_wide is not None and matches[server_wide],
+        projects=[project for project in own if matches[project.webhook_secret or ""]],
+    )
+    if not signer.server_wide and not signer.projects:
+        raise BadSignature("missing or wrong X-Hub-Signature-256: nothing was stored")
+    return signer
+
+
+def authenticate_delivery(
+    session: Session, signer: Signer, payload: object, repository: str | None = None
+) -> Project | None:
+    """The registered project the verified delivery is for (None: it names no registered one).
+
+    The payload is read only now that the body is known to be signed; it must name a
+    repository whose secret signed it: its own secret, or the server-wide one for a
+    repository registered without one (or for none). Raises BadSignature.
+    """
+    named = payload.get("repository") if isinstance(payload, dict) else None
+    full_name = named.get("full_name") if isinstance(named, dict) else None
+    if repository is not None and full_name != repository:
+        raise BadSignature(f"the delivery names {full_name!r}, not {repository}, the repository of this URL")
+    project = None
+    if isinstance(full_name, str):
+        project = session.scalar(select(Project).where(Project.github_repository == full_name))
+    if project is not None and project.webhook_secret:
+        signed = any(candidate.id == project.id for candidate in signer.projects)
+    else:
+        signed = signer.server_wide
+    if not signed:
         raise BadSignature("missing or wrong X-Hub-Signature-256: nothing was stored")
     return project
 

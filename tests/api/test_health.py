@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from openapi_spec_validator import validate
+from pydantic import SecretStr
 from sqlalchemy import create_engine
 
 from api.openapi import OPENAPI_PATH
@@ -20,7 +21,7 @@ def test_readyz_says_what_is_missing(sqlite_api):
     # The fixture's job thread was never started: nothing would run a job.
     response = sqlite_api.client.get("/readyz")
     assert response.status_code == 503
-    assert "not running" in response.get_json()["problems"]["queue"]
+    assert response.get_json()["components"] == {"database": "ok", "queue": "failed"}
 
 
 def test_readyz_with_an_unreachable_database(sqlite_api):
@@ -29,13 +30,14 @@ def test_readyz_with_an_unreachable_database(sqlite_api):
         "postgresql+psycopg://nobody@127.0.0.1:1/none"
     )
     response = sqlite_api.client.get("/readyz")
-    assert response.status_code == 503 and "database" in response.get_json()["problems"]
+    assert response.status_code == 503 and response.get_json()["components"]["database"] == "failed"
 
 
 def test_metrics_count_requests_and_jobs(sqlite_api):
     sqlite_api.post("/api/v1/jobs", json={"repository": {"url": "https://example.com/r.git"}, "command": ["x"]})
     sqlite_api.post("/api/v1/jobs", json={})
-    text = sqlite_api.client.get("/metrics").get_data(as_text=True)
+    sqlite_api.settings.metrics_token = SecretStr("scrape-token")
+    text = sqlite_api.client.get("/metrics", headers={"Authorization": "Bearer scrape-token"}).get_data(as_text=True)
     assert 'lagtrace_jobs{status="queued"} 1.0' in text
     assert 'lagtrace_tasks{state="pending",step="prepare"} 1.0' in text
     assert 'lagtrace_http_requests_total{endpoint="/api/v1/jobs",method="POST",status="201"} 1.0' in text

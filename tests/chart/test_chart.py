@@ -513,3 +513,15 @@ def test_the_chart_files_are_complete():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2" and chart["kubeVersion"].startswith(">=1.29")
     assert Path(CHART / "ci").is_dir() and len(list((CHART / "ci").glob("*.yaml"))) >= 3
+
+
+def test_the_metrics_token_reaches_the_api_from_the_secret(helm):
+    # /metrics answers only a scraper with LAGTRACE_METRICS_TOKEN (api/health.py); the chart
+    # carries it in the Secret, never in the ConfigMap.
+    rendered = render(helm, None, "--set", "secrets.metricsToken=scrape-token-0123456789")
+    secret = next(s for s in rendered.of_kind("Secret") if "metrics-token" in (s.get("data") or {}))
+    assert base64.b64decode(secret["data"]["metrics-token"]).decode() == "scrape-token-0123456789"
+    api = pod_spec(rendered.one("Deployment", "-api"))["containers"][0]
+    ref = next(e for e in api["env"] if e["name"] == "LAGTRACE_METRICS_TOKEN")["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": secret["metadata"]["name"], "key": "metrics-token", "optional": True}
+    assert "scrape-token-0123456789" not in json.dumps(rendered.one("ConfigMap", "lagtrace"))

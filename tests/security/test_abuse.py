@@ -99,15 +99,34 @@ def test_a_token_flooding_submissions_gets_429(make_service):
     assert service.submit(JOB, token=other).status_code == 201
 
 
-def test_readyz_does_not_show_the_brokers_password(front_door):
+def test_readyz_names_the_failed_components_and_nothing_about_them(front_door, caplog):
+    from sqlalchemy import create_engine
+
     from worker import CeleryDispatcher, make_celery
 
     settings = front_door.settings.model_copy(update={"broker_url": "redis://lagtrace:hunter2-pw@127.0.0.1:1/0"})
-    front_door.client.application.extensions["lagtrace"].dispatcher = CeleryDispatcher(make_celery(settings))
-    response = front_door.client.get("/readyz")
+    extension = front_door.client.application.extensions["lagtrace"]
+    extension.dispatcher = CeleryDispatcher(make_celery(settings))
+    extension.engine = create_engine("postgresql+psycopg://lagtrace:db-pw-77@127.0.0.2:1/lagtrace")
+    with caplog.at_level("WARNING", logger="lagtrace.api"):
+        response = front_door.client.get("/readyz")
     assert response.status_code == 503
-    text = response.get_data(as_text=True)
-    assert "hunter2-pw" not in text and "127.0.0.1:1" in text, text
+    assert response.get_json() == {"status": "not ready", "components": {"database": "failed", "queue": "failed"}}
+    # The operator still learns why, from the log, without the passwords.
+    logged = caplog.text
+    assert "127.0.0.1:1" in logged and "127.0.0.2" in logged
+    assert "hunter2-pw" not in logged and "db-pw-77" not in logged, logged
+
+
+def test_metrics_need_the_scrapers_token(make_service):
+    closed = make_service(run_jobs=False)
+    assert closed.client.get("/metrics").status_code == 403  # no token configured: off
+    service = make_service(run_jobs=False, metrics_token="scrape-token-0123456789")
+    for headers in ({}, {"Authorization": "Bearer wrong"}, service.auth, {"Authorization": "scrape-token-0123456789"}):
+        response = service.client.get("/metrics", headers=headers)
+        assert response.status_code == 401 and "lagtrace_" not in response.get_data(as_text=True), headers
+    scraped = service.client.get("/metrics", headers={"Authorization": "Bearer scrape-token-0123456789"})
+    assert scraped.status_code == 200 and "lagtrace_jobs" in scraped.get_data(as_text=True)
 
 
 def test_expired_and_revoked_tokens_are_refused(front_door):
@@ -170,3 +189,56 @@ def test_webhook_secret_is_not_needed_to_learn_nothing(front_door):
     assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=headers).status_code == 401
     wrong = delivery_headers(body, "d-probe", secret=SECRET + "x")
     assert front_door.client.post("/api/v1/webhooks/github", data=body, headers=wrong).status_code == 401
+
+
+def test_a_copied_session_cookie_stops_working_at_sign_out(front_door):
+    front_door.add_user("ann", ["octo/demo"])
+    assert sign_in(front_door.client, "ann", PASSWORD).status_code == 302
+    stolen = front_door.client.get_cookie("lagtrace_session")
+    assert stolen is not None
+    thief = front_door.client.application.test_client()
+    thief.set_cookie("lagtrace_session", stolen.value, domain=stolen.domain)
+    assert thief.get("/").status_code == 200  # the copy works while ann is signed in
+    page = front_door.client.get("/").get_data(as_text=True)
+    signed_out = front_door.client.post("/sign-out", data={"csrf_token": CSRF.search(page).group(1)})
+    assert signed_out.status_code == 302
+    # The copy, replayed after ann signed out, is a stranger's: off to sign in.
+    replayed = thief.get("/")
+    assert replayed.status_code == 302 and replayed.headers["Location"].startswith("/sign-in"), replayed.status_code
+    # ann can sign in again, and the new session works.
+    assert sign_in(front_door.client, "ann", PASSWORD).status_code == 302
+    assert front_door.client.get("/").status_code == 200
+
+
+def test_dashboard_reruns_spend_the_same_submission_allowance(make_service):
+    service = make_service(run_jobs=False, submissions_per_minute=3)
+    parent = service.submit(JOB).get_json()["id"]  # the API token's allowance, not ann's
+    service.add_user("ann", ["octo/demo"])
+    assert sign_in(service.client, "ann", PASSWORD).status_code == 302
+    page = service.client.get(f"/jobs/{parent}").get_data(as_text=True)
+    token = CSRF.search(page).group(1)
+    statuses = [
+        service.client.post(f"/jobs/{parent}/rerun", data={"csrf_token": token, "config": ["cpuset=0"]}).status_code
+        for _ in range(5)
+    ]
+    assert statuses == [302, 302, 302, 429, 429], statuses
+    refused = service.client.post(f"/jobs/{parent}/rerun", data={"csrf_token": token, "config": ["cpuset=0"]})
+    assert int(refused.headers["Retry-After"]) > 0
+    assert service.count(Job) == 1 + 3
+
+
+def test_sign_in_attempts_under_made_up_names_do_not_grow_the_limiters_table(front_door):
+    # Once this address is blocked, each request under a new name is refused cheaply (no
+    # password check), and must leave nothing behind either.
+    limit = front_door.settings.sign_in_failures_per_minute
+    page = front_door.client.get("/sign-in").get_data(as_text=True)
+    token = CSRF.search(page).group(1)
+    statuses = [
+        front_door.client.post(
+            "/sign-in", data={"username": f"nobody-{i}", "password": "x" * 12, "csrf_token": token}
+        ).status_code
+        for i in range(limit + 2000)
+    ]
+    assert statuses[:limit] == [401] * limit and set(statuses[limit:]) == {429}
+    failures = front_door.client.application.extensions["lagtrace"].sign_in_failures
+    assert len(failures._events) <= limit + 1, len(failures._events)  # the failed names and the address

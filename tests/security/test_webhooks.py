@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from services.models import Job, Run, WebhookDelivery
-from tests.service_support import SECRET, make_repository, push_payload, register
+from tests.service_support import SECRET, delivery_headers, make_repository, push_payload, register
 
 BASE_YML = "command: python3 steady.py\nconfigs: [cpuset=0]\nrepeat: 1\nevidence: []\n"
 
@@ -110,3 +110,35 @@ def test_an_allowed_forks_pull_request_runs_the_base_branchs_config(service, tmp
     assert job["repository"]["commit"] == head
     assert job["command"] == ["python3", "steady.py"] and job["repeat"] == 1 and job["executor"] == "docker"
     assert not Path(marker).exists()
+
+
+def test_an_unsigned_body_never_reaches_the_json_parser(front_door):
+    # Bodies that break or exhaust a parser: each must be refused on its signature alone,
+    # the same 401 a well-formed unsigned body gets (no 400 or 500 that says it was parsed).
+    register(front_door.settings, front_door.session_factory, "https://github.com/octo/demo.git", secret=None)
+    for body, content_type in (
+        (b"not json at all", "application/json"),
+        (b"[" * 200_000, "application/json"),  # nesting deeper than the parser's recursion limit
+        (b'{"repository": {"full_name": "octo/demo"}' + b" " * 1_000_000, "application/json"),
+        (b"payload=%7B%22broken", "application/x-www-form-urlencoded"),
+    ):
+        headers = {**delivery_headers(body, "d-garbage", secret="not-the-secret"), "Content-Type": content_type}
+        response = front_door.client.post("/api/v1/webhooks/github", data=body, headers=headers)
+        assert response.status_code == 401, (body[:40], response.status_code, response.get_data(as_text=True)[:200])
+    assert front_door.count(WebhookDelivery) == 0
+
+
+def test_the_per_repository_url_checks_that_repositorys_secret_only(front_door):
+    own = register(front_door.settings, front_door.session_factory, "https://github.com/octo/demo.git", secret=None)
+    url = "/api/v1/webhooks/github/octo/demo"
+    ping = json.dumps({"zen": "hi", "repository": {"full_name": "octo/demo"}}).encode()
+    assert front_door.client.post(url, data=ping, headers=delivery_headers(ping, "p1", "ping", own)).status_code == 200
+    # The server-wide secret does not sign for a repository registered with its own.
+    other = json.dumps({"zen": "hi", "repository": {"full_name": "octo/demo"}, "n": 2}).encode()
+    assert front_door.client.post(url, data=other, headers=delivery_headers(other, "p2", "ping")).status_code == 401
+    # Its secret does not sign a body naming another repository, at its URL or the shared one.
+    elsewhere = json.dumps({"zen": "hi", "repository": {"full_name": "mallory/x"}}).encode()
+    for path in (url, "/api/v1/webhooks/github"):
+        signed = delivery_headers(elsewhere, "p3", "ping", own)
+        assert front_door.client.post(path, data=elsewhere, headers=signed).status_code == 401, path
+    assert front_door.count(WebhookDelivery) == 1

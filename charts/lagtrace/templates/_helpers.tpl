@@ -119,6 +119,12 @@ Call with (dict "ctx" $ "secret" NAME "key" KEY "length" N).
       name: {{ include "lagtrace.secretName" . }}
       key: github-token
       optional: true
+- name: LAGTRACE_METRICS_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "lagtrace.secretName" . }}
+      key: metrics-token
+      optional: true
 {{- end -}}
 
 {{- define "lagtrace.envFrom" -}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from markdown_it import MarkdownIt
 
 from services.github.client import RERUN_OTHER_CPUS, check_run_body, conclusion
 from services.models import Job, JobSource, JobStatus, Project
@@ -122,3 +123,43 @@ def test_findings_on_no_file_get_no_annotation():
     outside = finding(2, "high", test="../etc/x.py::t")
     body = check_run_body(SETTINGS, done_job(), source(), report(command, outside))
     assert "annotations" not in body["output"]
+
+
+def test_text_from_the_repository_cannot_break_out_of_the_summarys_markdown():
+    # pytest ids, finding titles, notes and errors carry whatever the repository's code wrote.
+    # Rendered by a CommonMark parser with GFM tables (as GitHub reads check-run summaries),
+    # each must come out as the same text in its own cell: no image, link, HTML or heading.
+    hostile_test = "tests/t.py::test_x[a` | ![p](https://evil.example/p.png) <img src=x> ``b\\|]"
+    title = "slow `x` | ![i](https://evil.example/i.png) [click](https://evil.example) <b>b</b> *e*"
+    note = "**all good** ![n](https://evil.example/n.png)\n### Fake heading"
+    error = "exit 1: ``` `code` ``` <script>x</script> | [l](https://evil.example)"
+    found = finding(1, "high", test=hostile_test, title=title)
+    hostile = {**report(found), "notes": [note], "tests": [{"id": hostile_test, "line": 3, "configs": []}]}
+    job = done_job()
+    job.status, job.error = JobStatus.failed, error
+    summary = check_run_body(SETTINGS, job, source(), hostile)["output"]["summary"]
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(summary)
+    inline = [child for token in tokens if token.children for child in token.children]
+    links = [t.attrs["href"] for t in inline if t.type == "link_open"]
+    assert links == ["http://lagtrace.test/jobs/3"], summary  # the dashboard's own, nothing else
+    assert not [t.type for t in inline if t.type in ("image", "html_inline")], summary
+    assert not [t.type for t in tokens if t.type == "html_block"], summary
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["Findings", "Configurations"], summary
+    codes = [t.content for t in inline if t.type == "code_inline"]
+    assert error in codes and hostile_test in codes, codes
+    # The findings table's row: severity, finding, test, triage, each in its own cell.
+    cells: list[list] = []
+    for token in tokens:
+        if token.type == "tr_open":
+            cells.append([])
+        elif token.type == "inline" and token.level >= 4:  # in a th or td
+            cells[-1].append(token)
+    finding_row = next(r for r in cells if r and r[0].content == "high")
+    assert len(finding_row) == 4
+    rendered_title = "".join(c.content for c in finding_row[1].children if c.type in ("text", "code_inline"))
+    assert rendered_title == f"cpu_sensitivity: {title}"
+    assert [c.content for c in finding_row[2].children if c.type == "code_inline"] == [hostile_test]
+    text = "".join(c.content for t in tokens if t.type == "inline" for c in t.children if c.type == "text")
+    assert "**all good** ![n](https://evil.example/n.png) ### Fake heading" in text
