@@ -136,7 +136,7 @@ def test_the_trend_chart_marks_a_step_on_its_branch(dashboard):
     dashboard.add_user("ann", ["shop"])
     rng = random.Random(24)
     with dashboard.session_factory() as session:
-        jobs = [branch_history.push(session, dashboard.settings, rng, n) for n in range(branch_history.STEP_AT + 3)]
+        jobs = [branch_history.push(session, dashboard.settings, rng, n) for n in range(branch_history.STEP_AT + 4)]
         session.commit()
         finding = session.query(Finding).filter_by(kind="slower_since").one()
         assert finding.job_id == jobs[branch_history.STEP_AT].id

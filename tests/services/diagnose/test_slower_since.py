@@ -36,12 +36,12 @@ def test_a_planted_step_gets_one_finding_on_its_push_and_flat_tests_none(db_sess
     assert metrics["first_slow"] == {"commit": commit(STEP_AT), "job_id": jobs[STEP_AT].id}
     assert metrics["last_fast"] == {"commit": commit(STEP_AT - 1), "job_id": jobs[STEP_AT - 1].id}
     assert metrics["branch"] == "main"
-    # Found once three slow pushes were in, and not again by the seven jobs after.
-    assert metrics["found_after_job"] == jobs[STEP_AT + 2].id
+    # Found once four slow pushes were in, and not again by the six jobs after.
+    assert metrics["found_after_job"] == jobs[STEP_AT + 3].id
     assert 1.8 < metrics["ratio"] < 2.2
     before, after = metrics["before"], metrics["after"]
     assert before["ci_high"] < after["ci_low"]
-    assert (before["pushes"], after["pushes"]) == (STEP_AT, 3)
+    assert (before["pushes"], after["pushes"]) == (STEP_AT, 4)
     assert 0.18 < before["median"] < 0.22 and 0.36 < after["median"] < 0.44
     assert f"since {STEP_AT:04x}" in finding.title and f"last fast: {STEP_AT - 1:04x}" in finding.title
     assert finding.status is TriageStatus.new
@@ -61,7 +61,7 @@ def test_a_planted_step_gets_one_finding_on_its_push_and_flat_tests_none(db_sess
 def test_triage_follows_the_step_and_another_branch_is_not_watched(db_session):
     session, rng = db_session, random.Random(7)
     settings = Settings(change_point_branches=["main"])
-    jobs = [push(session, settings, rng, n) for n in range(STEP_AT + 3)]
+    jobs = [push(session, settings, rng, n) for n in range(STEP_AT + 4)]
     finding = session.scalars(select(Finding).where(Finding.kind == KIND)).one()
     finding.status = TriageStatus.acknowledged
     # The push's job diagnosed again (a finish step retried) keeps it.
@@ -69,6 +69,6 @@ def test_triage_follows_the_step_and_another_branch_is_not_watched(db_session):
     assert session.scalars(select(Finding.status).where(Finding.kind == KIND)).all() == [TriageStatus.acknowledged]
     # No branch watched: nothing is searched.
     quiet = Settings(change_point_branches=[])
-    for n in range(STEP_AT + 3, PUSHES):
+    for n in range(STEP_AT + 4, PUSHES):
         push(session, quiet, rng, n)
     assert len(session.scalars(select(Finding).where(Finding.kind == KIND)).all()) == 1
