@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False
+    # Branches whose history is searched for change points after each of their jobs
+    # (slower_since: services/diagnose/change_points.py), comma-separated; empty: none.
+    change_point_branches: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["main"])
     # --- The dashboard -----------------------------------------------------------
     # Signs the sign-in cookie. Unset: a random key per process (everyone signs in again
     # after a restart, and replicas do not share sign-ins): set it when deploying.
@@ -151,6 +154,13 @@ class Settings(BaseSettings):
     @field_validator("allowed_executors", mode="before")
     @classmethod
     def _executor_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("change_point_branches", mode="before")
+    @classmethod
+    def _branch_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value

@@ -45,6 +45,24 @@ class Thresholds(BaseModel):
     focus_min_tests: int = Field(20, ge=1)
     survey_ratio: float = Field(1.25, gt=1.0)
 
+    # slower_since: change points in a test's latency across the pushes of a branch
+    # (services/diagnose/change_points.py). E-Divisive means as Apache Otava runs it:
+    # candidate splits in sliding windows of slower_since_window pushes, kept while a
+    # Student's t-test between the neighbouring segments gives p < slower_since_max_pvalue.
+    # Otava alone (its default 0.001) reports a slower change point in 2.8 % of flat
+    # 60-push histories with 5 % noise, 14 % when one job in 30 ran on a busy machine: a
+    # lone slow job is a segment of its own. So a step counts only with at least
+    # slower_since_min_pushes pushes on each side, their medians slower_since_ratio apart
+    # with disjoint 95 % intervals, and the cpu_sensitivity_min_s floor in seconds:
+    # 0.0 % and 0.8 % false findings per test, searched after every push
+    # (tests/bench/bench_change_points.py; 3 pushes a side gave 2.2 %).
+    slower_since_max_pvalue: float = Field(0.001, gt=0, lt=1)
+    slower_since_window: int = Field(50, ge=6)
+    slower_since_ratio: float = Field(1.2, gt=1.0)
+    slower_since_min_pushes: int = Field(4, ge=2)
+    # The newest finished jobs of the branch searched after each of its jobs.
+    slower_since_history: int = Field(60, ge=6)
+
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
     # ... and only when the median run lost at least this long to throttling (an

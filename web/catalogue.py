@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
 from sqlalchemy.orm import Session
 
+from services.diagnose import change_points
 from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
@@ -45,17 +46,8 @@ OPEN = (TriageStatus.new, TriageStatus.acknowledged)
 FLAKY_KIND = "latency_flaky"
 
 
-def branch_of(ref: str | None, branch: str | None = None) -> str:
-    """The branch a job measured, as people name it ("" when it had none: an archive): the
-    branch its trigger named (a pull request's head branch), else its ref's."""
-    if branch:
-        return branch
-    if not ref:
-        return ""
-    for prefix in ("refs/heads/", "refs/"):
-        if ref.startswith(prefix):
-            return ref[len(prefix) :]
-    return ref
+# The branch a job measured: the change-point search groups jobs the same way.
+branch_of = change_points.branch_of
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -357,6 +349,18 @@ class TestEntry:
 
     def for_branch(self, branch: str) -> list[JobPoint]:
         return [p for p in self.points if p.branch == branch]
+
+    def change_points(self, branch: str) -> list[tuple[Finding, str]]:
+        """The steps found in this branch's history (slower_since), each on its first slow
+        job, with a short label for the chart ("1.97x since 0014001400")."""
+        steps = []
+        for group in self.findings:
+            finding = group["finding"]
+            if finding.kind != change_points.KIND or finding.metrics.get("branch") != branch:
+                continue
+            since = (finding.metrics.get("first_slow") or {}).get("commit") or f"job #{finding.job_id}"
+            steps.append((finding, f"{float(finding.metrics.get('ratio') or 0):.2f}x since {since[:10]}"))
+        return steps
 
 
 def test_entry(session: Session, project: Project, test_id: str, jobs: int = HISTORY_JOBS) -> TestEntry:

@@ -146,12 +146,15 @@ def trend_plot(history: list[dict], labels: list[str], title: str) -> Markup:
     return Markup("".join(parts))
 
 
-def percentile_trend_plot(points: list, labels: list[str], title: str) -> Markup:
+def percentile_trend_plot(
+    points: list, labels: list[str], title: str, markers: list[tuple[int, str, str, str]] | None = None
+) -> Markup:
     """p50 (solid) and p95 (dashed) per configuration across jobs, oldest left.
 
     ``points`` are catalogue.JobPoint: job_id and p50/p95 dicts by configuration label.
     One job draws as a single column of dots; the axis starts at 0 so a doubling reads
-    as a doubling.
+    as a doubling. ``markers`` (job id, label, title, link) draw a line just before that
+    job's column: a change point found there (slower_since), linking its finding.
     """
     values = [v for p in points for series in (p.p50, p.p95) for v in series.values()]
     if not points or not values:
@@ -190,6 +193,20 @@ def percentile_trend_plot(points: list, labels: list[str], title: str) -> Markup
                     f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="{3 if name == "p50" else 2}">'
                     f"<title>job {points[i].job_id}, {escape(label)} {name}: {escape(_seconds(value))}</title></circle>"
                 )
+    column = {p.job_id: i for i, p in enumerate(points)}
+    for job_id, label, tip, href in markers or []:
+        if job_id not in column:
+            continue  # older than the jobs drawn
+        i = column[job_id]
+        # Between the last fast job's column and the first slow one's; the label on the
+        # side with room.
+        px = (xy(i, 0)[0] + xy(i - 1, 0)[0]) / 2 if i > 0 else xy(i, 0)[0]
+        tx, anchor = (px + 4, "start") if px < width / 2 else (px - 4, "end")
+        parts.append(
+            f'<a class="change-point" href="{escape(href)}"><title>{escape(tip)}</title>'
+            f'<line x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{height - bottom}"/>'
+            f'<text x="{tx:.1f}" y="{top + 10}" text-anchor="{anchor}">{escape(label)}</text></a>'
+        )
     step = max(1, count // 8)  # at most ~8 job labels: they would overlap
     for i in range(0, count, step):
         px, _ = xy(i, 0)

@@ -479,7 +479,18 @@ def test_entry():
     if not entry.points and not entry.findings:
         raise NotFound(f"test {test_id!r} has no finished job in {project.name}")
     plots = [
-        (branch, percentile_trend_plot(entry.for_branch(branch), entry.labels, f"{test_id} on {branch or 'no branch'}"))
+        (
+            branch,
+            percentile_trend_plot(
+                entry.for_branch(branch),
+                entry.labels,
+                f"{test_id} on {branch or 'no branch'}",
+                [
+                    (f.job_id, label, f.title, url_for("web.finding", finding_id=f.id))
+                    for f, label in entry.change_points(branch)
+                ],
+            ),
+        )
         for branch in entry.branches
     ]
     return render_template("test_entry.html", entry=entry, plots=plots)

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import (
     busy_polling,
+    change_points,
     command_failed,
     event_loop_blocked,
     futex_storm,
@@ -37,8 +38,13 @@ RULES = (command_failed.check, *TIMING_RULES, *EVIDENCE_RULES)
 
 
 def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:
-    """Replace the job's findings with what the rules conclude now (idempotent)."""
+    """Replace the job's findings with what the rules conclude now (idempotent).
+
+    A slower_since finding stays: later jobs of the branch put it on this one, and no
+    rule over this job alone could find it again."""
     for old in list(job.findings):
+        if old.kind == change_points.KIND:
+            continue
         session.delete(old)
     session.flush()
     context = RuleContext(job, thresholds)

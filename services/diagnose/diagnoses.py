@@ -15,7 +15,7 @@ from typing import Any
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 
 # What a user sees first: how the latency misbehaves.
-SYMPTOMS = ("cpu_sensitivity", "latency_flaky", "stall", "command_failed")
+SYMPTOMS = ("cpu_sensitivity", "slower_since", "latency_flaky", "stall", "command_failed")
 # Why, most specific first: the first present (with evidence where possible) is the cause.
 CAUSES = (
     "command_failed",
@@ -71,6 +71,10 @@ ADVICE = {
     "stall": "Read the stacks taken at the stall: the frames show where it stood still.",
 }
 UNEXPLAINED = {
+    "slower_since": (
+        "Screen the last fast and the first slow commit interleaved on one machine (a pull request of the "
+        "first slow commit against the last fast one) to confirm the step, then read the diff between them."
+    ),
     "cpu_sensitivity": (
         "No evidence names the cause yet: rerun with --evidence strace,pyspy,core to trace the slow and the "
         "fast configuration."

@@ -30,7 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import unreachable
-from services.diagnose import diagnose, pairs
+from services.diagnose import change_points, diagnose, pairs
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
@@ -375,6 +375,11 @@ def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
     diagnose(session, job, settings.thresholds)
     pull_requests.record(session, job, settings.thresholds)
     lifecycle.finish(session, settings, job)
+    # The branch's history now ends with this job: a step it completes is reported on
+    # the push that made it, whose check run is brought up to date.
+    for finding in change_points.after_job(session, job, settings.thresholds, settings.change_point_branches):
+        if finding.job_id != job.id:
+            ledger.renotify_step(session, finding.job, settings, f"slower_since:{finding.fingerprint[:16]}")
 
 
 # --- driver 1: one process (`lagtrace run`) ----------------------------------------------

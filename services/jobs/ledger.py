@@ -157,6 +157,18 @@ def notify_step(session: Session, job: Job, settings: Settings) -> Step | None:
     return add_task(session, job, settings, NOTIFY, name)
 
 
+def renotify_step(session: Session, job: Job, settings: Settings, reason: str) -> Step | None:
+    """Report a finished job to GitHub again, once per ``reason`` (a finding that a later
+    job put on it), if it came from there."""
+    source = session.get(JobSource, job.id)
+    if source is None or not source.github_repository:
+        return None
+    name = f"{NOTIFY}:{reason}"[:64]
+    if session.scalar(select(JobTask).where(JobTask.job_id == job.id, JobTask.name == name)):
+        return None
+    return add_task(session, job, settings, NOTIFY, name)
+
+
 def _aware(moment: dt.datetime | None) -> dt.datetime:
     # SQLite hands back naive datetimes; they were written as UTC.
     if moment is None:

@@ -189,6 +189,12 @@ BENCHMARKS = [
         adapt=_from_false_positives,
         what="cpu_sensitivity on simulated identical configurations (issue 12)",
     ),
+    Benchmark(
+        "change_points",
+        "tests.bench.bench_change_points:run",
+        ("false slower_since per test",),
+        what="slower_since on simulated 60-push branch histories, searched after every push (issue 24)",
+    ),
 ]
 
 

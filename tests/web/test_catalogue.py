@@ -4,10 +4,12 @@ branch, flakiness, open findings, search and filters; fed from finished jobs."""
 from __future__ import annotations
 
 import datetime as dt
+import random
 import re
 
 from services.diagnose.findings import fingerprint
 from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
+from tests.support import branch_history
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 from web.catalogue import percentile
 
@@ -128,3 +130,25 @@ def test_per_job_test_page_links_its_catalogue_entry_and_findings(dashboard):
     assert link, html
     assert TEST_SLOW in dashboard.page(link.group(1).replace("&amp;", "&"))
     assert html.count("/findings/") == 3
+
+
+def test_the_trend_chart_marks_a_step_on_its_branch(dashboard):
+    dashboard.add_user("ann", ["shop"])
+    rng = random.Random(24)
+    with dashboard.session_factory() as session:
+        jobs = [branch_history.push(session, dashboard.settings, rng, n) for n in range(branch_history.STEP_AT + 4)]
+        session.commit()
+        finding = session.query(Finding).filter_by(kind="slower_since").one()
+        assert finding.job_id == jobs[branch_history.STEP_AT].id
+    assert dashboard.sign_in("ann").status_code == 302
+    html = dashboard.page(f"/tests/entry?project=1&id={branch_history.STEPPED}")
+    marker = re.search(r'<a class="change-point" href="/findings/(\d+)"><title>([^<]*)</title>.*?>([^<]*)</text>', html)
+    assert marker is not None and int(marker.group(1)) == finding.id
+    assert f"slower on main since {branch_history.commit(branch_history.STEP_AT)[:12]}" in marker.group(2)
+    assert re.fullmatch(rf"1\.\d\dx since {branch_history.commit(branch_history.STEP_AT)[:10]}", marker.group(3))
+    # A flat test's chart has none.
+    assert 'class="change-point"' not in dashboard.page(f"/tests/entry?project=1&id={branch_history.FLAT[0]}")
+    # Its finding page and the inbox tell it like any other finding.
+    page = dashboard.page(f"/findings/{finding.id}")
+    assert "last fast push" in page and "interleaved" in page
+    assert "slower on main since" in dashboard.page("/")
