@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from services.diagnose import triage
 from services.diagnose.findings import Severity, fingerprint, format_seconds
 from services.measure.stats import Summary, median_interval
-from services.models import Finding, Job, JobConfig, JobSource, JobStatus, Run, RunKind, TestResult
+from services.models import TEST_HISTORY_KINDS, Finding, Job, JobConfig, JobSource, JobStatus, Run, TestResult
 from services.thresholds import Thresholds
 
 KIND = "slower_since"
@@ -155,7 +155,7 @@ def branch_history(session: Session, job: Job, branch: str, thresholds: Threshol
                 select(TestResult.test_id)
                 .join(Run, Run.id == TestResult.run_id)
                 .join(JobConfig, JobConfig.id == Run.config_id)
-                .where(JobConfig.job_id == job.id, Run.kind == RunKind.timing)
+                .where(JobConfig.job_id == job.id, Run.kind.in_(TEST_HISTORY_KINDS))
                 .distinct()
             )
         )
@@ -169,7 +169,8 @@ def branch_history(session: Session, job: Job, branch: str, thresholds: Threshol
             .where(
                 JobConfig.job_id.in_(list(push_of)),
                 TestResult.test_id.in_(tests[start : start + CHUNK]),
-                Run.kind == RunKind.timing,
+                # A surveyed suite's tests: the survey's run (every test) and the focused ones.
+                Run.kind.in_(TEST_HISTORY_KINDS),
                 TestResult.outcome != "skipped",
             )
         ):
