@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -174,7 +175,7 @@ def _evidence_run(
         probe = PROBES[name](context)
         missing = probe.unavailable()
         if missing is not None:
-            _store_evidence(session, job, job_config, target.test_id, None, missing, store)
+            _store_evidence(session, job, job_config, target.test_id, None, missing, store, context.executor)
             progress(f"evidence {name} in {where}: {missing.content.reason}")
             return
         command, env = target.command, probe.env()
@@ -201,7 +202,7 @@ def _evidence_run(
             # The screen ran this command, so what failed to start is the probe's tool (a
             # tool_path that does not exist, or is not executable): the job goes on.
             failed = unavailable(probe.kind, f"the {name} evidence run could not start: {exc}", FAILED)
-            _store_evidence(session, job, job_config, target.test_id, None, failed, store)
+            _store_evidence(session, job, job_config, target.test_id, None, failed, store, context.executor)
             progress(f"evidence {name} in {where}: {failed.content.reason}")
             return
         run, result, cases = measured.run, measured.result, measured.cases
@@ -252,7 +253,7 @@ def _evidence_run(
     for draft in drafts:
         draft.content.probe = draft.content.probe or name
         draft.content.run = observer
-        _store_evidence(session, job, job_config, target.test_id, run, draft, store)
+        _store_evidence(session, job, job_config, target.test_id, run, draft, store, context.executor)
     summary = ", ".join(f"{d.kind} {d.status}" for d in drafts)
     progress(
         f"evidence {name} in {where}: {result.wall_s:.3f} s"
@@ -343,6 +344,7 @@ def _store_evidence(
     run: Run | None,
     draft: EvidenceDraft,
     store: ArtifactStore,
+    executor: Executor,
 ) -> Evidence:
     artifacts = []
     for file in draft.files:
@@ -357,10 +359,23 @@ def _store_evidence(
         run=run,
         test_id=test_id,
         kind=draft.kind,
-        content=dump(draft.content),
-        text=draft.text,
+        # Frames' files, traced paths: the checkout's as repository paths, not as the
+        # command saw them (/workspace/... in a container).
+        content=_repository_paths(dump(draft.content), executor.repository_paths),
+        text=executor.repository_paths(draft.text) if draft.text is not None else None,
         artifacts=artifacts,
     )
     session.add(evidence)
     session.flush()
     return evidence
+
+
+def _repository_paths(value: Any, translate: Callable[[str], str]) -> Any:
+    """Every string in the evidence content translated (keys stay: they are field names)."""
+    if isinstance(value, str):
+        return translate(value)
+    if isinstance(value, dict):
+        return {key: _repository_paths(item, translate) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_repository_paths(item, translate) for item in value]
+    return value

@@ -64,7 +64,7 @@ def run_once(
     is_pytest = pytest_command.is_pytest(command)
     junit_file = run_dir / pytest_command.JUNIT_FILE
     if is_pytest:
-        command = pytest_command.with_junit(command, executor.visible_path(junit_file))
+        command = pytest_command.with_junit(command, executor.visible_path(run_dir, pytest_command.JUNIT_FILE))
     result = executor.run(
         ExecutorRequest(
             command=wrapping.command(list(command)),

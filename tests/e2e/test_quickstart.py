@@ -1,7 +1,8 @@
 """The README's service quickstart, its commands read from the README itself, run as a new
-user would: as root (whose home is mode 0700) and as an ordinary user in the docker group,
-against the real PostgreSQL, Redis and Docker engine. A README that drifts from what works
-breaks this test."""
+user would: as root with its real HOME (/root, mode 0700: the default work directory is
+below it), as root with a LAGTRACE_WORK_DIR under /var/tmp, and as an ordinary user in the
+docker group, against the real PostgreSQL, Redis and Docker engine. A README that drifts
+from what works breaks this test."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -111,6 +113,12 @@ def user_checkout(home: Path) -> Path:
 
 
 @pytest.fixture
+def cleanup():
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
 def services(postgres_server_url, redis_url):
     name = f"lagtrace_quickstart_{uuid.uuid4().hex[:10]}"
     admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
@@ -129,24 +137,32 @@ def services(postgres_server_url, redis_url):
 
 
 @pytest.mark.latency
-@pytest.mark.parametrize("who", ["root", "ordinary-user"])
-def test_the_readme_service_quickstart_reports_a_finding(who, services, postgres_server_url, redis_url, tmp_path):
+@pytest.mark.parametrize("who", ["root", "root-var-tmp", "ordinary-user"])
+def test_the_readme_service_quickstart_reports_a_finding(
+    who, services, postgres_server_url, redis_url, tmp_path, cleanup
+):
     require(os.geteuid() == 0, "running as root and as another user needs root")
     require(shutil.which("docker") is not None, "no docker CLI")
     database_url, broker_url = services
     port = free_port()
-    install = who != "root"
+    install = who == "ordinary-user"
     body = script(quickstart_commands(), database_url, broker_url, port, postgres_server_url, redis_url, install)
-    if who == "root":
-        # root's own home, mode 0700 as on a fresh machine, but not this machine's /root.
-        home = tmp_path / "root-home"
-        home.mkdir(mode=0o700)
+    extra = {}
+    if who.startswith("root"):
+        # This machine's root, its real home: /root (mode 0700 on Debian) holds the default
+        # LAGTRACE_WORK_DIR, which the runner image's uid 1000 never walks.
+        home = Path(pwd.getpwuid(0).pw_dir)
         cwd, run_as = REPO, []
+        if who == "root-var-tmp":
+            # A directory the runner image has too: its checkouts are mounted elsewhere.
+            work = Path(tempfile.mkdtemp(prefix="lagtrace-quickstart-", dir="/var/tmp"))
+            cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+            extra["LAGTRACE_WORK_DIR"] = str(work / "work")
     else:
         account = ordinary_user()
         home = Path(account.pw_dir)
         cwd, run_as = user_checkout(home), [shutil.which("runuser") or "/usr/sbin/runuser", "-u", USER, "--"]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", **extra}
     # Files, not pipes: on a timeout the logs so far are still there to read.
     out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
     with out_path.open("w") as out_file, err_path.open("w") as err_file:

@@ -236,8 +236,8 @@ class Stack:
 @pytest.fixture
 def shared_dir():
     # Not under pytest's tmp_path (mode 0700 below /tmp/pytest-of-root): the image's user
-    # (10001) and the runner's (1000) both need to reach it, at the same path as the host;
-    # and not below /var, which the docker executor refuses to mount over.
+    # (10001) and the runner's (1000) both need to reach it, at the same path as the host
+    # (the engine reads bind-mount sources from its own filesystem).
     path = Path(tempfile.mkdtemp(prefix="lagtrace-smoke-", dir="/srv"))
     path.chmod(0o777)
     for sub in ("work", "artifacts", "tools"):

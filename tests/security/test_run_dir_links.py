@@ -16,7 +16,7 @@ from services.settings import Settings
 from tests.security.conftest import docker_ready
 from tests.service_support import make_repository
 
-# Inside the container, the command's stdout is run_dir/output.log at its host path.
+# Inside the container, the command's stdout is output.log in the run_dir's mount.
 RUN_DIR = "import os; run_dir = os.path.dirname(os.readlink('/proc/self/fd/1'))"
 
 

@@ -100,8 +100,12 @@ class Executor(Protocol):
     def check_command(self, command: list[str], workdir: Path) -> None:
         """Raise BadInput when the command cannot be started as given."""
 
-    def visible_path(self, host_path: Path) -> str:
-        """How a file under a run_dir is named from inside the command's environment."""
+    def visible_path(self, run_dir: Path, name: str = "") -> str:
+        """How ``run_dir / name`` is named from inside the command's environment."""
+
+    def repository_paths(self, text: str) -> str:
+        """``text`` (what a tool reported: a frame's file, a traced path) with the paths
+        that name the checkout as the command saw it made relative to the checkout."""
 
     def tool_path(self, name: str) -> str | None:
         """Where an evidence tool (strace, gdb, gcore, py-spy) is for the command, or None."""

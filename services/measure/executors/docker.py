@@ -7,9 +7,12 @@
   and pids limits, and no Docker socket inside.
 - Timing: container start-up takes about 200 ms, so the clock and the rusage are read by
   ``container_timer`` inside the container, around fork/exec and wait4.
-- Paths: the working tree (read-only) and each run_dir (writable) are mounted at their
-  host paths, so a path means the same inside and outside and ``visible_path`` is the
-  identity; absolute paths in the user's command keep working too.
+- Paths: the working tree is mounted read-only at /workspace (the working directory) and
+  the run's directory writable at /lagtrace/run, whatever their host paths: a host path
+  mounted at itself would sit below the image's own directories (its /root is mode 0700,
+  closed to uid 1000; /var/tmp would hide the image's). Host paths under either in the
+  command become their container paths; what the tools report about /workspace comes
+  back relative to the checkout (``repository_paths``).
 - Cleanup: containers carry ``lagtrace.job``, ``lagtrace.installation`` (Settings.installation)
   and ``lagtrace.owner`` (host, pid and start time of the lagtrace process) labels; each
   run's container is removed when the run ends however it ends, ``reap_orphans`` removes
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import stat
@@ -60,14 +64,17 @@ TOOLS_DIR = "/lagtrace/tools"
 # by id, so this holds for the life of the process; an incomplete answer is not kept.
 _LOCATED: dict[tuple[str, str], str | None] = {}
 DEPS_VENV = "/lagtrace/deps/venv"
+# Where every run sees its checkout (read-only, the working directory) and its run_dir.
+WORKSPACE = "/workspace"
+RUN_DIR = "/lagtrace/run"
+# /workspace/... where a tool reports a path: not inside another path (/x/workspace/...).
+_WORKSPACE_PATH = re.compile(r"(?<![\w.~/-])" + re.escape(WORKSPACE) + "/")
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
 # Lock and requirements files whose content decides the prepared environment.
 LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt")
 MAX_LOCK_FILE_BYTES = 1024 * 1024
 DEPS_SCOPE_LABEL = "lagtrace.deps.scope"
-# Mounting a working tree over these would replace the image's own system.
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lagtrace", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr", "/var")
 ENGINE_TIMEOUT_S = 30
 BUILD_HINT = "build it with services/measure/executors/runner/build-offline.sh; lagtrace never pulls images"
 # The timer kills the command at the timeout itself; the engine-side kill is the backstop
@@ -175,8 +182,10 @@ class DockerExecutor:
         self._tools.clear()
 
     def _install(self, workdir: Path, lock_files: list[Path], prepared: str) -> None:
-        requirements = [arg for path in lock_files if path.name.startswith("requirements") for arg in ("-r", str(path))]
-        constraints = [arg for path in lock_files if path.name.startswith("constraints") for arg in ("-c", str(path))]
+        # As the prepare container sees them: the tree is mounted at /workspace.
+        inside = {path: f"{WORKSPACE}/{path.relative_to(workdir)}" for path in lock_files}
+        requirements = [a for p in lock_files if p.name.startswith("requirements") for a in ("-r", inside[p])]
+        constraints = [a for p in lock_files if p.name.startswith("constraints") for a in ("-c", inside[p])]
         # --system-site-packages keeps the image's Debian pytest importable beside the venv.
         script = (
             f"{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
@@ -188,12 +197,12 @@ class DockerExecutor:
         environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1"}
         if self.settings.docker_prepare_index_url:
             environment["PIP_INDEX_URL"] = self.settings.docker_prepare_index_url
-        mounts = [Mount(str(workdir), str(workdir), type="bind", read_only=True)]
+        mounts = [Mount(WORKSPACE, str(workdir), type="bind", read_only=True)]
         try:
             container = self.client.containers.create(
                 self.image,
                 ["sh", "-c", script, "prepare", *requirements, *constraints],
-                working_dir=str(workdir),
+                working_dir=WORKSPACE,
                 environment=environment,
                 mounts=mounts,
                 network_mode=self.settings.docker_prepare_network,
@@ -245,9 +254,13 @@ class DockerExecutor:
             raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
         _check_workdir(workdir)
         program = command[0]
-        path = program if os.path.isabs(program) else os.path.join(workdir, program)
-        if "/" in program and Path(path).is_relative_to(workdir):
-            # The working tree is mounted at its host path: the host's view is the container's.
+        inside = program if os.path.isabs(program) else os.path.join(WORKSPACE, program)
+        if program == workdir.as_posix() or program.startswith(workdir.as_posix() + "/"):
+            inside = WORKSPACE + program[len(workdir.as_posix()) :]
+        path = os.path.normpath(inside)
+        if "/" in program and Path(path).is_relative_to(WORKSPACE):
+            # The working tree is mounted at /workspace: its host files are the container's.
+            path = os.path.join(workdir, os.path.relpath(path, WORKSPACE))
             if not os.path.isfile(path):
                 raise BadInput(f"cannot execute {program!r}: no such file")
             if not os.access(path, os.X_OK):
@@ -296,8 +309,11 @@ class DockerExecutor:
 
     # -- paths and tools ---------------------------------------------------------------
 
-    def visible_path(self, host_path: Path) -> str:
-        return str(host_path)  # run_dirs are mounted at their host paths
+    def visible_path(self, run_dir: Path, name: str = "") -> str:
+        return f"{RUN_DIR}/{name}" if name else RUN_DIR
+
+    def repository_paths(self, text: str) -> str:
+        return _WORKSPACE_PATH.sub("", text)
 
     def tool_path(self, name: str) -> str | None:
         if name == "py-spy":
@@ -325,11 +341,11 @@ class DockerExecutor:
 
     def _run_kwargs(self, request: RunRequest) -> dict:
         config = request.config
-        output = request.run_dir / "output.log"
+        output = self.visible_path(request.run_dir, "output.log")
         timeout = "none" if request.timeout_s is None else repr(request.timeout_s)
         mounts = [
-            Mount(str(request.workdir), str(request.workdir), type="bind", read_only=True),
-            Mount(str(request.run_dir), str(request.run_dir), type="bind", read_only=False),
+            Mount(WORKSPACE, str(request.workdir), type="bind", read_only=True),
+            Mount(RUN_DIR, str(request.run_dir), type="bind", read_only=False),
         ]
         if self._py_spy:
             mounts.append(Mount(f"{TOOLS_DIR}/py-spy", self._py_spy, type="bind", read_only=True))
@@ -340,14 +356,14 @@ class DockerExecutor:
                 "-S",
                 "-c",
                 _timer_source(),
-                str(output),
+                output,
                 timeout,
                 str(LINGER_S),
                 "none" if request.stall_clock is None else json.dumps(request.stall_clock),
                 "--",
-                *request.command,
+                *container_command(request.command, request.workdir, request.run_dir),
             ],
-            working_dir=str(request.workdir),
+            working_dir=WORKSPACE,
             # The working tree is read-only: bytecode caches go nowhere, HOME to the tmpfs.
             environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", **request.env},
             mounts=mounts,
@@ -396,7 +412,8 @@ class DockerExecutor:
         try:
             for line in _lines(stream):
                 if line.startswith("pid ") and request.watcher is not None:
-                    handle = DockerProcessHandle(container, int(line[4:]), [request.run_dir, request.workdir])
+                    mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
+                    handle = DockerProcessHandle(container, int(line[4:]), mounts)
                     request.watcher.started(handle)
                     watched = True
                 elif line.startswith("{"):
@@ -484,10 +501,10 @@ class DockerExecutor:
 class DockerProcessHandle:
     """The running command as the evidence tools see it: tools run via `docker exec`."""
 
-    def __init__(self, container, pid: int, shared_dirs: list[Path]):
+    def __init__(self, container, pid: int, mounts: dict[str, Path]):
         self.container = container
         self.pid = pid
-        self._shared_dirs = shared_dirs  # mounted at their host paths
+        self._mounts = mounts  # container path -> the host directory mounted there
 
     def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
         # coreutils' timeout kills the tool inside the container; exec has no timeout of its own.
@@ -506,11 +523,14 @@ class DockerProcessHandle:
         return ToolResult(code, out, err, time.perf_counter() - started)
 
     def copy_out(self, path: str, host_path: Path) -> None:
-        source = Path(path)
-        if any(source.is_relative_to(shared) for shared in self._shared_dirs):
-            if source != host_path:
-                shutil.move(source, host_path)
-            return
+        inside = Path(os.path.normpath(path))
+        for mount, host_dir in self._mounts.items():
+            if inside.is_relative_to(mount):
+                # Written through a mount: already on the host.
+                source = host_dir / inside.relative_to(mount)
+                if source != host_path:
+                    shutil.move(source, host_path)
+                return
         stream, _ = self.container.get_archive(path)
         # The archive holds the one file; spool it beside its destination (cores are large).
         with tempfile.TemporaryFile(dir=host_path.parent) as spool:
@@ -675,7 +695,25 @@ def _give_to_runner(run_dir: Path) -> None:
         os.chmod(run_dir, 0o777)
 
 
+def container_command(command: list[str], workdir: Path, run_dir: Path) -> list[str]:
+    """The command as the container runs it: an argument naming a host path under the
+    run_dir or the working tree (``/srv/co/x.py``, ``--rootdir=/srv/co``) names the same
+    file at its mount. The run_dir first: a test's run_dir may sit inside the tree."""
+    mounts = [(run_dir.as_posix(), RUN_DIR), (workdir.as_posix(), WORKSPACE)]
+    translated = []
+    for argument in command:
+        option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
+        for host, inside in mounts:
+            if host != "/" and (value == host or value.startswith(host + "/")):
+                value = inside + value[len(host) :]
+                break
+        translated.append(option + equals + value)
+    return translated
+
+
 def _check_workdir(workdir: Path) -> None:
+    """What no mount can fix: the tree is mounted as it is, so its own mode is what the
+    container's user meets (its parents, a home of mode 0700 say, are never walked)."""
     if not workdir.is_dir():
         raise BadInput(f"working directory {workdir} does not exist")
     mode = workdir.stat()
@@ -683,12 +721,6 @@ def _check_workdir(workdir: Path) -> None:
         raise BadInput(
             f"working directory {workdir} is not readable by the container's user (uid {RUNNER_UID}); "
             f"make it so with chmod o+rx"
-        )
-    text = str(workdir)
-    if text == "/" or any(text == d or text.startswith(d + "/") for d in SYSTEM_DIRS):
-        raise BadInput(
-            f"working directory {workdir} cannot be mounted into a container at the same path: "
-            f"it would hide the image's own {text if text != '/' else 'root'}"
         )
 
 

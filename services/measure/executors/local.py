@@ -78,8 +78,11 @@ class LocalExecutor:
         elif shutil.which(program) is None:
             raise BadInput(f"cannot execute {program!r}: not found on PATH")
 
-    def visible_path(self, host_path: Path) -> str:
-        return str(host_path)
+    def visible_path(self, run_dir: Path, name: str = "") -> str:
+        return str(run_dir / name) if name else str(run_dir)
+
+    def repository_paths(self, text: str) -> str:
+        return text  # the command saw the host's own paths
 
     def tool_path(self, name: str) -> str | None:
         # Tools installed into lagtrace's own environment (py-spy from PyPI) come first.

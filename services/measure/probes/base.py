@@ -130,7 +130,7 @@ class Probe(ABC):
         """The evidence of the finished run (files under run_dir are on the host now)."""
 
     def visible(self, name: str) -> str:
-        return self.context.executor.visible_path(self.context.run_dir / name)
+        return self.context.executor.visible_path(self.context.run_dir, name)
 
     def copy_back(self, handle: ProcessHandle, name: str) -> Path:
         host_path = self.context.run_dir / name

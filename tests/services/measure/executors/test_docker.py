@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -185,6 +187,56 @@ def test_timeout_kills_the_command_and_keeps_the_measurement(workdir, tmp_path):
     assert "waiting" in result.output_tail
 
 
+# -- where the checkout is: any directory the worker can write ----------------------
+
+WHERE_AM_I = r"""
+import json, os, sys
+json.dump({"cwd": os.getcwd(), "program": os.path.abspath(__file__), "argv": sys.argv[1:]},
+          open(sys.argv[1], "w"))
+print(open("data.txt").read())
+"""
+
+
+@pytest.fixture(params=["home", "var-tmp"])
+def users_directory(request) -> Path:
+    """A directory where users keep a work dir: below the real home of the user running the
+    tests (root's /root is mode 0700, and so is the runner image's) or under /var/tmp
+    (which the image has too)."""
+    base = Path.home() / ".local" / "share" if request.param == "home" else Path("/var/tmp")
+    base.mkdir(parents=True, exist_ok=True)
+    directory = Path(tempfile.mkdtemp(prefix="lagtrace-test-", dir=base))
+    yield directory
+    shutil.rmtree(directory)
+
+
+def test_a_checkout_anywhere_the_worker_writes_runs_at_workspace(users_directory, tmp_path):
+    checkout, run_dir = users_directory / "jobs" / "1" / "screen-2", users_directory / "run"
+    checkout.mkdir(parents=True)
+    checkout.chmod(0o755)  # as made under umask 022; its parents stay as they are
+    run_dir.mkdir()
+    (checkout / "where.py").write_text(WHERE_AM_I)
+    (checkout / "data.txt").write_text("read from the checkout")
+    executor = DockerExecutor(make_settings(tmp_path))
+    # Host paths in the command (the run_dir's, the checkout's) name the same files inside.
+    command = ["python3", str(checkout / "where.py"), str(run_dir / "where.json"), f"--tree={checkout}"]
+    executor.check_command(command, checkout)
+    result = executor.run(RunRequest(command, checkout, CpuConfig("all"), run_dir, 60, job_id=0))
+    assert result.exit_code == 0, result.output_tail
+    assert (run_dir / "output.log").read_text().strip() == "read from the checkout"
+    seen = json.loads((run_dir / "where.json").read_text())
+    assert seen == {
+        "cwd": "/workspace",
+        "program": "/workspace/where.py",
+        "argv": ["/lagtrace/run/where.json", "--tree=/workspace"],
+    }
+
+
+def test_tools_report_the_checkouts_files_relative_to_it(tmp_path):
+    executor = DockerExecutor(make_settings(tmp_path))
+    reported = 'File "/workspace/pkg/mod.py", line 3\n3</workspace/data.bin> /x/workspace/y /usr/lib/a.py'
+    assert executor.repository_paths(reported) == 'File "pkg/mod.py", line 3\n3<data.bin> /x/workspace/y /usr/lib/a.py'
+
+
 # -- evidence tools inside the job's container ----------------------------------------
 
 
@@ -208,7 +260,7 @@ class StallSnapshot:
             py_spy = self.executor.tool_path("py-spy")
             self.results["py-spy"] = handle.run_tool([py_spy, "dump", "--pid", str(handle.pid)], 10)
             for number in range(self.count):
-                core = self.executor.visible_path(self.run_dir / f"core{number}")
+                core = self.executor.visible_path(self.run_dir, f"core{number}")
                 self.results["gcore"] = handle.run_tool(
                     [self.executor.tool_path("gcore"), "-o", core, str(handle.pid)], 30
                 )
@@ -361,7 +413,6 @@ def test_auto_says_it_chose_docker(tmp_path):
         (["--config", "cpuset=0-63"], {}, "does not exist on this machine"),
         (["--config", "cpus=64"], {}, "more than the"),
         ([], {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}, "no Docker engine answers"),
-        (["--workdir", "/usr/lib"], {}, "cannot be mounted into a container"),
         ([], {}, "not found on PATH in the image"),
     ],
 )
@@ -372,6 +423,16 @@ def test_bad_input_exits_2_and_leaves_nothing_running(args, env, message, tmp_pa
     result = run_cli(["run", "--executor", "docker", *args, "--", *command], f"sqlite:///{tmp_path / 'l.db'}")
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
+
+
+def test_a_working_directory_the_container_user_cannot_read_exits_2(tmp_path):
+    # What no mount fixes: the tree itself closed to uid 1000 (a checkout made under umask 077).
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    database = f"sqlite:///{tmp_path / 'l.db'}"
+    result = run_cli(["run", "--executor", "docker", "--workdir", str(closed), "--", "true"], database)
+    assert result.returncode == 2, result.stderr
+    assert "not readable by the container's user (uid 1000)" in result.stderr and "chmod o+rx" in result.stderr
 
 
 def start_sleeping_job(database: str) -> subprocess.Popen:
@@ -472,6 +533,11 @@ def test_evidence_probes_work_inside_the_container(tmp_path):
     assert evidence["pyspy_dump"]["content"]["status"] == "ok"
     gdb = evidence["gdb"]["content"]
     assert gdb["status"] == "ok" and len(gdb["threads"]) == 3
+    # Frames name the checkout's files as the repository does, not as the container saw them.
+    dumped = {f.get("file") for thread in evidence["pyspy_dump"]["content"]["threads"] for f in thread["frames"]}
+    read = {f.get("file") for thread in gdb["threads"] for f in thread["frames"]}
+    assert "examples/handoff.py" in dumped and "examples/handoff.py" in read, (dumped, read)
+    assert not any("workspace" in str(file) for file in dumped | read)
     # the core was copied out of the container into the artifact store
     assert any(a["name"].startswith("core.") for a in evidence["gdb"]["artifacts"])
 
