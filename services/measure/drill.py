@@ -181,7 +181,7 @@ def _evidence_run(
         command, env = target.command, probe.env()
         times = _iterations(target, job_config.label, name)
         if times > 1:
-            hook = context.executor.visible_path(context.run_dir / amplify.HOOK_DIR)
+            hook = context.executor.visible_path(context.run_dir, amplify.HOOK_DIR)
             command, env = amplify.amplified(command, env, context.run_dir, hook, times)
         try:
             measured = run_once(
@@ -288,7 +288,7 @@ def census(
         probe = CensusProbe(context)
         missing = probe.unavailable()
         if missing is not None:
-            _store_evidence(session, job, job_config, None, None, missing, store)
+            _store_evidence(session, job, job_config, None, None, missing, store, executor)
             progress(f"census in {job_config.label}: {missing.content.reason}")
             return []
         measured = run_once(
@@ -306,7 +306,7 @@ def census(
         )
         [draft] = probe.collect(measured.result)
         draft.content.probe = "census"
-        _store_evidence(session, job, job_config, None, measured.run, draft, store)
+        _store_evidence(session, job, job_config, None, measured.run, draft, store, executor)
         if not isinstance(draft.content, CensusContent) or not draft.content.ok:
             progress(f"census in {job_config.label}: {draft.content.reason}")
             return []
