@@ -6,7 +6,10 @@ the after-effects of one run on the next, spread over all configurations instead
 biasing one. Each configuration first gets one warm-up run, stored as such and left out
 of every statistic. A configuration stops early once more runs cannot change its
 verdict against any other, never before ``min_repetitions`` runs (the false-positive
-rate of that rule is measured by tests/bench/bench_false_positives.py).
+rate of that rule is measured by tests/bench/bench_false_positives.py). A configuration
+whose warm-up run hits the timeout hangs: that run is kept as its first timed run and it
+is not run again, so a hung suite costs one run timeout per configuration, not
+``repeat + 1`` of them (which outlived the step's time limit and failed the job blind).
 
 A pull request's job also screens its base commit (``base``): each configuration's base
 and head runs are shuffled into the same rounds, on the same node, so that whatever the
@@ -71,6 +74,8 @@ def screen(
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-"))
 
     sides = [False, True] if base is not None else [False]
+    # (label, on_base) of each side whose warm-up hit the timeout: never run again.
+    hung: set[tuple[str, bool]] = set()
 
     def measure(job_config: JobConfig, kind: RunKind, repetition: int, on_base: bool = False) -> None:
         run_dir = scratch / f"{job_config.position}-{repetition}{'-base' if on_base else ''}"
@@ -88,17 +93,39 @@ def screen(
             kind=kind,
             repetition=repetition,
         )
+        line = _progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases))
+        if kind in (RunKind.warmup, RunKind.base_warmup) and measured.result.timed_out:
+            # Nothing warmed up: the command hangs here, and every further run would wait
+            # out the same timeout. The run is what this configuration measured: a timed
+            # run, so that the rules (command_failed) and the drill (a hang) see it.
+            measured.run.kind = RunKind.base if on_base else RunKind.timing
+            measured.run.repetition = 1
+            hung.add((job_config.label, on_base))
+            timeout = job.timeout_s or round(measured.result.wall_s)
+            note = (
+                f"{job_config.label} hung{' on the base commit' if on_base else ''}: its first run hit the "
+                f"{timeout:g} s timeout, so it was not run again"
+            )
+            if note not in job.notes:  # a re-leased screen says it once
+                job.notes = [*job.notes, note]
+            line = (
+                f"{job_config.label}: first run hit the timeout ({measured.result.wall_s:.3f} s), hung: not run again"
+            )
         checkpoint()
-        progress(
-            ("base " if on_base else "")
-            + _progress_line(job_config, kind, repetition, job.repeat, measured.result, len(measured.cases))
-        )
+        progress(("base " if on_base else "") + line)
+
+    def this_round() -> list[tuple[JobConfig, bool]]:
+        return [(c, side) for c in active for side in sides if (c.label, side) not in hung]
 
     try:
-        for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+        for job_config, on_base in round_order(order, this_round()):
             measure(job_config, RunKind.warmup, 0, on_base)
+        # A configuration that hung measured all it will: its verdict (it hangs) is settled.
+        active = [c for c in active if (c.label, False) not in hung]
         for repetition in range(1, job.repeat + 1):
-            for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+            if not this_round():
+                break
+            for job_config, on_base in round_order(order, this_round()):
                 measure(job_config, RunKind.timing, repetition, on_base)
             labels = [c.label for c in active]
             still = still_active(labels, collect(job), thresholds, repetition, job.repeat)
