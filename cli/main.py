@@ -252,15 +252,23 @@ def serve(host: str, port: int, threads: int) -> None:
 )
 @click.option("--beat/--no-beat", default=False, help="Also run the periodic reconciler here (one per cluster).")
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(concurrency: int, beat: bool, loglevel: str) -> None:
-    """Run a Celery worker on LAGTRACE_BROKER_URL."""
+@click.option(
+    "--light-only",
+    is_flag=True,
+    help="Serve only the light queue (reconciler, check runs). Every worker starts one of these "
+    "beside itself; this option is for running more of them apart.",
+)
+def worker(concurrency: int, beat: bool, loglevel: str, light_only: bool) -> None:
+    """Run a Celery worker on LAGTRACE_BROKER_URL (measurement steps, and a light pool beside it)."""
     from cli.service import worker as run_worker
 
     settings = _load_settings()
     if not settings.broker_url:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
+    if light_only and beat:
+        raise click.UsageError("--beat goes with a measurement worker, not --light-only")
     with _exit_on_domain_errors():
-        run_worker(settings, concurrency, beat, loglevel)
+        run_worker(settings, concurrency, beat, loglevel, light_only=light_only)
 
 
 @cli.command()

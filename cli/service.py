@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -95,23 +101,92 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
         engine.dispose()
 
 
-def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str) -> None:
-    from worker import make_celery
+# Light tasks at once in a worker's light pool: the reconciler and a check run side by side.
+LIGHT_CONCURRENCY = 2
+# How long a stopping worker gives its light pool to finish what it runs (seconds).
+LIGHT_STOP_S = 30.0
 
-    prepare_work_dir(settings)
+
+def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str, light_only: bool = False) -> None:
+    """A Celery worker on the measurement queue, with a light pool beside it.
+
+    Celery runs one pool per worker, and the measurement pool runs one hour-long screen at
+    a time: the light queue (worker/app.py LIGHT_QUEUE) gets a worker process of its own, a
+    child of this one, with a small thread pool. ``light_only``: be that light worker.
+    """
+    from worker import make_celery
+    from worker.app import LIGHT_QUEUE, QUEUE
+
+    if not light_only:
+        prepare_work_dir(settings)  # the light worker checks nothing out
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
-    argv = [
-        "worker",
-        f"--loglevel={loglevel}",
-        f"--concurrency={concurrency}",
-        "--queues=lagtrace",
-        "--without-gossip",
-        "--without-mingle",
-    ]
+    common = [f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
+    if light_only:
+        # The probe watches the measurement worker's main loop; this one's parent restarts it.
+        app.conf.lagtrace_heartbeat_file = None
+        threading.Thread(target=_exit_with_parent, name="lagtrace-parent-watch", daemon=True).start()
+        app.worker_main(
+            [
+                "worker",
+                *common,
+                f"--queues={LIGHT_QUEUE}",
+                "--pool=threads",
+                f"--concurrency={LIGHT_CONCURRENCY}",
+                f"--hostname=light-{os.getppid()}@%h",
+            ]
+        )
+        return
+    argv = ["worker", *common, f"--concurrency={concurrency}", f"--queues={QUEUE}"]
     if beat:
         argv += ["--beat", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"]
-    app.worker_main(argv)
+    with _light_pool(loglevel):
+        app.worker_main(argv)
+
+
+def _exit_with_parent() -> None:
+    """A light worker whose measurement worker died (kill -9 of it alone) stops warm."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(1)
+    log.warning("the worker that started this light worker is gone: stopping")
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextmanager
+def _light_pool(loglevel: str) -> Iterator[None]:
+    """The light worker as a child process, started again if it dies, stopped with us.
+
+    Same process group, so a signal to the worker's group reaches both."""
+    stop = threading.Event()
+    current: list[subprocess.Popen] = []
+    command = [sys.executable, "-m", "cli.main", "worker", "--light-only", f"--loglevel={loglevel}"]
+
+    def supervise() -> None:
+        while not stop.is_set():
+            child = subprocess.Popen(command)
+            current[:] = [child]
+            code = child.wait()
+            if stop.is_set():
+                return
+            log.warning("the light worker exited (%s); starting it again", code)
+            stop.wait(1.0)
+
+    supervisor = threading.Thread(target=supervise, name="lagtrace-light-pool", daemon=True)
+    supervisor.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for child in current:
+            if child.poll() is None:
+                child.terminate()  # a warm shutdown: it finishes the light task it runs
+                try:
+                    child.wait(LIGHT_STOP_S)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        supervisor.join(timeout=5)
 
 
 def beat(settings: Settings, loglevel: str) -> None:

@@ -196,6 +196,16 @@ class Settings(BaseSettings):
             )
         if self.run_timeout_s > self.run_timeout_max_s:
             raise ValueError("LAGTRACE_RUN_TIMEOUT_S must not exceed LAGTRACE_RUN_TIMEOUT_MAX_S")
+        # A run ends at its own timeout only if the step running it lives that long: a run
+        # cut off by the step's soft limit fails the whole job with SoftTimeLimitExceeded
+        # instead of being stored as a timed-out run (which the report names).
+        for name, value in (("RUN_TIMEOUT_S", self.run_timeout_s), ("RUN_TIMEOUT_MAX_S", self.run_timeout_max_s)):
+            if value >= self.task_soft_time_limit_s:
+                raise ValueError(
+                    f"LAGTRACE_{name} ({value:g} s) must be below LAGTRACE_TASK_SOFT_TIME_LIMIT_S "
+                    f"({self.task_soft_time_limit_s} s): a run that long would be cut off by the step's "
+                    "time limit and fail the job instead of timing out"
+                )
         return self
 
     @property

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,13 +32,23 @@ from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, S
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
+# Measurement work (prepare, screen, finish): one task at a time per worker, hours long.
 QUEUE = "lagtrace"
+# Light work (the reconciler, GitHub check runs): seconds long, and served by every
+# worker's own light pool (cli/service.py), so it never waits behind a screen; behind one,
+# the reconciler's message expired unrun and a killed step waited for the backlog to drain.
+LIGHT_QUEUE = "light"
+LIGHT_KINDS = frozenset({NOTIFY, RECONCILE})
 # How often the heartbeat file is touched; a probe allows several missed beats.
 HEARTBEAT_INTERVAL_S = 5.0
 
 
 def task_name(kind: str) -> str:
     return f"lagtrace.{kind}"
+
+
+def queue_for(kind: str) -> str:
+    return LIGHT_QUEUE if kind in LIGHT_KINDS else QUEUE
 
 
 class CeleryDispatcher:
@@ -45,7 +58,7 @@ class CeleryDispatcher:
         self.app = app
 
     def send(self, step: Step) -> None:
-        self.app.send_task(task_name(step.kind), args=[step.job_id, step.task_name], queue=QUEUE)
+        self.app.send_task(task_name(step.kind), args=[step.job_id, step.task_name], queue=queue_for(step.kind))
 
     def problem(self) -> str | None:
         try:
@@ -79,6 +92,27 @@ class WorkerDatabase:
         # without closing the parent's sockets (SQLAlchemy's advice for os.fork()).
         if self._engine is not None:
             self._engine.dispose(close=False)
+
+
+class ReconcilePasses:
+    """One reconciler pass at a time in this process, and none within ``min_gap_s`` of the
+    last one that finished: the messages beat sent while no worker was up arrive together,
+    and one pass does what all of them ask."""
+
+    def __init__(self, min_gap_s: float):
+        self.min_gap_s = min_gap_s
+        self._lock = threading.Lock()
+        self._finished: float | None = None
+
+    @contextmanager
+    def due(self) -> Iterator[bool]:
+        with self._lock:
+            recent = self._finished is not None and time.monotonic() - self._finished < self.min_gap_s
+            if recent:
+                yield False
+                return
+            yield True
+            self._finished = time.monotonic()  # a pass that raised is not done: the next one runs
 
 
 def _touch(path: Path) -> None:
@@ -144,6 +178,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("lagtrace", broker=settings.broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=QUEUE,
+        task_routes={task_name(kind): {"queue": LIGHT_QUEUE} for kind in LIGHT_KINDS},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -166,7 +201,10 @@ def make_celery(settings: Settings) -> Celery:
             "reconcile": {
                 "task": task_name(RECONCILE),
                 "schedule": settings.reconcile_interval_s,
-                "options": {"queue": QUEUE, "expires": settings.reconcile_interval_s},
+                # No expiry: on the light queue it never waits behind a screen, and one
+                # that waited (every worker down) runs once they are back; passes that
+                # arrive together are folded into one (below).
+                "options": {"queue": LIGHT_QUEUE},
             }
         },
     )
@@ -186,11 +224,16 @@ def make_celery(settings: Settings) -> Celery:
     for kind in (PREPARE, SCREEN, FINISH, NOTIFY):
         step_task(kind)
 
+    passes = ReconcilePasses(settings.reconcile_interval_s / 2)
+
     @app.task(name=task_name(RECONCILE))
     def reconcile() -> None:
-        with database.session_factory()() as session:
-            steps = reconciler.reconcile(session, settings)
-            session.commit()  # the outbox resends them
+        with passes.due() as due:
+            if not due:
+                return
+            with database.session_factory()() as session:
+                steps = reconciler.reconcile(session, settings)
+                session.commit()  # the outbox resends them
         if steps:
             log.info("reconciler resent %d steps", len(steps))
 

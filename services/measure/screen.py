@@ -6,7 +6,10 @@ the after-effects of one run on the next, spread over all configurations instead
 biasing one. Each configuration first gets one warm-up run, stored as such and left out
 of every statistic. A configuration stops early once more runs cannot change its
 verdict against any other, never before ``min_repetitions`` runs (the false-positive
-rate of that rule is measured by tests/bench/bench_false_positives.py).
+rate of that rule is measured by tests/bench/bench_false_positives.py). A configuration
+whose warm-up run hits the timeout hangs: that run is kept as its first timed run and it
+is not run again, so a hung suite costs one run timeout per configuration, not
+``repeat + 1`` of them (which outlived the step's time limit and failed the job blind).
 
 A pytest suite of real size (``focus_min_tests`` tests or more) is surveyed first: the
 warm-up round, one whole-suite run per configuration, shows which tests could hold a
@@ -83,12 +86,15 @@ def screen(
         # A comparison the rank test cannot decide at 5 runs a side goes on to 7 (the
         # settled ones still stop at 5): bench pr_power.
         repeat = thresholds.base_min_repeat
-        job.notes = [
-            *job.notes,
+        note = (
             f"a pull request's comparison runs up to {repeat} times a side where {job.repeat} cannot decide it "
             "(at 5 runs a side the rank test's smallest p-value, 0.008, cannot pass the false discovery rate "
-            "over more than a few comparisons)",
-        ]
+            "over more than a few comparisons)"
+        )
+        if note not in job.notes:  # a re-leased screen says it once
+            job.notes = [*job.notes, note]
+    # (label, on_base) of each side whose warm-up hit the timeout: never run again.
+    hung: set[tuple[str, bool]] = set()
 
     def measure(
         job_config: JobConfig,
@@ -113,15 +119,35 @@ def screen(
             kind=kind,
             repetition=repetition,
         )
+        line = _progress_line(job_config, kind, repetition, repeat, measured.result, len(measured.cases))
+        if kind in (RunKind.warmup, RunKind.base_warmup) and measured.result.timed_out:
+            # Nothing warmed up: the command hangs here, and every further run would wait
+            # out the same timeout. The run is what this configuration measured: a timed
+            # run, so that the rules (command_failed) and the drill (a hang) see it.
+            measured.run.kind = RunKind.base if on_base else RunKind.timing
+            measured.run.repetition = 1
+            hung.add((job_config.label, on_base))
+            timeout = job.timeout_s or round(measured.result.wall_s)
+            note = (
+                f"{job_config.label} hung{' on the base commit' if on_base else ''}: its first run hit the "
+                f"{timeout:g} s timeout, so it was not run again"
+            )
+            if note not in job.notes:  # a re-leased screen says it once
+                job.notes = [*job.notes, note]
+            line = (
+                f"{job_config.label}: first run hit the timeout ({measured.result.wall_s:.3f} s), hung: not run again"
+            )
         checkpoint()
-        progress(
-            ("base " if on_base else "")
-            + _progress_line(job_config, kind, repetition, repeat, measured.result, len(measured.cases))
-        )
+        progress(("base " if on_base else "") + line)
+
+    def this_round() -> list[tuple[JobConfig, bool]]:
+        return [(c, side) for c in active for side in sides if (c.label, side) not in hung]
 
     try:
-        for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+        for job_config, on_base in round_order(order, this_round()):
             measure(job_config, RunKind.warmup, 0, on_base)
+        # A configuration that hung measured all it will: its verdict (it hangs) is settled.
+        active = [c for c in active if (c.label, False) not in hung]
         # A suite of real size: the warm-up round was its survey, and only the tests it
         # could not clear are rerun, together (services/measure/survey.py).
         focus = survey(session, job, thresholds, progress, with_base=base is not None)
@@ -135,7 +161,9 @@ def screen(
             kind = RunKind.focus
         repetition = 1
         while repetition <= repeat:
-            for job_config, on_base in round_order(order, [(c, side) for c in active for side in sides]):
+            if not this_round():
+                break
+            for job_config, on_base in round_order(order, this_round()):
                 measure(job_config, kind, repetition, on_base, command, base_command)
             if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
                 progress("the narrowed suite ran none of its tests: screening the whole suite instead")

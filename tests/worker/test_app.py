@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
 from services.settings import Settings
+from tests.conftest import REPO
 from worker import CeleryDispatcher, make_celery
 
 
@@ -26,6 +31,35 @@ def test_reliability_settings():
 def test_time_limits_that_do_not_nest_are_refused():
     with pytest.raises(ValidationError, match="must nest"):
         Settings(task_time_limit_s=4000, broker_visibility_timeout_s=3600)
+
+
+@pytest.mark.parametrize(
+    ("limits", "named"),
+    [
+        # Issue 26: the default run timeout at 1800 s against a soft limit lowered to 1500 s.
+        ({"task_soft_time_limit_s": 1500, "task_time_limit_s": 1700}, "LAGTRACE_RUN_TIMEOUT_S (1800 s)"),
+        # The default may fit while the maximum a job may ask for does not.
+        ({"task_soft_time_limit_s": 2000, "task_time_limit_s": 2200}, "LAGTRACE_RUN_TIMEOUT_MAX_S (3000 s)"),
+    ],
+)
+def test_a_run_timeout_the_steps_soft_limit_would_cut_off_is_refused(limits, named):
+    with pytest.raises(ValidationError, match=r"must be below LAGTRACE_TASK_SOFT_TIME_LIMIT_S") as refused:
+        Settings(**limits)
+    assert named in str(refused.value)
+
+
+def test_a_worker_with_a_run_timeout_above_the_soft_limit_refuses_to_start():
+    env = {
+        **os.environ,
+        "LAGTRACE_BROKER_URL": "redis://127.0.0.1:1/0",
+        "LAGTRACE_TASK_SOFT_TIME_LIMIT_S": "1500",
+        "LAGTRACE_TASK_TIME_LIMIT_S": "1700",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "worker"], env=env, capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.returncode == 2
+    assert "LAGTRACE_RUN_TIMEOUT_S (1800 s) must be below LAGTRACE_TASK_SOFT_TIME_LIMIT_S (1500 s)" in done.stderr
 
 
 def test_a_heartbeat_slower_than_half_the_lease_is_refused():
