@@ -219,7 +219,9 @@ def staged_for_docker(side: Side) -> Path:
     if pins:  # an empty requirements file: nothing to prepare, the runner image as it is
         assert wheels is not None
         shutil.copytree(wheels, stage / "wheels", ignore=shutil.ignore_patterns(".ready"))
-        (stage / "requirements.txt").write_text(f"--no-index\n--find-links {stage / 'wheels'}\n{pinned}")
+        # Relative: pip finds it beside the requirements file wherever the container mounts
+        # the checkout (/workspace), as it would in a user's repository.
+        (stage / "requirements.txt").write_text(f"--no-index\n--find-links wheels\n{pinned}")
     # The container runs as uid 1000: the copy must be readable (and its folders listable) by others.
     for path in [stage, *stage.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
@@ -240,6 +242,7 @@ def prepare_images(sides: list[Side]) -> None:
     os.environ["XDG_DATA_HOME"] = str(STATE / "data")
     sys.path.insert(0, str(REPO))
     from sqlalchemy import select
+    from sqlalchemy.exc import DBAPIError
 
     from services.db import make_engine, make_session_factory
     from services.measure.executors.docker import DockerExecutor
@@ -247,8 +250,11 @@ def prepare_images(sides: list[Side]) -> None:
     from services.settings import Settings
 
     settings = Settings()
-    with make_session_factory(make_engine(settings))() as session:
-        projects = {name: id_ for name, id_ in session.execute(select(Project.name, Project.id))}
+    try:
+        with make_session_factory(make_engine(settings))() as session:
+            projects = {name: id_ for name, id_ in session.execute(select(Project.name, Project.id))}
+    except DBAPIError:
+        projects = {}  # a corpus database not made yet: each side's first run prepares its image
     for side in sides:
         stage = staged_for_docker(side)
         if side.case not in projects or not (stage / "requirements.txt").exists():
