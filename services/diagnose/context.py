@@ -8,8 +8,8 @@ from functools import cached_property
 from typing import TypeVar
 
 from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
-from services.measure.samples import JobSamples, collect, succeeded
-from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run, RunKind
+from services.measure.samples import JobSamples, collect, succeeded, surveyed
+from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
 from services.thresholds import Thresholds
 
 Content = TypeVar("Content", bound=EvidenceContent)
@@ -92,15 +92,7 @@ class RuleContext:
     @cached_property
     def surveyed(self) -> dict[str, dict[str, list[float]]]:
         """Test id -> configuration label -> its durations in the survey's runs."""
-        found: dict[str, dict[str, list[float]]] = {}
-        for config in self.job.configs:
-            for run in config.runs:
-                if run.kind is not RunKind.survey:
-                    continue
-                for result in run.test_results:
-                    if result.outcome == "passed":
-                        found.setdefault(result.test_id, {}).setdefault(config.label, []).append(result.duration_s)
-        return found
+        return surveyed(self.job)
 
 
 def subject(test_id: str | None) -> str:

@@ -46,6 +46,7 @@ from services.measure.configs import CpuConfig, cpu_config, cpus_touched, defaul
 from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
+from services.measure.samples import surveyed
 from services.measure.screen import BaseSide, screen
 from services.measure.stats import Summary, median_interval
 from services.models import COMMAND_KINDS, Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
@@ -227,18 +228,7 @@ def drill_targets(
 
 def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:
     """A test the survey cleared: its one duration per configuration."""
-    found = {}
-    for config in job.configs:
-        durations = [
-            r.duration_s
-            for run in config.runs
-            if run.kind is RunKind.survey
-            for r in run.test_results
-            if r.test_id == test_id and r.outcome == "passed"
-        ]
-        if durations:
-            found[config.label] = median_interval(durations)
-    return found
+    return {label: median_interval(values) for label, values in surveyed(job).get(test_id, {}).items()}
 
 
 def census_phase(

@@ -27,7 +27,7 @@ from services.measure.evidence import (
     StallContent,
     StraceContent,
 )
-from services.measure.samples import collect
+from services.measure.samples import collect, surveyed
 from services.measure.stats import Summary, compare
 from services.models import COMMAND_KINDS, Job, RunKind
 from services.thresholds import Thresholds
@@ -273,14 +273,7 @@ def survey_view(job: Job) -> dict[str, Any] | None:
 
 def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[dict[str, Any]]:
     """The tests a survey cleared, with their one duration per configuration."""
-    cleared: dict[str, dict[str, list[float]]] = {}
-    for config in job.configs:
-        for run in config.runs:
-            if run.kind != RunKind.survey:
-                continue
-            for result in run.test_results:
-                if result.test_id not in judged and result.outcome == "passed":
-                    cleared.setdefault(result.test_id, {}).setdefault(config.label, []).append(result.duration_s)
+    cleared = {test_id: per_config for test_id, per_config in surveyed(job).items() if test_id not in judged}
     return [
         {
             "id": test_id,

@@ -73,6 +73,20 @@ class JobSamples:
         return statistics.median(shares) if shares else None
 
 
+def surveyed(job: Job) -> dict[str, dict[str, list[float]]]:
+    """Test id -> configuration label -> its passing durations in a suite's survey runs
+    (services/measure/survey.py): all there is of a test the survey cleared."""
+    found: dict[str, dict[str, list[float]]] = {}
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind is not RunKind.survey:
+                continue
+            for result in run.test_results:
+                if result.outcome == "passed":
+                    found.setdefault(result.test_id, {}).setdefault(config.label, []).append(result.duration_s)
+    return found
+
+
 def succeeded(run: Run) -> bool:
     return run.exit_code == 0 and not run.timed_out
 
