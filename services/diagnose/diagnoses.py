@@ -101,6 +101,8 @@ def _symptom(finding: dict[str, Any]) -> str:
 # Causes a finding of another kind explains: the GIL is a futex, so threads queueing for it
 # are a futex storm too; naming the futex would name the mechanism, not the cause.
 EXPLAINED_BY = {"futex_storm": "gil_contention"}
+# Named as the cause only where no other cause is (choose_cause), in CAUSES order.
+FALLBACKS = ("hot_path", "off_cpu_wait", "stall")
 
 
 def accounts_s(finding: dict[str, Any]) -> float | None:
@@ -120,6 +122,20 @@ def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, s
     """
     kinds = {f["kind"] for f in causes}
     causes = [f for f in causes if EXPLAINED_BY.get(f["kind"]) not in kinds]
+    # Where the CPU time goes (and that it waits, or stood still) is the answer only when
+    # no mechanism (a lock, a wait, a poll, a quota) is found: a thread that computes for
+    # as long as the others queue behind the GIL grows in the profile too, as a consequence.
+    for group in (
+        [f for f in causes if f["kind"] not in FALLBACKS],
+        [f for f in causes if f["kind"] in FALLBACKS],
+    ):
+        cause, _ = _choose(group)
+        if cause is not None:
+            return cause, None
+    return None, _choose(causes)[1]
+
+
+def _choose(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
     measured = [f for f in causes if accounts_s(f) is not None]
     differing = [f for f in measured if (accounts_s(f) or 0.0) > 0.0]
     if differing:

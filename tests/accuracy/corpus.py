@@ -64,6 +64,9 @@ class Side:
     # The cause a diagnosis of this side must name (`expect_cause:` in case.yaml): finding
     # the symptom's kind is not enough, the story must say why.
     expect_cause: str | None = None
+    # ... and words its text must hold (`expect_cause_in:`): where the time goes, say the
+    # library's module, not the test runner's.
+    expect_cause_in: str | None = None
 
     @property
     def name(self) -> str:
@@ -77,6 +80,7 @@ class Outcome:
     seconds: float
     error: str | None = None
     causes: list[str] = field(default_factory=list)  # the cause kind of each diagnosis
+    cause_texts: list[str] = field(default_factory=list)  # and its text, in the same order
 
     @property
     def kinds(self) -> set[str]:
@@ -96,7 +100,10 @@ class Outcome:
         """Whether some diagnosis names the expected cause; None where none is expected."""
         if self.side.expect_cause is None:
             return None
-        return self.side.expect_cause in self.causes
+        return any(
+            kind == self.side.expect_cause and (self.side.expect_cause_in or "") in text
+            for kind, text in zip(self.causes, self.cause_texts or [""] * len(self.causes), strict=True)
+        )
 
     @property
     def failed(self) -> bool:
@@ -148,6 +155,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     requirements,
                     interpreter,
                     part.get("expect_cause") if variant == "pathology" else None,
+                    part.get("expect_cause_in") if variant == "pathology" else None,
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -305,11 +313,16 @@ def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
         return Outcome(side, [], seconds, f"lagtrace exited {result.returncode}: {tail}")
     report = json.loads(report_path.read_text())
     found = [(finding["kind"], finding["severity"]) for finding in report["findings"]]
-    return Outcome(side, found, seconds, causes=causes_of(report.get("diagnoses", [])))
+    diagnoses = report.get("diagnoses", [])
+    return Outcome(side, found, seconds, causes=causes_of(diagnoses), cause_texts=cause_texts_of(diagnoses))
 
 
 def causes_of(diagnoses: list[dict]) -> list[str]:
     return [d["cause"]["kind"] for d in diagnoses if d.get("cause")]
+
+
+def cause_texts_of(diagnoses: list[dict]) -> list[str]:
+    return [d["cause"].get("text") or "" for d in diagnoses if d.get("cause")]
 
 
 def score(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
@@ -455,7 +468,16 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
                 found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
                 session.flush()
                 report = build_report(job, settings.thresholds)
-                outcomes.append(Outcome(side, found, entry["seconds"], causes=causes_of(report["diagnoses"])))
+                diagnoses = report["diagnoses"]
+                outcomes.append(
+                    Outcome(
+                        side,
+                        found,
+                        entry["seconds"],
+                        causes=causes_of(diagnoses),
+                        cause_texts=cause_texts_of(diagnoses),
+                    )
+                )
             _print_outcome(outcomes[-1])
         session.rollback()  # the stored findings stay those of the run
     return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")

@@ -72,3 +72,13 @@ def test_cause_accuracy_counts_the_sides_that_expect_a_cause():
         Outcome(other, [("tiny_reads", "high")], 1.0, causes=["tiny_reads"]),
     ]
     assert cause_accuracy(outcomes) == {"gil_contention": (1, 2)}
+
+
+def test_a_cause_must_also_say_where_when_the_case_asks():
+    websocket = Side("ws", "pathology", Path("."), ["python"], ["cpu_sensitivity"], [], None, "python3", "hot_path")
+    websocket.expect_cause_in = "testclient.py"
+    found = [("cpu_sensitivity", "low"), ("hot_path", "low")]
+    pytest_frames = "t spends 80% of its samples in getfixturemarker (fixtures.py:1163)"
+    assert Outcome(websocket, found, 1.0, causes=["hot_path"], cause_texts=[pytest_frames]).failed
+    library = "t spends 0.015 s more per run in WebSocketTestSession._asgi_receive (testclient.py:163)"
+    assert Outcome(websocket, found, 1.0, causes=["hot_path"], cause_texts=[library]).cause_right

@@ -120,3 +120,16 @@ def test_the_configuration_slowdown_is_the_symptom_whatever_the_severity_order()
     ]
     [story] = build_diagnoses(findings, [])
     assert story["symptom"]["kind"] == "cpu_sensitivity" and story["severity"] == "medium"
+
+
+def test_where_the_cpu_time_grew_is_the_cause_only_where_no_mechanism_is_found():
+    grew = finding(2, "hot_path", "low", test="t", evidence=[10], accounts_s=0.9)
+    symptom = finding(1, "cpu_sensitivity", "high", test="t", config="cpuset=0-1", **SENSITIVE)
+    # A computing thread runs as long as the others queue: its growth is a consequence.
+    reads = finding(3, "tiny_reads", "medium", test="t", evidence=[11])
+    [story] = build_diagnoses([symptom, grew, reads], [])
+    assert story["cause"]["kind"] == "tiny_reads"
+    # Alone, it is the answer, ahead of a stall or an off-CPU share.
+    stall = finding(4, "stall", "medium", test="t", evidence=[12])
+    [story] = build_diagnoses([symptom, grew, stall], [])
+    assert story["cause"]["kind"] == "hot_path" and story["cause"]["accounts_s"] == 0.9

@@ -184,3 +184,39 @@ def test_pytest_s_and_the_interpreter_s_frames_are_never_the_hot_path():
     [finding] = hot_path.check(jobs.context(built))
     assert "feed_data (connection.py:1)" in finding.title
     assert not any(name in finding.detail for name in ("getfixturemarker", "_multicall", "_run_code", "pyfunc"))
+
+
+WEBSOCKET_TEST = "test_app.py::test_websocket_echo"
+
+
+def _websocket_job(fast_profile: str = "cpuset=0-1"):
+    """A 15 ms starlette 0.37.2 websocket test, 3.7x slower pinned to one core (measured
+    here), profiled by the drill in both configurations (recorded; the fast side's
+    profile can be swapped for the slow one's to take the difference away)."""
+    recorded = json.loads(jobs.recorded("pyspy-starlette-websocket-functions.json"))["configs"]
+    built = jobs.job(["python", "-m", "pytest", "-q"])
+    medians = {"cpuset=0": 0.052, "cpuset=0-1": 0.014, "cpus=0.5": 0.014}
+    for config in built.configs:
+        for step in (0.0, 0.001, -0.001, 0.002, -0.002):
+            jobs.timing_runs(config, [0.9], cpu_share=0.95, tests={WEBSOCKET_TEST: medians[config.label] + step})
+    for label, profile in (("cpuset=0", "cpuset=0"), ("cpuset=0-1", fast_profile)):
+        config = next(c for c in built.configs if c.label == label)
+        jobs.evidence(built, config, "pyspy", recorded[profile], wall_s=2.2, test_id=WEBSOCKET_TEST)
+    return built
+
+
+def test_a_short_tests_hot_path_is_what_grew_from_the_fast_to_the_slow_configuration():
+    [finding] = hot_path.check(jobs.context(_websocket_job()))
+    # starlette's TestClient polling loop (anyio.sleep(0)) on the portal threads, not
+    # pytest's fixture machinery nor asyncio's own loop, which every program runs.
+    assert "_asgi_receive (testclient.py:163)" in finding.title
+    assert finding.test_id == WEBSOCKET_TEST and finding.config_label == "cpuset=0"
+    assert not any("_pytest" in f["file"] or "pluggy" in f["file"] for f in finding.metrics["functions"])
+    # Per run of the test: 20 amplified repetitions slow, 50 fast.
+    assert 0.010 <= finding.metrics["accounts_s"] <= 0.038
+    assert finding.metrics["slow_vs_fast"].startswith("in cpuset=0 WebSocketTestSession._asgi_receive")
+
+
+def test_a_profile_that_did_not_grow_names_no_function():
+    # The same profile on both sides: nothing grew, and a low symptom asks no other answer.
+    assert hot_path.check(jobs.context(_websocket_job(fast_profile="cpuset=0"))) == []
