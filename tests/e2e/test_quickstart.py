@@ -137,7 +137,7 @@ def services(postgres_server_url, redis_url):
 
 
 @pytest.mark.latency
-@pytest.mark.parametrize("who", ["root", "root-var-tmp", "ordinary-user"])
+@pytest.mark.parametrize("who", ["root", "root-var-tmp", "root-srv", "ordinary-user"])
 def test_the_readme_service_quickstart_reports_a_finding(
     who, services, postgres_server_url, redis_url, tmp_path, cleanup
 ):
@@ -153,9 +153,12 @@ def test_the_readme_service_quickstart_reports_a_finding(
         # LAGTRACE_WORK_DIR, which the runner image's uid 1000 never walks.
         home = Path(pwd.getpwuid(0).pw_dir)
         cwd, run_as = REPO, []
-        if who == "root-var-tmp":
-            # A directory the runner image has too: its checkouts are mounted elsewhere.
-            work = Path(tempfile.mkdtemp(prefix="lagtrace-quickstart-", dir="/var/tmp"))
+        if who in ("root-var-tmp", "root-srv"):
+            # Directories the runner image has too (/var/tmp, /srv): its checkouts are
+            # mounted elsewhere, so no path of the host's shadows one of the image's.
+            parent = Path("/var/tmp" if who == "root-var-tmp" else "/srv")
+            parent.mkdir(exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="lagtrace-quickstart-", dir=parent))
             cleanup.callback(shutil.rmtree, work, ignore_errors=True)
             extra["LAGTRACE_WORK_DIR"] = str(work / "work")
     else:
@@ -189,6 +192,8 @@ def test_the_readme_service_quickstart_reports_a_finding(
     findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
     assert findings and int(findings.group(1)) >= 1, out
     assert "command_failed" not in out, out
+    # The hand-off example's finding, as the README promises (16x on two cores here).
+    assert re.search(r"^  (HIGH|MEDIUM|LOW)\s+cpu_sensitivity: ", out, re.M), out
 
 
 def test_the_dashboard_section_follows_on_from_the_quickstart():
