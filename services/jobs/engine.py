@@ -217,7 +217,9 @@ def drill_targets(
         pair = pairs.choose(samples, settings.thresholds, None, wall, flagged, seed)
         found.append(Target(None, list(job.command), wall, (pair.slow, pair.fast) if pair else None))
     for test_id in flagged_tests:
-        narrowed = pytest_command.narrow_to_test(job.command, test_id, workdir)
+        narrowed = pytest_command.narrow_to_test(
+            job.command, test_id, workdir, ceiling=pytest_command.search_ceiling(job.executor)
+        )
         summaries = samples.test_summaries(test_id) if test_id in samples.tests else _survey_summaries(job, test_id)
         if not summaries:
             continue

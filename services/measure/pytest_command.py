@@ -78,7 +78,11 @@ def with_junit(command: list[str], junit_path: str) -> list[str]:
 
 
 def narrow_to_test(
-    command: list[str], node_id: str, workdir: Path | None, is_test_path: Callable[[str], bool] | None = None
+    command: list[str],
+    node_id: str,
+    workdir: Path | None,
+    is_test_path: Callable[[str], bool] | None = None,
+    ceiling: Path | None = None,
 ) -> list[str]:
     """The pytest command with its test paths replaced by one node id.
 
@@ -89,7 +93,7 @@ def narrow_to_test(
     directory holding it, or any other test module; ``is_test_path`` overrides both.
     """
     if workdir is not None:
-        node_id = invocation_node_id(node_id, command, workdir)
+        node_id = invocation_node_id(node_id, command, workdir, ceiling)
     else:
         node_id = _guessed_invocation_node_id(node_id, command)
     if is_test_path is None:
@@ -97,10 +101,10 @@ def narrow_to_test(
     return [*_without_test_paths(command, is_test_path), node_id]
 
 
-def narrow_to_tests(command: list[str], node_ids: list[str], workdir: Path) -> list[str]:
+def narrow_to_tests(command: list[str], node_ids: list[str], workdir: Path, ceiling: Path | None = None) -> list[str]:
     """The pytest command with its test paths replaced by several node ids, run in the
     order given (the focused screen reruns the tests its survey could not clear)."""
-    root, here = rootdir(command, workdir), workdir.resolve()
+    root, here = rootdir(command, workdir, ceiling), workdir.resolve()
     ids = [_relative_to(node_id, root, here) for node_id in dict.fromkeys(node_ids)]
     is_test_path = _exists_in(workdir)
     if "--pyargs" in command:
@@ -130,11 +134,20 @@ def _without_test_paths(command: list[str], is_test_path: Callable[[str], bool])
     return kept
 
 
-def invocation_node_id(node_id: str, command: list[str], workdir: Path) -> str:
+def invocation_node_id(node_id: str, command: list[str], workdir: Path, ceiling: Path | None = None) -> str:
     """``node_id`` as an argument given in ``workdir``: pytest's node ids (and its JUnit
     file attribute) are relative to its rootdir, which is not the working directory when a
-    pytest.ini (or another configuration file) sits in a subfolder the command names."""
-    return _relative_to(node_id, rootdir(command, workdir), workdir.resolve())
+    pytest.ini (or another configuration file) sits in a subfolder the command names, or
+    in a folder above it (``ceiling``)."""
+    return _relative_to(node_id, rootdir(command, workdir, ceiling), workdir.resolve())
+
+
+def search_ceiling(executor: str) -> Path | None:
+    """How far up from the working directory pytest's rootdir can be: on the host (the
+    local executor) as far as pytest itself looks, to ``/`` (a suite in a subfolder of a
+    repository whose pyproject.toml configures pytest); in a container only the checkout
+    is mounted, so no further than the working directory."""
+    return Path("/") if executor == "local" else None
 
 
 def _relative_to(node_id: str, root: Path, here: Path) -> str:
@@ -176,28 +189,32 @@ def _guessed_invocation_node_id(node_id: str, command: list[str]) -> str:
     return os.path.normpath(os.path.join(root, path)) + sep + rest
 
 
-def rootdir(command: list[str], workdir: Path) -> Path:
+def rootdir(command: list[str], workdir: Path, ceiling: Path | None = None) -> Path:
     """The rootdir pytest will pick for ``command`` run in ``workdir``, by pytest's own rules
     (--rootdir, -c, the first configuration file above the arguments' common ancestor,
     setup.py, the working directory), reading files only: no code of the job runs here.
-    The search stops at ``workdir``: above it, the container's directories are not the host's."""
-    top = workdir.resolve()
+    The search stops at ``ceiling`` (default ``workdir``: above it, the container's
+    directories are not the host's)."""
+    here = workdir.resolve()
+    top = (ceiling or workdir).resolve()
+    if not here.is_relative_to(top):
+        top = here
     arguments = _arguments(command)
     named = _option(arguments, "--rootdir")
     if named is not None:
-        return _inside(top, top / os.path.expandvars(named))
+        return _inside(top, here / os.path.expandvars(named))
     config = _option(arguments, "-c", "--config-file", "--inifile")
-    if config is not None and (top / config).is_file():
-        return _inside(top, (top / config).parent)
+    if config is not None and (here / config).is_file():
+        return _inside(top, (here / config).parent)
     dirs = []
     previous = ""
     for argument in arguments:
         if not argument.startswith("-") and previous not in _PATH_OPTIONS:
-            path = _inside(top, top / argument.split("::", 1)[0])
+            path = _inside(top, here / argument.split("::", 1)[0])
             if path.exists():
                 dirs.append(path if path.is_dir() else path.parent)
         previous = argument
-    ancestor = Path(os.path.commonpath(dirs)) if dirs else top
+    ancestor = Path(os.path.commonpath(dirs)) if dirs else here
     bases = [ancestor, *(parent for parent in ancestor.parents if parent.is_relative_to(top))]
     pyproject = None
     for base in bases:
@@ -211,7 +228,7 @@ def rootdir(command: list[str], workdir: Path) -> Path:
     for base in bases:
         if (base / "setup.py").is_file():
             return base
-    return top
+    return here
 
 
 def _arguments(command: list[str]) -> list[str]:

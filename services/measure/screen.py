@@ -155,9 +155,10 @@ def screen(
             return
         command, base_command, kind = job.command, job.command, RunKind.timing
         if focus is not None:
-            command = pytest_command.narrow_to_tests(job.command, focus.head, workdir)
+            ceiling = pytest_command.search_ceiling(job.executor)
+            command = pytest_command.narrow_to_tests(job.command, focus.head, workdir, ceiling)
             if base is not None:
-                base_command = pytest_command.narrow_to_tests(job.command, focus.base, base.workdir)
+                base_command = pytest_command.narrow_to_tests(job.command, focus.base, base.workdir, ceiling)
             kind = RunKind.focus
         repetition = 1
         while repetition <= repeat:

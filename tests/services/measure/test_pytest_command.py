@@ -89,6 +89,30 @@ def test_narrowed_node_ids_run_when_pytest_s_rootdir_is_a_subfolder(config, tmp_
     assert _junit_ids(narrowed, checkout, tmp_path / "some.xml") == (0, list(reversed(ids)))
 
 
+@pytest.mark.parametrize("config", ["pytest.ini", "pyproject.toml"])
+def test_a_suite_in_a_subfolder_of_a_configured_repository_narrows_on_the_host(config, tmp_path):
+    # `lagtrace run` in a monorepo's package folder: pytest's rootdir is the repository
+    # above it, whose ids the survey reads; the focused rerun runs in the package folder.
+    repository = tmp_path / "repository"
+    package = repository / "packages" / "api"
+    package.mkdir(parents=True)
+    (repository / config).write_text(CONFIGS[config])
+    (package / "test_suite.py").write_text(SUITE)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_suite.py"]
+    code, ids = _junit_ids(command, package, tmp_path / "all.xml")
+    assert code == 0 and ids == ["packages/api/test_suite.py::test_a", "packages/api/test_suite.py::TestB::test_c"]
+    ceiling = junit.search_ceiling("local")
+    assert junit.rootdir(command, package, ceiling) == repository.resolve()
+    # Before: the repository-relative ids were given from the package folder and ran nothing.
+    narrowed = junit.narrow_to_tests(command, ids[1:], package, ceiling)
+    assert _junit_ids(narrowed, package, tmp_path / "some.xml") == (0, ids[1:])
+    code, ran = _junit_ids(junit.narrow_to_test(command, ids[0], package, ceiling=ceiling), package, tmp_path / "o.xml")
+    assert (code, ran) == (0, ids[:1])
+    # In a container only the working directory is mounted: nothing above it counts.
+    assert junit.search_ceiling("docker") is None
+    assert junit.rootdir(command, package, junit.search_ceiling("docker")) == package.resolve()
+
+
 def test_without_a_config_file_the_rootdir_is_the_working_directory(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_suite.py").write_text(SUITE)
