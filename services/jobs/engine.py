@@ -349,9 +349,39 @@ def drill_phase(
     budget.forget(job, budget.CENSUS, budget.DRILL)
     if job.probes == []:
         return 0
+    store = make_artifact_store(settings)
+
+    def drill_these(targets: list[Target]) -> int:
+        return drill(
+            session,
+            job,
+            executor,
+            settings.thresholds,
+            store,
+            targets,
+            probes=job.probes,
+            stall_after_s=job.stall_after_s,
+            workdir=workdir,
+            progress=progress,
+            checkpoint=checkpoint,
+        )
+
+    # What the screen flagged first, then the census: under a budget, explaining a finding
+    # comes before looking for what no timing shows (the census costs the suite's time again).
     left_out: list[str] = []
+    chosen = drill_targets(job, settings, workdir, left_out)
+    count = drill_these(chosen)
     suspects = census_phase(session, settings, job, executor, workdir=workdir, progress=progress)
-    chosen = drill_targets(job, settings, workdir, left_out, suspects)
+    if suspects:
+        drilled = {target.test_id for target in chosen}
+        left_out = []
+        later = [
+            target
+            for target in drill_targets(job, settings, workdir, left_out, suspects)
+            if target.test_id in suspects and target.test_id not in drilled
+        ]
+        count += drill_these(later)
+        chosen += later
     if left_out:
         job.notes = [
             *job.notes,
@@ -361,20 +391,7 @@ def drill_phase(
         ]
     if not chosen:
         job.notes = [*job.notes, NO_TARGETS]
-        return 0
-    return drill(
-        session,
-        job,
-        executor,
-        settings.thresholds,
-        make_artifact_store(settings),
-        chosen,
-        probes=job.probes,
-        stall_after_s=job.stall_after_s,
-        workdir=workdir,
-        progress=progress,
-        checkpoint=checkpoint,
-    )
+    return count
 
 
 def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
