@@ -268,30 +268,41 @@ def within_budget(job: Job, thresholds: Thresholds, runs: dict[str, Run], scores
     """The tests the focused screen reruns, in suite order: the most suspicious ones whose
     rounds (as many as a verdict needs) fit in what is left of the budget, each round
     predicted from the survey: every configuration's start-up and the kept tests' durations."""
-    start_up = {label: _start_up_s(run) for label, run in runs.items()}
     durations: dict[str, dict[str, float]] = {}
     for label, run in runs.items():
         for result in run.test_results:
             durations.setdefault(result.test_id, {})[label] = result.duration_s
+    # Beside its tests a run costs a fixed start-up and a little per test (collection,
+    # reporting): the survey's own share of it, per test, for each test kept.
+    fixed = {label: min(_beside_tests_s(run), FOCUS_START_UP_S) for label, run in runs.items()}
+    per_test = {
+        label: (_beside_tests_s(run) - fixed[label]) / max(1, len(run.test_results)) for label, run in runs.items()
+    }
     rounds = budget.rounds_needed(job, thresholds)
     left = budget.remaining_s(job, thresholds)
-    round_s = sum(start_up.values())
+    round_s = sum(fixed.values())
     kept: set[str] = set()
-    # The most suspicious first; among equals, the suite's order.
+    # The most suspicious first (among equals, the suite's order); one that does not fit
+    # leaves its place to less suspicious ones that do.
     for test_id in sorted(scores, key=lambda test: -scores[test]):
         per_config = durations.get(test_id, {})
         known = list(per_config.values())
         # A configuration without a result (it failed to collect or crashed) costs what the others took.
-        cost = sum(per_config.get(label, max(known, default=0.0)) for label in runs)
+        cost = sum(per_config.get(label, max(known, default=0.0)) + per_test[label] for label in runs)
         if rounds * (round_s + cost) > left:
-            break
+            continue
         round_s += cost
         kept.add(test_id)
     return [test for test in scores if test in kept]
 
 
-def _start_up_s(run: Run) -> float:
-    """What a run of the suite costs beside its tests (start-up, collection, teardown)."""
+# A narrowed pytest run's start-up at most (the interpreter, pytest and its plugins, the
+# kept tests' modules): 0.3-0.6 s here.
+FOCUS_START_UP_S = 1.0
+
+
+def _beside_tests_s(run: Run) -> float:
+    """What a run of the suite cost beside its tests (start-up, collection, reporting)."""
     return max(0.0, run.wall_s - sum(result.duration_s for result in run.test_results))
 
 
