@@ -10,7 +10,8 @@ its budget is exceeded (by one run's misprediction at most) and never runs unbou
 
 The default is ``budget_multiple`` x the first run in the configuration with the most
 CPUs (the suite's own time on all cores), never below ``budget_floor_s`` (a command
-screened whole, not surveyed, also gets the rounds a verdict needs on top): a small
+screened whole, not surveyed, also gets the rounds a verdict needs on top; a pull
+request, whose base is screened beside its head, twice all that): a small
 program keeps today's full screen and drill, a suite of real size spends a few times its
 own time. What does not fit is named in ``job.budget`` (and the report): the tests the
 focused screen left out (the least suspicious first), the rounds it could not run, the
@@ -62,7 +63,12 @@ def limit_s(job: Job, thresholds: Thresholds) -> float | None:
         # configuration: the default covers them, then the multiple for the drill.
         first = [next((run for run in c.runs if run.kind in FIRST_ROUND), None) for c in job.configs]
         default += rounds_needed(job, thresholds) * sum(run.wall_s for run in first if run is not None)
+    if any(run.kind in BASE_KINDS for config in job.configs for run in config.runs):
+        default *= 2  # a pull request's base is screened beside its head: two suites' worth
     return max(thresholds.budget_floor_s, default)
+
+
+BASE_KINDS = (RunKind.base, RunKind.base_warmup, RunKind.base_focus)
 
 
 def rounds_needed(job: Job, thresholds: Thresholds) -> int:
