@@ -155,9 +155,34 @@ def cli() -> None:
     help="Also write the lagtrace.report/v1 JSON here.",
 )
 @click.option("--project", default="local", show_default=True, help="Project the job is stored under.")
+@click.option(
+    "--budget",
+    "budget_s",
+    type=float,
+    default=None,
+    metavar="S",
+    help="How long the job's runs may take in all, in seconds: the focused screen and the drill spend it on the "
+    "most suspicious tests first; the report names what it left out. Default: "
+    "LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE (6) x the suite's own time, at least 300 s.",
+)
+@click.option(
+    "--all", "all_tests", is_flag=True, help="List every test in the text report, not only the flagged and slowest."
+)
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
 def run(
-    executor, image, specs, repeat, timeout_s, evidence, stall_after_s, workdir, json_path, project, command
+    executor,
+    image,
+    specs,
+    repeat,
+    timeout_s,
+    evidence,
+    stall_after_s,
+    workdir,
+    json_path,
+    project,
+    budget_s,
+    all_tests,
+    command,
 ) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import run_job
@@ -178,6 +203,7 @@ def run(
                 timeout_s=timeout_s,
                 evidence=evidence,
                 stall_after_s=stall_after_s,
+                budget_s=budget_s,
                 workdir=workdir,
                 project=project,
                 progress=_progress,
@@ -192,7 +218,7 @@ def run(
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         _progress(f"report written to {json_path}")
-    click.echo(render_text(report), nl=False)
+    click.echo(render_text(report, all_tests=all_tests), nl=False)
 
 
 @cli.command()
@@ -496,6 +522,8 @@ def user_list() -> None:
     help="As for `run`: probes (comma-separated), all, or none. Default: every probe where the screen found something.",
 )
 @click.option("--stall-after", "stall_after_s", type=float, default=None, help="As for `run`.")
+@click.option("--budget", "budget_s", type=float, default=None, metavar="S", help="As for `run`.")
+@click.option("--all", "all_tests", is_flag=True, help="As for `run`: every test in the text report.")
 @click.option("--executor", default="auto", show_default=True)
 @click.option("--image", default=None)
 @click.option(
@@ -519,6 +547,8 @@ def submit(
     timeout_s,
     evidence,
     stall_after_s,
+    budget_s,
+    all_tests,
     executor,
     image,
     json_path,
@@ -544,6 +574,8 @@ def submit(
         "stall_after_s": stall_after_s,
         "executor": executor,
         "image": image,
+        # Only when given: a server from before budgets would refuse the field.
+        **({"budget_s": budget_s} if budget_s is not None else {}),
     }
     try:
         job = submit_and_wait(
@@ -565,7 +597,7 @@ def submit(
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
         _progress(f"report written to {json_path}")
-    click.echo(render_text(report), nl=False)
+    click.echo(render_text(report, all_tests=all_tests), nl=False)
     if job["status"] != "done":
         click.echo(f"lagtrace: job {job['id']} {job['status']}: {job['error']}", err=True)
         sys.exit(1)

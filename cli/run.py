@@ -30,6 +30,7 @@ def run_job(
     workdir: Path | None,
     evidence: str | None = None,
     stall_after_s: float | None = None,
+    budget_s: float | None = None,
     project: str,
     progress: Progress,
 ) -> dict:
@@ -44,6 +45,7 @@ def run_job(
         evidence=evidence,
         stall_after_s=stall_after_s,
         progress=progress,
+        budget_s=budget_s,
     )
     progress(f"{executor.name} executor, configurations: {', '.join(c.label for c in plan.configs)}")
     engine = make_engine(settings)
@@ -65,6 +67,7 @@ def run_job(
                 notes=plan.notes,
                 probes=plan.probes,
                 stall_after_s=plan.stall_after_s,
+                budget_s=plan.budget_s,
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")

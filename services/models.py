@@ -135,6 +135,10 @@ class Job(Base):
     # something; []: no drill) and the stall threshold given (None: derived).
     probes: Mapped[list[Any] | None] = mapped_column(JSON)
     stall_after_s: Mapped[float | None] = mapped_column(Float)
+    # The time budget asked for (None: the default, services/measure/budget.py), and what
+    # the budget did: its limit, whether it was given, and what it left out.
+    budget_s: Mapped[float | None] = mapped_column(Float)
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # What the screen left out and why (for instance a quota this host cannot enforce).
     notes: Mapped[list[Any]] = mapped_column(default=list)
     # Seed of the screen's run order within each round (random, so that a drift of the

@@ -44,6 +44,14 @@ class Thresholds(BaseModel):
     # screened: narrowing would save little.
     focus_min_tests: int = Field(20, ge=1)
     survey_ratio: float = Field(1.25, gt=1.0)
+    # A job's time budget (issue 23) when none is given (`--budget`, budget_s): this many
+    # times the wall time of its first run in the configuration with the most CPUs (a
+    # surveyed suite's survey run there, else the command's warm-up), never below
+    # budget_floor_s. It counts the wall time of every run of the job (survey, timing,
+    # focused, census, evidence); the focused screen and the drill stop before the next
+    # run would pass it, the most suspicious tests first.
+    budget_multiple: float = Field(6.0, gt=1.0)
+    budget_floor_s: float = Field(300.0, gt=0)
 
     # slower_since: change points in a test's latency across the pushes of a branch
     # (services/diagnose/change_points.py). E-Divisive means as Apache Otava runs it:

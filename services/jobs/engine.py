@@ -40,7 +40,7 @@ from services.jobs import ledger, lifecycle, pull_requests, sources
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
 from services.jobs.report import build_report
 from services.jobs.spec import RepositoryConfig, enforce_policy
-from services.measure import nodelock, pytest_command
+from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
@@ -79,6 +79,7 @@ class JobPlan:
     notes: list[str] = field(default_factory=list)
     probes: list[str] | None = None  # probe names; None: the default (all, where the screen found something)
     stall_after_s: float | None = None
+    budget_s: float | None = None  # None: the default (services/measure/budget.py)
 
 
 def plan_job(
@@ -93,12 +94,15 @@ def plan_job(
     stall_after_s: float | None = None,
     progress: Progress = _quiet,
     machine: str = "this machine",
+    budget_s: float | None = None,
 ) -> JobPlan:
     """Check everything the user gave before anything is stored; BadInput says what is wrong."""
     if repeat < 1:
         raise BadInput(f"--repeat must be at least 1, not {repeat}")
     if timeout_s is not None and timeout_s <= 0:
         raise BadInput(f"--timeout must be a positive number of seconds, not {timeout_s:g}")
+    if budget_s is not None and not budget_s > 0:
+        raise BadInput(f"--budget must be a positive number of seconds, not {budget_s:g}")
     if stall_after_s is not None and stall_after_s <= 0:
         raise BadInput(f"--stall-after must be a positive number of seconds, not {stall_after_s:g}")
     if stall_after_s is not None and timeout_s is not None and stall_after_s >= timeout_s:
@@ -122,7 +126,7 @@ def plan_job(
         configs = default_matrix(available, quota_supported=quota_problem is None)
         if quota_problem:
             notes.append(f"the default cpus=0.5 configuration was left out: {quota_problem}")
-    return JobPlan(command, workdir, configs, repeat, timeout_s, notes, probes, stall_after_s)
+    return JobPlan(command, workdir, configs, repeat, timeout_s, notes, probes, stall_after_s, budget_s)
 
 
 # --- screen, drill, diagnose: the phases both drivers run --------------------------------
@@ -150,6 +154,7 @@ def screen_phase(
         for run in [r for r in config.runs if r.kind is not RunKind.evidence]:
             session.delete(run)
     session.flush()
+    budget.forget(job)
     screen(
         session,
         job,
@@ -160,6 +165,7 @@ def screen_phase(
         checkpoint=checkpoint,
         base=base,
     )
+    budget.record(job, settings.thresholds)
 
 
 def drill_targets(
@@ -254,6 +260,16 @@ def census_phase(
     if not survey or job.probes is not None:
         return []
     run, config = min(survey, key=lambda pair: pair[0].wall_s)
+    cost = budget.CENSUS_COST * run.wall_s
+    if not budget.fits(job, settings.thresholds, cost):
+        budget.leave_out(job, settings.thresholds, budget.CENSUS, [config.label])
+        progress(f"budget: the census would take about {cost:.0f} s, more than is left: not run")
+        job.notes = [
+            *job.notes,
+            f"no census: it would take about {cost:.0f} s (the suite under strace), more than the budget left; "
+            "tests that poll or read in tiny pieces without a timing mark are not looked for",
+        ]
+        return []
     if run.wall_s > settings.thresholds.census_max_suite_s:
         job.notes = [
             *job.notes,
@@ -332,11 +348,42 @@ def drill_phase(
         for run in [r for r in config.runs if r.kind is RunKind.evidence]:
             session.delete(run)
     session.flush()
+    budget.forget(job, budget.CENSUS, budget.DRILL)
     if job.probes == []:
         return 0
+    store = make_artifact_store(settings)
+
+    def drill_these(targets: list[Target]) -> int:
+        return drill(
+            session,
+            job,
+            executor,
+            settings.thresholds,
+            store,
+            targets,
+            probes=job.probes,
+            stall_after_s=job.stall_after_s,
+            workdir=workdir,
+            progress=progress,
+            checkpoint=checkpoint,
+        )
+
+    # What the screen flagged first, then the census: under a budget, explaining a finding
+    # comes before looking for what no timing shows (the census costs the suite's time again).
     left_out: list[str] = []
+    chosen = drill_targets(job, settings, workdir, left_out)
+    count = drill_these(chosen)
     suspects = census_phase(session, settings, job, executor, workdir=workdir, progress=progress)
-    chosen = drill_targets(job, settings, workdir, left_out, suspects)
+    if suspects:
+        drilled = {target.test_id for target in chosen}
+        left_out = []
+        later = [
+            target
+            for target in drill_targets(job, settings, workdir, left_out, suspects)
+            if target.test_id in suspects and target.test_id not in drilled
+        ]
+        count += drill_these(later)
+        chosen += later
     if left_out:
         job.notes = [
             *job.notes,
@@ -346,20 +393,7 @@ def drill_phase(
         ]
     if not chosen:
         job.notes = [*job.notes, NO_TARGETS]
-        return 0
-    return drill(
-        session,
-        job,
-        executor,
-        settings.thresholds,
-        make_artifact_store(settings),
-        chosen,
-        probes=job.probes,
-        stall_after_s=job.stall_after_s,
-        workdir=workdir,
-        progress=progress,
-        checkpoint=checkpoint,
-    )
+    return count
 
 
 def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
@@ -702,6 +736,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                     spec.executor,
                 )
                 job.probes, job.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
+                job.budget_s = spec.budget_s
                 source.fail_on = spec.fail_on if isinstance(spec, RepositoryConfig) else None
                 specs = spec.configs
             else:
@@ -719,6 +754,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 stall_after_s=job.stall_after_s,
                 progress=_progress(job),
                 machine="this worker",
+                budget_s=job.budget_s,
             )
         finally:
             sources.remove(directory)

@@ -43,6 +43,7 @@ def create_job(
     source: str = "cli",
     probes: list[str] | None = None,
     stall_after_s: float | None = None,
+    budget_s: float | None = None,
 ) -> Job:
     job = Job(
         project=get_or_create_project(session, project),
@@ -55,6 +56,7 @@ def create_job(
         notes=list(notes or []),
         probes=probes,
         stall_after_s=stall_after_s,
+        budget_s=budget_s,
         configs=config_rows(configs),
     )
     session.add(job)

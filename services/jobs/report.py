@@ -12,6 +12,7 @@ from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.jobs import pull_requests
 from services.jobs.report_schema import SCHEMA_ID, validated
+from services.measure import budget as job_budget
 from services.measure import evidence as evidence_models
 from services.measure import hostload
 from services.measure.evidence import (
@@ -122,9 +123,15 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             f"a suite of {surveyed['tests']} tests: the survey ran it whole once per configuration and cleared "
             f"{surveyed['cleared']} of them there; "
             + (
-                f"the other {len(surveyed['focused'])} were rerun together for their verdicts"
+                f"{len(surveyed['focused'])} were rerun together for their verdicts"
                 if surveyed["focused"]
-                else "none needed more runs"
+                else "none was rerun"
+            )
+            + (
+                f"; the budget left {len(surveyed['left_out'])} more out (no verdict: rerun them by name, "
+                "or give a larger --budget)"
+                if surveyed["left_out"]
+                else ""
             )
             + " (the command's own figures rest on the survey's one run per configuration)"
         )
@@ -250,8 +257,22 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         # A pull request's job: each test head against base (services/jobs/pull_requests.py).
         "base_comparison": pull_requests.comparison_view(job),
         "survey": surveyed,
+        "budget": budget_view(job, limits),
     }
     return validated(report)
+
+
+def budget_view(job: Job, thresholds: Thresholds) -> dict[str, Any]:
+    """The budget's limit, what the runs took, and what it left out."""
+    state = job.budget or {}
+    limit = job_budget.limit_s(job, thresholds)
+    left = state.get("left_out") or {}
+    return {
+        "limit_s": round(limit, 3) if limit is not None else None,
+        "given": job.budget_s is not None,
+        "spent_s": round(job_budget.spent_s(job), 3),
+        "left_out": {key: list(left.get(key, [])) for key in ("tests", "rounds", "census", "drill")},
+    }
 
 
 def survey_view(job: Job) -> dict[str, Any] | None:
@@ -268,25 +289,101 @@ def survey_view(job: Job) -> dict[str, Any] | None:
         for result in run.test_results
     ]
     kept = list(dict.fromkeys(focused))
-    return {"tests": len(tests), "cleared": len(tests - set(kept)), "focused": kept}
+    left_out = [test for test in ((job.budget or {}).get("left_out") or {}).get("tests", []) if test not in kept]
+    return {
+        "tests": len(tests),
+        "cleared": len(tests - set(kept) - set(left_out)),
+        "focused": kept,
+        "left_out": left_out,
+    }
 
 
 def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[dict[str, Any]]:
     """The tests a survey cleared, with their one duration per configuration."""
     cleared = {test_id: per_config for test_id, per_config in surveyed(job).items() if test_id not in judged}
+    left_out = set(((job.budget or {}).get("left_out") or {}).get("tests", []))
     return [
         {
             "id": test_id,
             "line": lines.get(test_id),
-            "cleared": True,
+            "cleared": test_id not in left_out,
+            "left_out": test_id in left_out,
             "configs": [{"label": label, "median": values[0], "runs": values} for label, values in per_config.items()],
         }
         for test_id, per_config in cleared.items()
     ]
 
 
-# A surveyed suite's text report lists its judged tests and this many of the slowest it cleared.
-CLEARED_SHOWN = 5
+# The text report lists the tests with findings and this many of the slowest others
+# (`--all`: every test; the JSON always holds them all).
+SLOWEST_SHOWN = 5
+
+
+def _slowest(test: dict[str, Any]) -> float:
+    return max((c.get("median") or 0.0 for c in test["configs"]), default=0.0)
+
+
+def _tests_section(report: dict[str, Any], all_tests: bool) -> list[str]:
+    """Tests (median duration per configuration): the flagged, then the slowest few, and
+    how many more there are."""
+    labels = [c["label"] for c in report["configs"]]
+    flagged_ids = {f["test"] for f in report["findings"] if f["test"]}
+    tests = report["tests"]
+    flagged = [test for test in tests if test["id"] in flagged_ids]
+    others = sorted((test for test in tests if test["id"] not in flagged_ids), key=lambda test: -_slowest(test))
+    shown = others if all_tests else others[:SLOWEST_SHOWN]
+    rows = []
+    for test in [*flagged, *shown]:
+        by_label = {c["label"]: c for c in test["configs"]}
+        medians = [by_label[label].get("median") if label in by_label else None for label in labels]
+        known = [m for m in medians if m]
+        ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
+        mark = " (survey only)" if test.get("cleared") else " (left out by the budget)" if test.get("left_out") else ""
+        rows.append([test["id"] + (mark if all_tests else ""), *(_seconds(m) for m in medians), ratio])
+    out = [
+        f"Tests (median duration per configuration): {len(flagged)} with findings"
+        + ("" if all_tests else f", then the {len(shown)} slowest others"),
+        *("  " + line for line in _table(["test", *labels, "max/min"], rows)),
+    ]
+    cleared = [test for test in others if not test.get("left_out")]
+    left_out = [test for test in others if test.get("left_out")]
+    survey_only = sum(1 for test in cleared if test.get("cleared"))
+    if all_tests:
+        return out
+    hidden = len(others) - len(shown)
+    summary = f"  {len(cleared)} tests cleared"
+    parts = []
+    if survey_only:
+        parts.append(f"{survey_only} by the survey alone (one run per configuration)")
+    if len(cleared) - survey_only:
+        parts.append(f"{len(cleared) - survey_only} screened without a finding")
+    if parts:
+        summary += f" ({', '.join(parts)})"
+    if left_out:
+        summary += f"; {len(left_out)} left out by the budget, unjudged"
+    if hidden:
+        summary += f"; {hidden} not listed here: `--all` lists every test, the JSON report holds them all"
+    return [*out, summary]
+
+
+def _budget_section(budget: dict[str, Any]) -> list[str]:
+    limit = budget["limit_s"]
+    out = [
+        f"Budget: the runs took {budget['spent_s']:.1f} s"
+        + (f" of {limit:.1f} s" if limit is not None else "")
+        + (" (asked for)" if budget["given"] else " (the default: a multiple of the suite's own time)")
+    ]
+    left = budget["left_out"]
+    if left["tests"]:
+        shown = ", ".join(left["tests"][:5]) + (" ..." if len(left["tests"]) > 5 else "")
+        out.append(f"  left out of the focused screen (least suspicious first): {len(left['tests'])} tests: {shown}")
+    for rounds in left["rounds"]:
+        out.append(f"  left out of the screen: {rounds}")
+    if left["census"]:
+        out.append(f"  left out: the census (in {', '.join(left['census'])})")
+    for drilled in left["drill"]:
+        out.append(f"  left out of the drill: {drilled}")
+    return out
 
 
 def _seconds(value: float | None) -> str:
@@ -304,8 +401,9 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
 
 
-def render_text(report: dict[str, Any]) -> str:
-    """The human report: findings first, then configurations, then tests."""
+def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
+    """The human report: findings first, then configurations, then tests (the flagged
+    ones and the slowest few; ``all_tests``: every one)."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
     out += stories.render(report.get("diagnoses", []))
     findings = report["findings"]
@@ -355,26 +453,10 @@ def render_text(report: dict[str, Any]) -> str:
     ]
 
     if report["tests"]:
-        labels = [c["label"] for c in report["configs"]]
-        out += ["", "Tests (median duration per configuration)"]
-        rows = []
-        judged = [test for test in report["tests"] if not test.get("cleared")]
-        cleared = sorted(
-            (test for test in report["tests"] if test.get("cleared")),
-            key=lambda test: -max((c.get("median") or 0.0 for c in test["configs"]), default=0.0),
-        )
-        for test in [*judged, *cleared[:CLEARED_SHOWN]]:
-            by_label = {c["label"]: c for c in test["configs"]}
-            medians = [by_label[label].get("median") if label in by_label else None for label in labels]
-            known = [m for m in medians if m]
-            ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
-            rows.append([test["id"], *(_seconds(m) for m in medians), ratio])
-        out += ["  " + line for line in _table(["test", *labels, "max/min"], rows)]
-        if len(cleared) > CLEARED_SHOWN:
-            out.append(
-                f"  ... and {len(cleared) - CLEARED_SHOWN} more tests the survey cleared (one run per configuration; "
-                "all of them in the JSON report)"
-            )
+        out += ["", *_tests_section(report, all_tests)]
+    budget = report.get("budget")
+    if budget and (budget["given"] or any(budget["left_out"].values())):
+        out += ["", *_budget_section(budget)]
 
     comparison = report.get("base_comparison")
     if comparison:

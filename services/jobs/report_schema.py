@@ -95,6 +95,9 @@ class ReportTest(_Part):
     line: int | None = None
     # Cleared by a suite's survey: its one run per configuration is all there is.
     cleared: bool = False
+    # Not cleared, but left out of the focused screen by the job's budget (its survey
+    # runs are all there is: no verdict).
+    left_out: bool = False
 
 
 class FailedRun(_Part):
@@ -238,6 +241,30 @@ class ReportSurvey(_Part):
     tests: int
     cleared: int
     focused: list[str]
+    # Tests the survey could not clear that the budget left out of the focused screen.
+    left_out: list[str] = []
+
+
+class BudgetLeftOut(_Part):
+    """What the budget left out: tests of the focused screen (the least suspicious), its
+    rounds, the census (the configuration it would have run in), drill targets with their
+    probes."""
+
+    tests: list[str] = []
+    rounds: list[str] = []
+    census: list[str] = []
+    drill: list[str] = []
+
+
+class ReportBudget(_Part):
+    """The job's time budget (services/measure/budget.py): the wall time of all its runs."""
+
+    # None: no run measured the suite, so no default could be set.
+    limit_s: float | None
+    # Asked for (--budget, budget_s), or the default (a multiple of the suite's own time).
+    given: bool
+    spent_s: float
+    left_out: BudgetLeftOut
 
 
 class Report(_Part):
@@ -258,6 +285,7 @@ class Report(_Part):
     diagnoses: list[Diagnosis] = []
     base_comparison: BaseComparison | None = None
     survey: ReportSurvey | None = None
+    budget: ReportBudget | None = None
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,14 @@ class JobSpec(BaseModel):
         "something; []: no drill; a list: those probes on the whole command whatever the screen found.",
     )
     stall_after_s: float | None = Field(None, gt=0, le=86400, description="Snapshot a run slower than this.")
+    budget_s: float | None = Field(
+        None,
+        gt=0,
+        le=7 * 86400,
+        description="How long the job's runs may take in all, in seconds; the focused screen and the drill spend "
+        "it on the most suspicious tests first and the report names what it left out. Unset: a multiple of the "
+        "suite's own time (LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE), at least LAGTRACE_THRESHOLDS__BUDGET_FLOOR_S.",
+    )
     executor: str = Field(
         "auto", max_length=32, description="auto (docker where an engine answers, else local), local or docker."
     )

@@ -94,6 +94,7 @@ def submit_job(
         source=origin,
         probes=spec.evidence if spec else None,
         stall_after_s=spec.stall_after_s if spec else None,
+        budget_s=spec.budget_s if spec else None,
     )
     job.trigger = trigger or TRIGGERS.get(origin, origin)
     if pull_request is not None and pull_request.base_commit_sha is not None:
@@ -188,6 +189,7 @@ def rerun_job(
         timeout_s=timeout_s or parent.timeout_s,
         evidence=parent.probes,
         stall_after_s=parent.stall_after_s,
+        budget_s=parent.budget_s,
         executor=parent.executor,
         image=source.image,
     )
@@ -205,6 +207,7 @@ def rerun_job(
         source=origin,
         probes=spec.evidence,
         stall_after_s=spec.stall_after_s,
+        budget_s=spec.budget_s,
     )
     job.parent_id = parent.id
     job.trigger = "rerun"
@@ -348,6 +351,7 @@ def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None
         "archive": bool(source and source.kind == "archive"),
         "evidence": job.probes,
         "stall_after_s": job.stall_after_s,
+        "budget_s": job.budget_s,
     }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput
-from services.measure import pytest_command
+from services.measure import budget, pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
 from services.measure.evidence import CensusContent, EvidenceRunTiming, StallAttempt, StallContent, dump
 from services.measure.executors.base import Executor
@@ -96,6 +96,9 @@ def drill(
     by_label = {config.label: config for config in job.configs}
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-evidence-"))
     count = 0
+    # Probes the budget left out, per target and configuration (the most severe targets
+    # come first, so what is left out is the least severe).
+    left_out: dict[str, list[str]] = {}
     try:
         for target in chosen:
             slow_label, fast_label = target.pair()
@@ -110,6 +113,7 @@ def drill(
                 thresholds.evidence_timeout_min_s, thresholds.evidence_timeout_multiple * slow_median
             )
             for label in dict.fromkeys([slow_label, fast_label]):
+                where = f"{target.test_id or 'the whole command'} in {label}"
                 deadline, comparison = stall, False
                 if label != slow_label and stall_after_s is None:
                     # The fast side is compared, not caught stalling: its snapshot is taken
@@ -117,6 +121,10 @@ def drill(
                     deadline = min(stall, FAST_SNAPSHOT_FRACTION * target.summaries[label].median)
                     comparison = True
                 for name in names:
+                    estimate = _estimate_s(job, by_label[label], target, name)
+                    if not budget.fits(job, thresholds, estimate):
+                        left_out.setdefault(where, []).append(name)
+                        continue
                     count += 1
                     run_dir = scratch / f"{count}-{name}"
                     run_dir.mkdir()
@@ -128,7 +136,30 @@ def drill(
                     shutil.rmtree(run_dir, ignore_errors=True)  # cores are large
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if left_out:
+        budget.leave_out(
+            job, thresholds, budget.DRILL, [f"{where}: {', '.join(probes)}" for where, probes in left_out.items()]
+        )
+        progress(f"budget: {sum(map(len, left_out.values()))} evidence runs left out ({', '.join(left_out)})")
     return count
+
+
+# An evidence run's start-up beside its test, until one of the target's runs says better.
+START_UP_GUESS_S = 1.0
+
+
+def _estimate_s(job: Job, job_config: JobConfig, target: Target, probe: str) -> float:
+    """An evidence run's predicted wall time: the longest of the target's evidence runs in
+    this configuration so far, else its timing median (times its repetitions, plus a
+    start-up for a test)."""
+    earlier = [run.wall_s for run in job_config.runs if run.kind is RunKind.evidence and run.test_id == target.test_id]
+    if earlier:
+        return max(earlier)
+    summary = target.summaries.get(job_config.label)
+    median = summary.median if summary else max(s.median for s in target.summaries.values())
+    if target.test_id is None:
+        return median
+    return START_UP_GUESS_S + _iterations(target, job_config.label, probe) * median
 
 
 # Where in a fast-side run its snapshot is taken (a fraction of its timing median).
@@ -333,7 +364,10 @@ def _iterations(target: Target, label: str, probe: str) -> int:
         return 1
     if not pytest_command.is_pytest(target.command):
         return 1
-    return amplify.iterations(summary.median)
+    # The upper end of its interval, not the median: a test slow in some runs (two modes,
+    # 0.04 s and 0.4 s) repeated to fill TARGET_S at its fast median took 25 x its mean,
+    # 6 s per probe instead of about one.
+    return amplify.iterations(max(summary.median, summary.ci_high))
 
 
 def _store_evidence(

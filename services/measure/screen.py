@@ -36,12 +36,12 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from services.measure import hostload, pytest_command
+from services.measure import budget, hostload, pytest_command
 from services.measure.executors.base import Executor, RunResult
 from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import median_interval, pair_settled
-from services.measure.survey import candidates, survey_tests
+from services.measure.survey import survey_tests, suspicion
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -164,6 +164,13 @@ def screen(
         while repetition <= repeat:
             if not this_round():
                 break
+            cost = _round_cost(this_round(), kind)
+            if not budget.fits(job, thresholds, cost):
+                labels = sorted({c.label for c, _ in this_round()})
+                budget.leave_out(job, thresholds, budget.ROUNDS, [f"runs {repetition}-{repeat} of {', '.join(labels)}"])
+                left = budget.remaining_s(job, thresholds)
+                progress(f"budget: run {repetition} would take about {cost:.1f} s, {left:.1f} s left: the screen stops")
+                break
             for job_config, on_base in round_order(order, this_round()):
                 measure(job_config, kind, repetition, on_base, command, base_command)
             if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
@@ -187,6 +194,23 @@ def screen(
             repetition += 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+_ON_BASE = {RunKind.focus: RunKind.base_focus, RunKind.timing: RunKind.base}
+
+
+def _round_cost(sides: list[tuple[JobConfig, bool]], kind: RunKind) -> float:
+    """A round's predicted wall time: each side's last run of this kind, else its first run
+    (the warm-up of a command screened whole; a focused screen's first round was planned
+    by within_budget)."""
+    total = 0.0
+    for config, on_base in sides:
+        wanted = _ON_BASE[kind] if on_base else kind
+        run = _latest(config, wanted)
+        if run is None and kind is RunKind.timing:
+            run = _latest(config, RunKind.base_warmup if on_base else RunKind.warmup)
+        total += run.wall_s if run is not None else 0.0
+    return total
 
 
 @dataclass(frozen=True)
@@ -221,19 +245,66 @@ def survey(
     if len(tests) < thresholds.focus_min_tests:
         return None
     configs = [*job.configs, *(_as_base(config) for config in job.configs if with_base)]
-    kept = candidates(found, configs, thresholds, job.stall_after_s)
-    if len(kept) >= len(survey_tests(found)):
+    scores = suspicion(found, configs, thresholds, job.stall_after_s)
+    if len(scores) >= len(survey_tests(found)):
         return None
     for run in head_runs.values():
         run.kind = RunKind.survey
     session.flush()
+    kept = within_budget(job, thresholds, found, scores)  # a base's runs are among them
+    left_out = [test for test in scores if test not in kept]
+    if left_out:
+        budget.leave_out(job, thresholds, budget.TESTS, left_out)
     progress(
-        f"survey: {len(tests)} tests, {len(tests) - len(kept)} cleared by one run per configuration"
+        f"survey: {len(tests)} tests, {len(tests) - len(scores)} cleared by one run per configuration"
         + (f", {len(kept)} rerun together (the focused screen)" if kept else "")
+        + (f", {len(left_out)} left out by the budget (the least suspicious)" if left_out else "")
     )
     on_base = {r.test_id for label, run in found.items() if label.startswith(BASE_SIDE) for r in run.test_results}
     on_head = set(tests)
     return Focus([test for test in kept if test in on_head], [test for test in kept if test in on_base])
+
+
+def within_budget(job: Job, thresholds: Thresholds, runs: dict[str, Run], scores: dict[str, float]) -> list[str]:
+    """The tests the focused screen reruns, in suite order: the most suspicious ones whose
+    rounds (as many as a verdict needs) fit in what is left of the budget, each round
+    predicted from the survey: every configuration's start-up and the kept tests' durations."""
+    durations: dict[str, dict[str, float]] = {}
+    for label, run in runs.items():
+        for result in run.test_results:
+            durations.setdefault(result.test_id, {})[label] = result.duration_s
+    # Beside its tests a run costs a fixed start-up and a little per test (collection,
+    # reporting): the survey's own share of it, per test, for each test kept.
+    fixed = {label: min(_beside_tests_s(run), FOCUS_START_UP_S) for label, run in runs.items()}
+    per_test = {
+        label: (_beside_tests_s(run) - fixed[label]) / max(1, len(run.test_results)) for label, run in runs.items()
+    }
+    rounds = budget.rounds_needed(job, thresholds)
+    left = budget.remaining_s(job, thresholds)
+    round_s = sum(fixed.values())
+    kept: set[str] = set()
+    # The most suspicious first (among equals, the suite's order); one that does not fit
+    # leaves its place to less suspicious ones that do.
+    for test_id in sorted(scores, key=lambda test: -scores[test]):
+        per_config = durations.get(test_id, {})
+        known = list(per_config.values())
+        # A configuration without a result (it failed to collect or crashed) costs what the others took.
+        cost = sum(per_config.get(label, max(known, default=0.0)) + per_test[label] for label in runs)
+        if rounds * (round_s + cost) > left:
+            continue
+        round_s += cost
+        kept.add(test_id)
+    return [test for test in scores if test in kept]
+
+
+# A narrowed pytest run's start-up at most (the interpreter, pytest and its plugins, the
+# kept tests' modules): 0.3-0.6 s here.
+FOCUS_START_UP_S = 1.0
+
+
+def _beside_tests_s(run: Run) -> float:
+    """What a run of the suite cost beside its tests (start-up, collection, reporting)."""
+    return max(0.0, run.wall_s - sum(result.duration_s for result in run.test_results))
 
 
 # A pull request's base side in the survey: its configurations under their own labels.

@@ -24,6 +24,7 @@ process per run, under the same statistics as a whole screen (services/measure/s
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 from services.measure.cgroups import THROTTLE_PAUSE_S
@@ -47,6 +48,21 @@ def candidates(
 ) -> list[str]:
     """The tests the survey (``runs``: one whole-suite run per configuration label) cannot clear,
     in suite order."""
+    return list(suspicion(runs, configs, thresholds, stall_after_s))
+
+
+# The suspicion of a test that failed, went missing in a configuration or stalled: above
+# any ratio, so a budget keeps it first.
+CERTAIN = math.inf
+
+
+def suspicion(
+    runs: dict[str, Run], configs: list[JobConfig], thresholds: Thresholds, stall_after_s: float | None = None
+) -> dict[str, float]:
+    """The tests the survey cannot clear, in suite order, each with how suspicious it looks:
+    CERTAIN for a failure, a missing result or a stall, else its slowest configuration over
+    the time to beat (what a quota or lost cores explain). A budget reruns the most
+    suspicious first."""
     quotas = {config.label: config.cpus for config in configs if config.cpus is not None}
     pinned = {config.label: len(parse_cpulist(config.cpuset)) for config in configs if config.cpuset}
     durations: dict[str, dict[str, float]] = defaultdict(dict)
@@ -57,21 +73,20 @@ def candidates(
                 troubled.add(result.test_id)
             elif result.outcome == "passed":
                 durations[result.test_id][label] = result.duration_s
-    kept = []
+    kept: dict[str, float] = {}
+    shares = _cpu_shares(runs)
     for test_id in survey_tests(runs):
         per_config = durations.get(test_id, {})
         if (
             test_id in troubled
             or (per_config and len(per_config) < len(runs))
-            or (
-                per_config
-                and (
-                    _stretched(per_config, quotas, pinned, _cpu_shares(runs), thresholds)
-                    or (stall_after_s is not None and max(per_config.values()) >= stall_after_s)
-                )
-            )
+            or (per_config and stall_after_s is not None and max(per_config.values()) >= stall_after_s)
         ):
-            kept.append(test_id)
+            kept[test_id] = CERTAIN
+        elif per_config:
+            stretch = _stretch(per_config, quotas, pinned, shares, thresholds)
+            if stretch is not None:
+                kept[test_id] = stretch
     return kept
 
 
@@ -81,16 +96,18 @@ def _cpu_shares(runs: dict[str, Run]) -> dict[str, float]:
     return {label: ((run.user_s or 0.0) + (run.sys_s or 0.0)) / run.wall_s for label, run in runs.items() if run.wall_s}
 
 
-def _stretched(
+def _stretch(
     per_config: dict[str, float],
     quotas: dict[str, float],
     pinned: dict[str, int],
     shares: dict[str, float],
     thresholds: Thresholds,
-) -> bool:
-    """The slowest configuration survey_ratio x the time to beat (cpu_sensitivity.slowdowns)."""
+) -> float | None:
+    """The largest ratio of a configuration to its time to beat (cpu_sensitivity.slowdowns)
+    among those survey_ratio x that time or more; None: nothing stretched."""
     fast = min(per_config, key=per_config.__getitem__)
     fast_s, share = per_config[fast], shares.get(fast)
+    found: float | None = None
     for label, value in per_config.items():
         expected = fast_s
         if label in quotas and share is not None:
@@ -98,5 +115,6 @@ def _stretched(
         elif label in pinned and share is not None:
             expected = fast_s * max(1.0, share / pinned[label])
         if value >= thresholds.survey_ratio * expected and value - fast_s >= thresholds.cpu_sensitivity_min_s:
-            return True
-    return False
+            ratio = value / expected if expected > 0 else CERTAIN
+            found = ratio if found is None else max(found, ratio)
+    return found

@@ -136,6 +136,8 @@ def _screen(scratch: Path, seconds: float, drill: bool) -> dict:
     healthy = [f for f in findings if f["test"] not in planted and f["severity"] in ("medium", "high")]
     survey = report.get("survey") or {}
     return {
+        "phases": phases(report),
+        "budget": report.get("budget"),
         "suite_s": own_s,
         "tests": tests,
         "lagtrace_s": lagtrace_s,
@@ -146,6 +148,18 @@ def _screen(scratch: Path, seconds: float, drill: bool) -> dict:
         "focused": len(survey.get("focused", [])),
         "cleared": survey.get("cleared"),
     }
+
+
+def phases(report: dict) -> dict[str, float]:
+    """Where the job's time went, from its stored runs' wall times (seconds): the survey
+    (or a whole-command screen with its warm-ups), the focused screen, the census, the drill."""
+    runs = {"survey": 0.0, "focus": 0.0, "census": 0.0, "drill": 0.0}
+    for config in report["configs"]:
+        runs["survey"] += sum(run["wall_s"] for run in config["runs"] + config["warmup_runs"])
+        runs["focus"] += sum(run["wall_s"] for run in config["focus_runs"])
+    for run in report["evidence_runs"]:
+        runs["census" if run["probe"] == "census" else "drill"] += run["wall_s"]
+    return {phase: round(seconds, 1) for phase, seconds in runs.items()}
 
 
 def run(quick: bool = False) -> dict:
@@ -162,7 +176,10 @@ def run(quick: bool = False) -> dict:
                 "x",
                 target="<= 4x" if seconds >= 60 else None,
                 met=result["ratio"] <= 4 if seconds >= 60 else None,
-                note=f"{result['focused']} tests focused, {result['cleared']} cleared by the survey",
+                note=f"{result['focused']} tests focused, {result['cleared']} cleared by the survey; "
+                + ", ".join(
+                    f"{phase} {seconds / result['suite_s']:.1f}x" for phase, seconds in result["phases"].items()
+                ),
             ),
             Figure(
                 f"planted tests found, {name}",

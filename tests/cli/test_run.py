@@ -258,7 +258,7 @@ def test_a_healthy_suite_of_forty_fast_tests_gets_a_report(sqlite_url, tmp_path)
     assert len(report["tests"]) == 40
     # Forty tests is a suite of real size: its survey clears them all (no configuration is
     # 10 ms from another in any test), so one whole-suite run per configuration is all.
-    assert report["survey"] == {"tests": 40, "cleared": 40, "focused": []}
+    assert report["survey"] == {"tests": 40, "cleared": 40, "focused": [], "left_out": []}
     assert all(len(c["runs"]) == 1 and not c["focus_runs"] for c in report["configs"])
     assert not [f for f in report["findings"] if f["severity"] in ("medium", "high")], result.stdout
     assert "inf" not in result.stdout
@@ -274,6 +274,10 @@ def test_a_healthy_suite_of_forty_fast_tests_gets_a_report(sqlite_url, tmp_path)
         (["--config", "gpus=1", "--", "true"], "unknown key"),
         (["--repeat", "0", "--", "true"], "--repeat must be at least 1"),
         (["--timeout", "0", "--", "true"], "--timeout must be a positive"),
+        (["--budget", "0", "--", "true"], "--budget must be a positive number of seconds"),
+        (["--budget", "-60", "--", "true"], "--budget must be a positive number of seconds"),
+        (["--budget", "nan", "--", "true"], "--budget must be a positive number of seconds"),
+        (["--budget", "an-hour", "--", "true"], "Invalid value for '--budget'"),
         ([], "no command given"),
         (["--workdir", "/does/not/exist", "--", "true"], "does not exist"),
         (["--", "no-such-program-anywhere"], "not found on PATH"),
@@ -386,7 +390,10 @@ def test_a_suite_of_real_size_is_surveyed_and_only_what_it_keeps_is_rerun(sqlite
     flagged = {f["test"] for f in report["findings"] if f["kind"] == "cpu_sensitivity"}
     assert flagged == {sensitive}
     assert "the survey ran it whole once per configuration" in result.stdout
-    assert "more tests the survey cleared" in result.stdout  # the text report does not list all 30
+    # The text report lists the flagged test and the 5 slowest others, then counts the rest.
+    with_findings = {f["test"] for f in report["findings"] if f["test"]}
+    assert f"{30 - len(with_findings)} tests cleared ({survey['cleared']} by the survey alone" in result.stdout
+    assert "not listed here: `--all` lists every test" in result.stdout
 
 
 SUITE_WITH_HIDDEN_WAITS = """
@@ -506,3 +513,80 @@ def test_a_suite_that_hangs_everywhere_ends_after_one_timeout_per_configuration(
     assert sorted(note.split(" hung:")[0] for note in report["notes"] if " hung:" in note) == ["cpuset=0", "cpuset=0-1"]
     [failed] = [f for f in report["findings"] if f["kind"] == "command_failed"]
     assert "timed out in all 2 runs in every configuration" in failed["title"]
+
+
+# A suite with two tests slower on one core than on two: one cheap and 50x apart, one
+# costly and 1.5x apart (the least suspicious), among fillers the survey clears.
+SUITE_FOR_A_BUDGET = """
+import os
+import time
+
+import pytest
+
+ONE_CORE = len(os.sched_getaffinity(0)) == 1
+
+
+@pytest.mark.parametrize("n", range(22))
+def test_filler(n):
+    time.sleep(0.002)
+
+
+def test_cheap_and_far_apart():
+    time.sleep(0.2 if ONE_CORE else 0.004)
+
+
+def test_costly_and_close():
+    time.sleep(3.0 if ONE_CORE else 2.0)
+"""
+
+
+@pytest.mark.latency
+def test_a_tiny_budget_screens_the_most_suspicious_test_and_names_what_it_left_out(sqlite_url, tmp_path):
+    """Issue 23: the budget is spent on the most suspicious tests first. The survey costs
+    about 6 s; the cheap test's five focused rounds about 5 s more; the costly one's
+    another 30 s, which a 20 s budget cannot hold."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_budget.py").write_text(SUITE_FOR_A_BUDGET)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_budget.py"]
+
+    def screen(*budget: str) -> dict:
+        out = tmp_path / f"out{len(budget)}.json"
+        options = ["--repeat", "5", "--evidence", "none", "--workdir", str(suite), "--json", str(out)]
+        result = run_cli(["run", "--executor", "local", *CORES, *options, *budget, "--", *command], sqlite_url)
+        assert result.returncode == 0, result.stderr
+        return {**result.report(out), "text": result.stdout}
+
+    report = screen("--budget", "20")
+    jsonschema.validate({k: v for k, v in report.items() if k != "text"}, json.loads(SCHEMA_FILE.read_text()))
+    cheap, costly = "test_budget.py::test_cheap_and_far_apart", "test_budget.py::test_costly_and_close"
+    assert report["survey"]["focused"] == [cheap]
+    assert report["survey"]["left_out"] == [costly]
+    assert report["budget"]["given"] and report["budget"]["limit_s"] == 20
+    assert report["budget"]["left_out"]["tests"] == [costly]
+    [left] = [test for test in report["tests"] if test["id"] == costly]
+    assert left["left_out"] and not left["cleared"]
+    assert [f["test"] for f in report["findings"] if f["kind"] == "cpu_sensitivity"] == [cheap]
+    assert "left out of the focused screen" in report["text"] and costly in report["text"]
+
+    # Without a budget (the default: at least 300 s) both are screened.
+    unbounded = screen()
+    assert unbounded["survey"]["focused"] == [cheap, costly] and unbounded["survey"]["left_out"] == []
+    assert not unbounded["budget"]["given"] and unbounded["budget"]["limit_s"] >= 300
+
+
+def test_a_budget_below_the_first_round_stops_a_command_after_it(sqlite_url, tmp_path):
+    """A command screened whole: its warm-ups always run (they measure it), then nothing
+    that would pass the budget; the report says which runs it left out."""
+    out = tmp_path / "out.json"
+    options = ["--repeat", "5", "--evidence", "none", "--budget", "0.5", "--json", str(out)]
+    result = run_cli(
+        ["run", "--executor", "local", *CORES, *options, "--", PYTHON, "-c", "import time; time.sleep(0.3)"],
+        sqlite_url,
+    )
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert all(config["runs"] == [] for config in report["configs"])
+    assert [len(config["warmup_runs"]) for config in report["configs"]] == [1, 1]
+    assert report["budget"]["left_out"]["rounds"] == ["runs 1-5 of cpuset=0, cpuset=0-1"]
+    assert "Budget: the runs took" in result.stdout and "runs 1-5 of cpuset=0, cpuset=0-1" in result.stdout

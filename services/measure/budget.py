@@ -1,0 +1,122 @@
+"""A job's time budget (issue 23): how long its runs may take in all, and what it left out.
+
+The budget counts the wall time of every run the job stored (survey, warm-up, timing,
+focused, census, evidence), so a screen and a drill on different workers, or a step
+resumed after a crash, read the same figure from the database. The first round (one run
+per configuration: the survey of a suite, the warm-up of a command) always runs; it is
+what the default is measured on. After it, each focused or timing round and each
+evidence run goes ahead only when its predicted cost still fits, so a job stops before
+its budget is exceeded (by one run's misprediction at most) and never runs unbounded.
+
+The default is ``budget_multiple`` x the first run in the configuration with the most
+CPUs (the suite's own time on all cores), never below ``budget_floor_s`` (a command
+screened whole, not surveyed, also gets the rounds a verdict needs on top; a pull
+request, whose base is screened beside its head, twice all that): a small
+program keeps today's full screen and drill, a suite of real size spends a few times its
+own time. What does not fit is named in ``job.budget`` (and the report): the tests the
+focused screen left out (the least suspicious first), the rounds it could not run, the
+census, and the drill's targets.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from services.measure.configs import cpu_config
+from services.models import Job, JobConfig, Run, RunKind
+from services.thresholds import Thresholds
+
+FIRST_ROUND = (RunKind.survey, RunKind.warmup, RunKind.timing)
+
+
+def spent_s(job: Job) -> float:
+    """The wall time of every run the job stored so far."""
+    return sum(run.wall_s for config in job.configs for run in config.runs)
+
+
+def _widest(job: Job) -> JobConfig | None:
+    """The configuration with the most CPUs (no quota first: a quota slows the suite)."""
+    if not job.configs:
+        return None
+    return max(job.configs, key=lambda c: (c.cpus is None, cpu_config(c).effective_cpus, -c.position))
+
+
+def reference_s(job: Job) -> float | None:
+    """The suite's own time: its first run in the configuration with the most CPUs."""
+    widest = _widest(job)
+    runs: list[Run] = [run for run in widest.runs if run.kind in FIRST_ROUND] if widest else []
+    return runs[0].wall_s if runs else None
+
+
+def limit_s(job: Job, thresholds: Thresholds) -> float | None:
+    """The budget: the one asked for, else the default once the first round measured the
+    suite (None before: nothing limits the first round but the run timeout)."""
+    if job.budget_s is not None:
+        return job.budget_s
+    reference = reference_s(job)
+    if reference is None:
+        return None
+    default = thresholds.budget_multiple * reference
+    if not any(run.kind is RunKind.survey for config in job.configs for run in config.runs):
+        # A command screened whole judges nothing below rounds_needed rounds of every
+        # configuration: the default covers them, then the multiple for the drill.
+        first = [next((run for run in c.runs if run.kind in FIRST_ROUND), None) for c in job.configs]
+        default += rounds_needed(job, thresholds) * sum(run.wall_s for run in first if run is not None)
+    if any(run.kind in BASE_KINDS for config in job.configs for run in config.runs):
+        default *= 2  # a pull request's base is screened beside its head: two suites' worth
+    return max(thresholds.budget_floor_s, default)
+
+
+BASE_KINDS = (RunKind.base, RunKind.base_warmup, RunKind.base_focus)
+
+
+def rounds_needed(job: Job, thresholds: Thresholds) -> int:
+    """The timing rounds after the first that a verdict needs (fewer runs judge nothing)."""
+    return min(job.repeat, max(thresholds.min_repetitions, thresholds.flaky_min_runs))
+
+
+def remaining_s(job: Job, thresholds: Thresholds) -> float:
+    limit = limit_s(job, thresholds)
+    return math.inf if limit is None else limit - spent_s(job)
+
+
+def fits(job: Job, thresholds: Thresholds, cost_s: float) -> bool:
+    """Whether a step predicted to take ``cost_s`` still fits in what is left."""
+    return cost_s <= remaining_s(job, thresholds)
+
+
+# What the budget can leave out, as the report's budget.left_out keys.
+TESTS, ROUNDS, CENSUS, DRILL = "tests", "rounds", "census", "drill"
+
+
+def leave_out(job: Job, thresholds: Thresholds, what: str, items: list[str]) -> None:
+    """Record that the budget left ``items`` of ``what`` out (added to what it left before)."""
+    state = record(job, thresholds)
+    left = dict(state.get("left_out") or {})
+    left[what] = list(dict.fromkeys([*left.get(what, []), *items]))
+    job.budget = {**state, "left_out": left}
+
+
+def record(job: Job, thresholds: Thresholds) -> dict[str, Any]:
+    """The budget as stored on the job (limit and whether it was given), brought up to date."""
+    state = dict(job.budget or {})
+    limit = limit_s(job, thresholds)
+    state.update({"limit_s": round(limit, 3) if limit is not None else None, "given": job.budget_s is not None})
+    state.setdefault("left_out", {})
+    job.budget = state
+    return state
+
+
+def forget(job: Job, *whats: str) -> None:
+    """Forget what an earlier attempt left out of ``whats`` (its runs are dropped and run
+    again); all of it when none is named."""
+    if not job.budget:
+        return
+    left = {key: items for key, items in (job.budget.get("left_out") or {}).items() if whats and key not in whats}
+    job.budget = {**job.budget, "left_out": left}
+
+
+# A census run (strace of every sleep and read, test boundaries marked) over its untraced
+# survey run: 16.3 s against 10.8 s for a synthetic suite of 278 tests.
+CENSUS_COST = 1.5
