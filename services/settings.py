@@ -38,6 +38,16 @@ class Settings(BaseSettings):
     artifact_zstd_level: int = Field(3, ge=1, le=22)
     # Artifacts older than this are deleted (the parsed evidence stays in the database).
     artifact_retention_days: float = Field(30.0, gt=0)
+    # Set: artifacts go to this S3-compatible bucket instead of artifact_dir, so the API
+    # serves what any worker stored (AWS S3, MinIO, Ceph; the endpoint unset means AWS).
+    # Without keys, boto3's own chain supplies credentials (IRSA, instance profile).
+    artifacts_s3_bucket: str | None = None
+    artifacts_s3_prefix: str = ""
+    artifacts_s3_endpoint_url: str | None = None
+    artifacts_s3_region: str | None = None
+    artifacts_s3_access_key_id: SecretStr | None = None
+    artifacts_s3_secret_access_key: SecretStr | None = None
+    artifacts_s3_path_style: bool = True
     # Where the local executor makes its per-run cgroups (v1: below the cpu hierarchy,
     # v2: below the unified root).
     cgroup_root: Path = Path("/sys/fs/cgroup")
