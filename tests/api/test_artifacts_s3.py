@@ -9,7 +9,9 @@ import zstandard
 from tests.api.conftest import build_api
 from tests.api.test_jobs import create
 from tests.service_support import make_repository
-from tests.support.s3 import s3_server  # noqa: F401 (the fixture)
+from tests.support import s3
+
+s3_server = s3.s3_server  # the fixture
 
 
 @pytest.fixture

@@ -9,7 +9,9 @@ import pytest
 
 from services.measure.artifacts import ArtifactTooLarge, S3ArtifactStore, make_artifact_store
 from services.settings import Settings
-from tests.support.s3 import s3_server  # noqa: F401 (the fixture)
+from tests.support import s3
+
+s3_server = s3.s3_server  # the fixture
 
 
 def store_on(server, bucket: str, **overrides) -> S3ArtifactStore:
