@@ -38,6 +38,16 @@ class Settings(BaseSettings):
     artifact_zstd_level: int = Field(3, ge=1, le=22)
     # Artifacts older than this are deleted (the parsed evidence stays in the database).
     artifact_retention_days: float = Field(30.0, gt=0)
+    # Set: artifacts go to this S3-compatible bucket instead of artifact_dir, so the API
+    # serves what any worker stored (AWS S3, MinIO, Ceph; the endpoint unset means AWS).
+    # Without keys, boto3's own chain supplies credentials (IRSA, instance profile).
+    artifacts_s3_bucket: str | None = None
+    artifacts_s3_prefix: str = ""
+    artifacts_s3_endpoint_url: str | None = None
+    artifacts_s3_region: str | None = None
+    artifacts_s3_access_key_id: SecretStr | None = None
+    artifacts_s3_secret_access_key: SecretStr | None = None
+    artifacts_s3_path_style: bool = True
     # Where the local executor makes its per-run cgroups (v1: below the cpu hierarchy,
     # v2: below the unified root).
     cgroup_root: Path = Path("/sys/fs/cgroup")
@@ -50,13 +60,19 @@ class Settings(BaseSettings):
     docker_pids_limit: int = 1024
     docker_tmpfs_size: str = "1g"
     # The prepare step runs the repository's own code (pip builds its packages), so it has
-    # no network unless the operator opts in (a network name: "bridge", or "host" where the
-    # engine has no bridge; "host" also reaches the node's own services such as the database).
+    # no network unless the operator opts in: "index" (the sealed network: it reaches
+    # package_index_url and nothing else, services/measure/executors/prepare_network.py),
+    # or a docker network name ("host" only on a machine with nothing else to reach: it is
+    # the node's own network, with its database and broker).
     docker_prepare_network: str = "none"
     docker_prepare_timeout_s: float = Field(900.0, gt=0)
-    # The only index the prepare step is told about; no credentials in it (the repository's
-    # code would read them), and the worker's own PIP_* and proxy variables are never passed.
-    docker_prepare_index_url: str | None = None
+    # The one index the prepare step's pip uses (PIP_INDEX_URL, e.g. a pypiserver or devpi
+    # in the cluster); no credentials in it (the repository's code would read them), and
+    # the worker's own PIP_* and proxy variables are never passed.
+    package_index_url: str | None = None
+    # The docker network the index relay reaches the index through (the engine's default
+    # bridge, or the network an index container is on).
+    docker_index_uplink: str = "bridge"
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property
@@ -173,17 +189,20 @@ class Settings(BaseSettings):
             raise ValueError(f"LAGTRACE_ALLOWED_EXECUTORS: a comma-separated list of docker, local (got {value})")
         return value
 
-    @field_validator("docker_prepare_index_url")
+    @field_validator("package_index_url")
     @classmethod
     def _index_without_credentials(cls, value: str | None) -> str | None:
         if value is not None:
             parts = urlsplit(value)
-            if parts.scheme != "https" or parts.username or parts.password:
-                raise ValueError("LAGTRACE_DOCKER_PREPARE_INDEX_URL: an https:// URL without user or password")
+            # http:// too: an index inside the cluster, reached only through the relay.
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+                raise ValueError("LAGTRACE_PACKAGE_INDEX_URL: an http(s):// URL with a host, without user or password")
         return value
 
     @model_validator(mode="after")
     def _time_limits_nest(self) -> Settings:
+        if self.docker_prepare_network == "index" and not self.package_index_url:
+            raise ValueError("LAGTRACE_DOCKER_PREPARE_NETWORK=index needs LAGTRACE_PACKAGE_INDEX_URL")
         if not self.task_soft_time_limit_s < self.task_time_limit_s < self.broker_visibility_timeout_s:
             raise ValueError(
                 "task time limits must nest: LAGTRACE_TASK_SOFT_TIME_LIMIT_S < LAGTRACE_TASK_TIME_LIMIT_S "

@@ -525,3 +525,99 @@ def test_the_metrics_token_reaches_the_api_from_the_secret(helm):
     ref = next(e for e in api["env"] if e["name"] == "LAGTRACE_METRICS_TOKEN")["valueFrom"]["secretKeyRef"]
     assert ref == {"name": secret["metadata"]["name"], "key": "metrics-token", "optional": True}
     assert "scrape-token-0123456789" not in json.dumps(rendered.one("ConfigMap", "lagtrace"))
+
+
+# --- The prepare step's network, worker egress and artifacts in object storage (issue 25) ---
+
+
+def _worker_egress(rendered: Rendered) -> dict:
+    return rendered.one("NetworkPolicy", "-worker")["spec"]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=value_set_id)
+def test_the_prepare_step_never_gets_the_pods_network(helm, values):
+    rendered = render(helm, values)
+    config = rendered.one("ConfigMap", "lagtrace")["data"]
+    # The index's sealed network or none: "host" (or any named network) would reach the
+    # database, the broker and the metadata service from repository code.
+    expected = "index" if config.get("LAGTRACE_PACKAGE_INDEX_URL") else "none"
+    assert config["LAGTRACE_DOCKER_PREPARE_NETWORK"] == expected
+    for workload in rendered.workloads():
+        for container in all_containers(workload):
+            assert _env(container).get("LAGTRACE_DOCKER_PREPARE_NETWORK") is None
+
+
+def test_an_index_url_gives_the_prepare_step_the_sealed_network(helm):
+    url = "http://pypi.pypi.svc:8080/simple/"
+    config = render(helm, None, "--set", f"packageIndex.url={url}").one("ConfigMap", "lagtrace")["data"]
+    assert config["LAGTRACE_DOCKER_PREPARE_NETWORK"] == "index"
+    assert config["LAGTRACE_PACKAGE_INDEX_URL"] == url and config["LAGTRACE_DOCKER_INDEX_UPLINK"] == "bridge"
+    settings = Settings(
+        _env_file=None,
+        **{k.removeprefix("LAGTRACE_").lower(): v for k, v in config.items() if k != "LAGTRACE_ALLOWED_EXECUTORS"},
+    )
+    assert settings.docker_prepare_network == "index" and settings.package_index_url == url
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "config.extraEnv.LAGTRACE_DOCKER_PREPARE_NETWORK=host"], "never gets the pod's network"),
+        (["--set", "packageIndex.uplink=host"], "packageIndex.uplink"),
+        (["--set", "packageIndex.url=https://ci:pw@pypi.example/simple/"], "packageIndex.url"),
+    ],
+)
+def test_the_chart_refuses_a_host_prepare_network_and_index_credentials(helm, args, message):
+    done = run_helm(helm, "template", "rel", str(CHART), *args)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_worker_egress_is_denied_but_to_the_database_broker_index_and_github(helm):
+    spec = _worker_egress(render(helm))
+    assert "Egress" in spec["policyTypes"]
+    ports = [sorted((p["port"], p["protocol"]) for p in rule["ports"]) for rule in spec["egress"]]
+    # DNS, PostgreSQL, Redis, HTTPS; no index rule without an index.
+    assert ports == [[(53, "TCP"), (53, "UDP")], [(5432, "TCP")], [(6379, "TCP")], [(443, "TCP")]]
+    https = spec["egress"][3]["to"][0]["ipBlock"]
+    assert https["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in https["except"] and "10.0.0.0/8" in https["except"]
+    # The API and beat stay open (they reach only lagtrace's own services).
+    assert "Egress" not in render(helm).one("NetworkPolicy", "-api")["spec"]["policyTypes"]
+
+    with_index = _worker_egress(render(helm, CHART / "ci" / "object-storage-values.yaml"))["egress"]
+    peers = {rule["ports"][0]["port"]: rule.get("to") for rule in with_index}
+    assert peers[8080] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "pypi"}}}]
+    assert peers[9000] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}}}]
+    assert peers[5432] == [{"ipBlock": {"cidr": "10.20.0.0/24"}}]
+
+    # The in-chart trial databases: reached by their pods' labels, nothing else on the port.
+    trial = {
+        rule["ports"][0]["port"]: rule.get("to")
+        for rule in _worker_egress(render(helm, CHART / "ci" / "trial-values.yaml"))["egress"]
+    }
+    assert trial[5432][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "postgresql"
+    assert trial[6379][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
+
+    opened = _worker_egress(render(helm, None, "--set", "networkPolicy.workerEgress.enabled=false"))
+    assert "Egress" not in opened["policyTypes"]
+
+
+def test_artifacts_go_to_object_storage_with_credentials_from_a_secret(helm):
+    rendered = render(helm, CHART / "ci" / "object-storage-values.yaml")
+    config = rendered.one("ConfigMap", "lagtrace")["data"]
+    assert config["LAGTRACE_ARTIFACTS_S3_BUCKET"] == "lagtrace-artifacts"
+    assert config["LAGTRACE_ARTIFACTS_S3_ENDPOINT_URL"] == "http://minio.minio.svc.cluster.local:9000"
+    assert not any("ACCESS_KEY" in key for key in config)
+    for suffix in ("-api", "-worker"):
+        container = pod_spec(rendered.one("Deployment", suffix))["containers"][0]
+        refs = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]
+            for e in container["env"]
+            if e["name"].startswith("LAGTRACE_ARTIFACTS_S3_")
+        }
+        assert refs == {
+            "LAGTRACE_ARTIFACTS_S3_ACCESS_KEY_ID": {"name": "lagtrace-s3", "key": "access-key-id"},
+            "LAGTRACE_ARTIFACTS_S3_SECRET_ACCESS_KEY": {"name": "lagtrace-s3", "key": "secret-access-key"},
+        }
+    # Without a bucket: the directory store, and no S3 variables anywhere.
+    default = render(helm)
+    assert not any(key.startswith("LAGTRACE_ARTIFACTS_S3_") for key in default.one("ConfigMap", "lagtrace")["data"])

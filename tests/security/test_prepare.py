@@ -105,7 +105,7 @@ def test_the_workers_index_credentials_are_not_forwarded(workdir, tmp_path, monk
     finally:
         index.close()
     with pytest.raises(ValueError, match="without user or password"):
-        Settings(docker_prepare_index_url="https://ci:pw@pypi.example/simple")
+        Settings(package_index_url="https://ci:pw@pypi.example/simple")
 
 
 def test_dependency_images_are_keyed_by_project(workdir, tmp_path):

@@ -125,6 +125,18 @@ Call with (dict "ctx" $ "secret" NAME "key" KEY "length" N).
       name: {{ include "lagtrace.secretName" . }}
       key: metrics-token
       optional: true
+{{- if and .Values.artifacts.s3.bucket .Values.artifacts.s3.existingSecret }}
+- name: LAGTRACE_ARTIFACTS_S3_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.artifacts.s3.existingSecret }}
+      key: access-key-id
+- name: LAGTRACE_ARTIFACTS_S3_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.artifacts.s3.existingSecret }}
+      key: secret-access-key
+{{- end }}
 {{- end -}}
 
 {{- define "lagtrace.envFrom" -}}
@@ -183,6 +195,11 @@ pre-install,pre-upgrade
 {{- end -}}
 {{- if and (gt (int .Values.worker.concurrency) 1) (not .Values.worker.packDisjointCores) -}}
 {{- fail "worker.concurrency above 1 needs worker.packDisjointCores: two runs on one worker measure each other" -}}
+{{- end -}}
+{{- range $name, $value := .Values.config.extraEnv -}}
+{{- if eq $name "LAGTRACE_DOCKER_PREPARE_NETWORK" -}}
+{{- fail (printf "config.extraEnv.LAGTRACE_DOCKER_PREPARE_NETWORK=%v: the chart sets it (the sealed index network with packageIndex.url, else none); the prepare step runs repository code and never gets the pod's network" $value) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.worker.autoscaling.enabled (not .Values.redis.enabled) (not .Values.worker.autoscaling.redis.address) -}}
 {{- fail "worker.autoscaling needs worker.autoscaling.redis.address (host:port of the broker)" -}}

@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import docker
 import requests
@@ -46,6 +47,7 @@ from docker.types import Mount
 
 from services.errors import BadInput, LagtraceError
 from services.measure import hostload
+from services.measure.executors import prepare_network
 from services.measure.executors.base import RunRequest, RunResult, ToolResult
 from services.measure.executors.local import _tail
 from services.settings import Settings
@@ -195,8 +197,17 @@ class DockerExecutor:
         # backends), so nothing of the worker's environment (index credentials, proxies,
         # tokens) goes in; the operator may name one index without credentials.
         environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1"}
-        if self.settings.docker_prepare_index_url:
-            environment["PIP_INDEX_URL"] = self.settings.docker_prepare_index_url
+        if self.settings.package_index_url:
+            environment["PIP_INDEX_URL"] = self.settings.package_index_url
+            parts = urlsplit(self.settings.package_index_url)
+            if parts.scheme == "http":
+                # pip ignores a plain-http index unless told to trust it: an index inside
+                # the cluster, which the operator named and the sealed network leads to.
+                environment["PIP_TRUSTED_HOST"] = parts.netloc
+        network = self.settings.docker_prepare_network
+        if network == "index":
+            # The sealed network: the index (through its relay) and nothing else.
+            network = prepare_network.ensure(self.client, self.settings, self._image_id)
         mounts = [Mount(WORKSPACE, str(workdir), type="bind", read_only=True)]
         try:
             container = self.client.containers.create(
@@ -205,7 +216,7 @@ class DockerExecutor:
                 working_dir=WORKSPACE,
                 environment=environment,
                 mounts=mounts,
-                network_mode=self.settings.docker_prepare_network,
+                network_mode=network,
                 # The root stays writable here: the install writes the venv into the image.
                 **self._hardening(read_only=False, job_id=None),
             )
@@ -491,7 +502,7 @@ class DockerExecutor:
         if "network" in message and "not found" in message:
             return BadInput(
                 f"cannot start {what}: {message}; choose an existing network with "
-                f"LAGTRACE_DOCKER_PREPARE_NETWORK (e.g. host)"
+                f"LAGTRACE_DOCKER_PREPARE_NETWORK (index, with LAGTRACE_PACKAGE_INDEX_URL)"
             )
         if exc.status_code is not None and 400 <= exc.status_code < 500:
             return BadInput(f"the Docker engine refused {what}: {message}")
