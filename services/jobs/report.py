@@ -250,6 +250,8 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         # A pull request's job: each test head against base (services/jobs/pull_requests.py).
         "base_comparison": pull_requests.comparison_view(job),
         "survey": surveyed,
+        # The node and its measurement lock (services/measure/nodelock.py), per phase.
+        "measured_on": job.measured_on or [],
     }
     return validated(report)
 
@@ -433,6 +435,8 @@ def render_text(report: dict[str, Any]) -> str:
         ]
     for note in report["notes"]:
         out += ["", f"Note: {note}"]
+    for place in report.get("measured_on", []):
+        out += ["", f"The {place['phase']} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
     return "\n".join(out) + "\n"
 
 
