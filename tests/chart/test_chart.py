@@ -618,3 +618,27 @@ def test_the_metrics_token_reaches_the_api_from_the_secret(helm):
     ref = next(e for e in api["env"] if e["name"] == "LAGTRACE_METRICS_TOKEN")["valueFrom"]["secretKeyRef"]
     assert ref == {"name": secret["metadata"]["name"], "key": "metrics-token", "optional": True}
     assert "scrape-token-0123456789" not in json.dumps(rendered.one("ConfigMap", "lagtrace"))
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=value_set_id)
+def test_two_renders_are_identical_so_a_gitops_sync_changes_nothing(helm, values):
+    """`helm template` (what Argo CD and Flux render with) has no cluster to look up: a
+    secret generated at render time would differ on every sync, and with it the pods'
+    checksum (a rollout) and the in-chart database's password."""
+    first, second = render(helm, values), render(helm, values)
+    assert first.objects == second.objects
+
+
+@pytest.mark.parametrize("database", ["postgresql", "redis"])
+def test_an_in_chart_database_without_a_password_is_refused(helm, database):
+    done = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(CHART / "ci" / "trial-values.yaml"),
+        "--set",
+        f"{database}.password=",
+    )
+    assert done.returncode != 0 and f"{database}.password is empty" in done.stderr, done.stderr
