@@ -207,4 +207,7 @@ emptyDir: {}
 {{- if and (not .Values.secrets.existingSecret) (not .Values.redis.enabled) (not .Values.secrets.brokerUrl) }}
 - a broker: set secrets.brokerUrl, secrets.existingSecret, or redis.enabled=true (trials)
 {{- end }}
+{{- if and (not .Values.secrets.existingSecret) (not .Values.secrets.secretKey) }}
+- a secret key: set secrets.secretKey (openssl rand -hex 32) or secrets.existingSecret; none is generated
+{{- end }}
 {{- end -}}
