@@ -71,10 +71,10 @@ def test_two_workers_with_their_own_work_dirs_share_the_node_lock(postgres_serve
     # Both workers screened, one job each, at the same time: one waited for the other.
     screens = {job["progress"]["configs"][0]["worker"] for job in jobs}
     assert len(screens) == 2, screens
-    assert "waiting for another measurement on this node to finish" in said
     first, second = sorted(spans, key=min)
     assert len(first) == len(second) == 1 + 3  # the warm-up, then three timing runs
     assert max(end for _, end in first) <= min(start for start, _ in second), (first, second)
+    assert "waiting for another measurement on this node to finish" in said
     # Each report names the node and the lock its screen held: the shared directory.
     for job in jobs:
         [screen] = [place for place in job["report"]["measured_on"] if place["phase"] == "screen"]
