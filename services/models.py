@@ -144,6 +144,9 @@ class Job(Base):
     # Seed of the screen's run order within each round (random, so that a drift of the
     # machine does not always favour one configuration); kept so a job can be replayed.
     screen_seed: Mapped[int | None] = mapped_column(BigInteger)
+    # Where the screen and the drill ran and the node's measurement locks each held:
+    # [{"phase", "node", "locks"}] (services/measure/nodelock.py). None before 0014.
+    measured_on: Mapped[list[Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column()

@@ -152,6 +152,14 @@ class Settings(BaseSettings):
     worker_heartbeat_file: Path | None = None
     # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
     node_name: str | None = None
+    # The directory of the node's measurement locks (services/measure/nodelock.py): every
+    # worker of a node must name the same one, whatever its work directory (the chart
+    # mounts one hostPath into every worker pod). Unset: WORK_DIR/locks, for one machine.
+    node_lock_path: Path | None = None
+    # The cgroup the Docker engine puts lagtrace's containers under (docker run
+    # --cgroup-parent); its cpuset is then the CPUs configurations may name. Unset: the
+    # engine's default parent.
+    docker_cgroup_parent: str | None = None
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False

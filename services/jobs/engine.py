@@ -116,6 +116,9 @@ def plan_job(
     executor.check_command(command, workdir)
     available = executor.available_cpus()
     quota_problem = executor.quota_unsupported_reason()
+    if executor.name == "docker":
+        # The runs live in the engine's cgroup: its CPU set is what counts, not the machine's.
+        machine = f"{machine}'s Docker engine"
     notes = []
     if specs:
         configs = parse_specs(specs, available, machine)
@@ -132,9 +135,26 @@ def plan_job(
 # --- screen, drill, diagnose: the phases both drivers run --------------------------------
 
 
+@contextmanager
+def node_slot(
+    settings: Settings, job: Job, phase: str, cpuset: tuple[int, ...] | None, progress: Progress = _quiet
+) -> Iterator[None]:
+    """The node's measurement lock for ``phase``, recorded on the job: the report names the
+    node and the lock each phase held (a drill may run on another node than its screen)."""
+    with nodelock.measurement_slot(settings, cpuset, progress) as held:
+        others = [entry for entry in job.measured_on or [] if entry.get("phase") != phase]
+        job.measured_on = [*others, {"phase": phase, **held.as_dict()}]
+        yield
+
+
 def screen_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
     """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
-    return nodelock.measurement_slot(settings, cpus_touched([cpu_config(c) for c in job.configs]), progress)
+    return node_slot(settings, job, "screen", cpus_touched([cpu_config(c) for c in job.configs]), progress)
+
+
+def drill_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
+    """Evidence runs use the slowest and the fastest configuration: the whole node."""
+    return node_slot(settings, job, "drill", None, progress)
 
 
 def screen_phase(
@@ -431,8 +451,7 @@ def execute_job(
     try:
         with screen_lock(settings, job, progress):
             screen_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
-        # Evidence runs use the slowest and the fastest configuration: the whole node.
-        with nodelock.measurement_slot(settings, None, progress):
+        with drill_lock(settings, job, progress):
             drill_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
         diagnose_phase(session, settings, job)
     except KeyboardInterrupt:
@@ -815,7 +834,7 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
         task.state = TaskState.cancelled
         return
     checkpoint = _stop_if_cancelled(session, job, task)
-    whole_node = lambda: nodelock.measurement_slot(settings, None, _progress(job))  # noqa: E731
+    whole_node = lambda: drill_lock(settings, job, _progress(job))  # noqa: E731
     try:
         with _checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):
             drill_phase(

@@ -258,6 +258,8 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "base_comparison": pull_requests.comparison_view(job),
         "survey": surveyed,
         "budget": budget_view(job, limits),
+        # The node and its measurement lock (services/measure/nodelock.py), per phase.
+        "measured_on": job.measured_on or [],
     }
     return validated(report)
 
@@ -515,6 +517,8 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         ]
     for note in report["notes"]:
         out += ["", f"Note: {note}"]
+    for place in report.get("measured_on", []):
+        out += ["", f"The {place['phase']} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
     return "\n".join(out) + "\n"
 
 

@@ -267,6 +267,16 @@ class ReportBudget(_Part):
     left_out: BudgetLeftOut
 
 
+class MeasuredOn(_Part):
+    """Where a measuring phase ran and the node's measurement locks it held while it did."""
+
+    phase: Literal["screen", "drill"]
+    # The Kubernetes node (LAGTRACE_NODE_NAME), else the host's name.
+    node: str
+    # The lock directory (the whole node) or, packing, a file per CPU.
+    locks: list[str]
+
+
 class Report(_Part):
     # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
     schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
@@ -286,6 +296,8 @@ class Report(_Part):
     base_comparison: BaseComparison | None = None
     survey: ReportSurvey | None = None
     budget: ReportBudget | None = None
+    # Jobs measured before 0014 have none.
+    measured_on: list[MeasuredOn] = []
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -4,14 +4,22 @@ A busy neighbouring core changes the very latency under study, so by default eve
 screen on a node takes the same lock. With LAGTRACE_PACK_DISJOINT_CORES runs lock only
 the CPUs they are pinned to (all CPUs when they are not pinned), so runs on disjoint
 cores may overlap; the job's report says so.
+
+The locks are flock(2) files in LAGTRACE_NODE_LOCK_PATH: every worker of a node must
+see the same directory (on Kubernetes a hostPath the chart mounts into every worker
+pod), or each holds "the node" alone. The kernel drops a lock when its holder dies, so
+a killed worker never leaves the node locked.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from services.settings import Settings
 
@@ -19,6 +27,26 @@ PACKING_NOTE = (
     "LAGTRACE_PACK_DISJOINT_CORES was on: runs of this job may have overlapped with other "
     "runs pinned to other cores of the same node, which changes cross-core latency"
 )
+
+
+@dataclass(frozen=True)
+class Held:
+    """Where a measurement ran and what it held: the report names both."""
+
+    node: str
+    locks: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"node": self.node, "locks": list(self.locks)}
+
+
+def lock_directory(settings: Settings) -> Path:
+    return settings.node_lock_path or settings.work_dir / "locks"
+
+
+def node_name(settings: Settings) -> str:
+    """The Kubernetes node (the downward API's spec.nodeName), else this host's name."""
+    return settings.node_name or socket.gethostname()
 
 
 def lock_names(settings: Settings, cpuset: tuple[int, ...] | None) -> list[str]:
@@ -32,18 +60,35 @@ def lock_names(settings: Settings, cpuset: tuple[int, ...] | None) -> list[str]:
 @contextmanager
 def measurement_slot(
     settings: Settings, cpuset: tuple[int, ...] | None, waiting: Callable[[str], None] = lambda message: None
-) -> Iterator[None]:
-    """Hold the node (or, packing, the CPUs of ``cpuset``); ``waiting`` hears when another holds it."""
-    directory = settings.work_dir / "locks"
+) -> Iterator[Held]:
+    """Hold the node (or, packing, the CPUs of ``cpuset``); ``waiting`` hears when another holds it.
+
+    The node's lock is the directory itself (flock on it needs no write permission: a
+    hostPath the kubelet made root's still serves a non-root worker); a CPU's is a file in
+    it. Where no file may be made there, packing falls back to the whole node.
+    """
+    directory = lock_directory(settings)
     directory.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
+        held = []
         for name in lock_names(settings, cpuset):
-            path = directory / f"{name}.lock"
-            handle = stack.enter_context(open(path, "a"))
+            path, fd = directory / f"{name}.lock", None
+            if name != "node":
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+                except PermissionError:
+                    pass
+            if fd is None:
+                path = directory
+                if str(path) in held:
+                    continue
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            stack.callback(os.close, fd)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 waiting(f"waiting for another measurement on this node to finish ({path})")
                 # Blocks in the kernel until the holder's process releases it or dies.
-                fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            held.append(str(path))
+        yield Held(node_name(settings), tuple(held))

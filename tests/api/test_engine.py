@@ -4,6 +4,7 @@ screen the same interleaved sequence of configurations, on one node, under its l
 from __future__ import annotations
 
 import fcntl
+import os
 import random
 import time
 from pathlib import Path
@@ -34,13 +35,15 @@ def run_order(api, job_id: int) -> list[tuple[str, int]]:
 
 
 def node_lock_is_held(work_dir: Path) -> bool:
-    with open(work_dir / "locks" / "node.lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return False
+    # The node's lock is its lock directory itself (services/measure/nodelock.py).
+    handle = os.open(work_dir / "locks", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(handle)
+    return False
 
 
 def test_the_service_and_lagtrace_run_screen_the_same_interleaved_sequence(api, tmp_path, database_url):

@@ -453,17 +453,110 @@ def _qos(pod: dict) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
-def test_whole_cores_values_give_workers_guaranteed_integer_cpus(helm):
+def _cpu_limit(container: dict) -> str | None:
+    limit = (container.get("resources") or {}).get("limits", {}).get("cpu")
+    return None if limit is None else str(limit)
+
+
+def test_whole_cores_values_give_the_engine_guaranteed_integer_cpus(helm):
     rendered = render(helm, CHART / "ci" / "whole-cores-values.yaml")
-    worker = rendered.one("Deployment", "-worker")
-    spec = pod_spec(worker)
+    spec = pod_spec(rendered.one("Deployment", "-worker"))
     assert _qos(spec) == "Guaranteed"
-    cpu = spec["containers"][0]["resources"]["limits"]["cpu"]
-    assert str(cpu).isdigit(), cpu  # the static CPU manager pins only integer requests
+    # The runs live in the engine's cgroup (the dind sidecar): the static CPU manager pins
+    # only integer CPUs, and they must be there, not on the worker process beside it.
+    containers = [*spec["initContainers"], *spec["containers"]]
+    integer = [c["name"] for c in containers if (_cpu_limit(c) or "").isdigit()]
+    assert integer == ["dind"], integer
     terms = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
     # The default is Burstable: whole cores are a choice the README explains.
     assert _qos(pod_spec(render(helm).one("Deployment", "-worker"))) == "Burstable"
+
+
+def test_every_worker_container_shares_the_nodes_measurement_lock(rendered):
+    """The lock is a host directory, the same for every worker pod of a node, and each
+    lagtrace container of a worker is told to lock there (not in its own work directory)."""
+    worker = rendered.one("Deployment", "-worker")
+    spec = pod_spec(worker)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for container in spec["containers"]:
+        lock_dir = _env(container)["LAGTRACE_NODE_LOCK_PATH"]
+        volume = volumes[_mounts(container)[lock_dir]]
+        assert volume["hostPath"]["path"] == "/var/lib/lagtrace/lock", volume
+        assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+        work_dir = next(o for o in rendered.of_kind("ConfigMap"))["data"]["LAGTRACE_WORK_DIR"]
+        assert not lock_dir.startswith(work_dir + "/")
+    # The setting the chart sets is the one the worker reads.
+    assert Settings(_env_file=None, node_lock_path="/x").node_lock_path == Path("/x")
+
+
+def test_measurement_workers_are_one_per_node_by_default(helm):
+    spec = pod_spec(render(helm).one("Deployment", "-worker"))
+    [term] = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "worker"
+    # A surge pod could only go to a node without a worker: the old one drains first.
+    rolling = render(helm).one("Deployment", "-worker")["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxUnavailable": 1, "maxSurge": 0}
+    shared = pod_spec(render(helm, None, "--set", "worker.exclusiveNodes=false").one("Deployment", "-worker"))
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in shared["affinity"]["podAntiAffinity"]
+
+
+def test_no_manifest_gives_the_prepare_step_the_host_network(rendered):
+    """ "host" is the pod's own network: it reaches the database, the broker and the
+    cloud's metadata service. No rendered variable or pod may choose it."""
+    for manifest in rendered.objects:
+        if manifest["kind"] == "ConfigMap":
+            assert manifest["data"].get("LAGTRACE_DOCKER_PREPARE_NETWORK", "none") != "host"
+    for workload in rendered.workloads():
+        assert not pod_spec(workload).get("hostNetwork")
+        for container in all_containers(workload):
+            assert _env(container).get("LAGTRACE_DOCKER_PREPARE_NETWORK", "none") != "host", container["name"]
+
+
+def test_light_work_has_its_own_queue_and_only_the_measurement_queue_scales(helm):
+    from cli.main import cli
+    from services.jobs.dispatch import NOTIFY, RECONCILE, SCREEN
+    from worker.app import LIGHT_QUEUE, QUEUE, queue_for
+
+    # Check runs and the reconciler never wait behind a screen: every `lagtrace worker`
+    # serves the light queue with a pool of its own (tests/worker/test_light_pool.py).
+    assert {queue_for(NOTIFY), queue_for(RECONCILE)} == {LIGHT_QUEUE} and queue_for(SCREEN) == QUEUE
+    trial = render(helm, CHART / "ci" / "trial-values.yaml")
+    worker = pod_spec(trial.one("Deployment", "-worker"))["containers"][0]
+    assert worker["args"][0] == "worker" and "worker" in cli.commands
+    assert _env(worker)["LAGTRACE_WORKER_CONCURRENCY"] == "1"  # one screen at a time
+    # KEDA adds workers for queued measurements only.
+    lists = [t["metadata"]["listName"] for t in trial.one("ScaledObject", "-worker")["spec"]["triggers"]]
+    assert lists == [QUEUE]
+
+
+def test_the_worker_pod_takes_a_runtime_class(helm):
+    def runtime(*args: str) -> str | None:
+        return pod_spec(render(helm, None, *args).one("Deployment", "-worker")).get("runtimeClassName")
+
+    assert runtime() is None
+    assert runtime("--set", "engine.runtimeClassName=kata") == "kata"
+    # With dind the engine shares the worker's pod: one RuntimeClass, and a conflict is refused.
+    assert runtime("--set", "worker.runtimeClassName=gvisor") == "gvisor"
+    done = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "--set",
+        "worker.runtimeClassName=gvisor",
+        "--set",
+        "engine.runtimeClassName=kata",
+    )
+    assert done.returncode != 0 and "differ" in done.stderr
+    external = CHART / "ci" / "external-engine-values.yaml"
+    assert (
+        pod_spec(render(helm, external, "--set", "worker.runtimeClassName=gvisor").one("Deployment", "-worker"))[
+            "runtimeClassName"
+        ]
+        == "gvisor"
+    )
 
 
 def test_the_beat_is_a_single_replica_that_never_overlaps(rendered):
@@ -525,6 +618,30 @@ def test_the_metrics_token_reaches_the_api_from_the_secret(helm):
     ref = next(e for e in api["env"] if e["name"] == "LAGTRACE_METRICS_TOKEN")["valueFrom"]["secretKeyRef"]
     assert ref == {"name": secret["metadata"]["name"], "key": "metrics-token", "optional": True}
     assert "scrape-token-0123456789" not in json.dumps(rendered.one("ConfigMap", "lagtrace"))
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=value_set_id)
+def test_two_renders_are_identical_so_a_gitops_sync_changes_nothing(helm, values):
+    """`helm template` (what Argo CD and Flux render with) has no cluster to look up: a
+    secret generated at render time would differ on every sync, and with it the pods'
+    checksum (a rollout) and the in-chart database's password."""
+    first, second = render(helm, values), render(helm, values)
+    assert first.objects == second.objects
+
+
+@pytest.mark.parametrize("database", ["postgresql", "redis"])
+def test_an_in_chart_database_without_a_password_is_refused(helm, database):
+    done = run_helm(
+        helm,
+        "template",
+        "rel",
+        str(CHART),
+        "-f",
+        str(CHART / "ci" / "trial-values.yaml"),
+        "--set",
+        f"{database}.password=",
+    )
+    assert done.returncode != 0 and f"{database}.password is empty" in done.stderr, done.stderr
 
 
 # --- The prepare step's network, worker egress and artifacts in object storage (issue 25) ---

@@ -294,16 +294,23 @@ def test_bad_input_exits_2_with_a_message_and_stores_nothing(sqlite_url, args, m
 def test_run_waits_for_the_node_lock_and_says_so(sqlite_url, tmp_path):
     """`lagtrace run` holds the same node lock as a service worker: while another
     measurement holds it, nothing is run."""
-    work_dir = tmp_path / "work"
-    (work_dir / "locks").mkdir(parents=True)
+    work_dir, locks = tmp_path / "work", tmp_path / "node-locks"
+    locks.mkdir()
     out = tmp_path / "out.json"
-    with open(work_dir / "locks" / "node.lock", "a") as held:
+    # The node's lock is the directory LAGTRACE_NODE_LOCK_PATH itself (flock needs no write there).
+    held = os.open(locks, os.O_RDONLY | os.O_DIRECTORY)
+    try:
         fcntl.flock(held, fcntl.LOCK_EX)
         options = ["--executor", "local", "--config", "cpuset=0", "--repeat", "1", "--evidence", "none"]
         process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "run", *options, "--json", str(out), "--", *STEADY],
             cwd=REPO,
-            env={**os.environ, "LAGTRACE_DATABASE_URL": sqlite_url, "LAGTRACE_WORK_DIR": str(work_dir)},
+            env={
+                **os.environ,
+                "LAGTRACE_DATABASE_URL": sqlite_url,
+                "LAGTRACE_WORK_DIR": str(work_dir),
+                "LAGTRACE_NODE_LOCK_PATH": str(locks),
+            },
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -315,6 +322,8 @@ def test_run_waits_for_the_node_lock_and_says_so(sqlite_url, tmp_path):
         time.sleep(0.5)
         assert process.poll() is None and not out.exists()
         assert "run 1/1" not in said
+    finally:
+        os.close(held)
     _, rest = process.communicate(timeout=120)
     assert process.returncode == 0, said + rest
     assert "cpuset=0: run 1/1" in rest

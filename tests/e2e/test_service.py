@@ -98,12 +98,12 @@ class Stack:
         done = self.cli("repo", "register", full_name, "--url", url, "--secret-stdin", input=SECRET + "\n")
         assert done.returncode == 0, done.stderr
 
-    def spawn(self, name: str, *args: str) -> Path:
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Path:
         log = self.base / f"{name}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "cli.main", *args],
             cwd=REPO,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,

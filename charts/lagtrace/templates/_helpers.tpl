@@ -61,33 +61,18 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
 {{- end -}}
 
 {{/*
-A generated value that survives upgrades: reuse the key of the live Secret when there is
-one (lookup answers nothing under `helm template`, which then generates afresh).
-Call with (dict "ctx" $ "secret" NAME "key" KEY "length" N).
+The chart generates no secret: a value made at render time (randAlphaNum, kept across
+upgrades by `lookup`) would be made afresh by every GitOps render (`helm template` has no
+cluster to look up), changing the Secret, the pods' checksum and, for the in-chart
+databases, a password their data directory no longer accepts. Set these values, or keep
+them in a Secret you manage (secrets.existingSecret).
 */}}
-{{- define "lagtrace.keptRandom" -}}
-{{- $live := lookup "v1" "Secret" .ctx.Release.Namespace .secret -}}
-{{- if and $live (hasKey $live.data .key) -}}
-{{- index $live.data .key | b64dec -}}
-{{- else -}}
-{{- randAlphaNum (int .length) -}}
-{{- end -}}
-{{- end -}}
-
-{{/* Generated once per render and memoised in .Values, so every user of it agrees. */}}
 {{- define "lagtrace.postgresqlPassword" -}}
-{{- if not .Values.postgresql.password -}}
-{{- $_ := set .Values.postgresql "password" (include "lagtrace.keptRandom" (dict "ctx" . "secret" (printf "%s-postgresql" (include "lagtrace.fullname" .)) "key" "password" "length" 32)) -}}
-{{- end -}}
-{{- .Values.postgresql.password -}}
+{{- required "postgresql.password is empty: set it (e.g. --set postgresql.password=$(openssl rand -hex 16)); the chart generates no secret" .Values.postgresql.password -}}
 {{- end -}}
 
-{{/* Generated once per render and memoised in .Values, so every user of it agrees. */}}
 {{- define "lagtrace.redisPassword" -}}
-{{- if not .Values.redis.password -}}
-{{- $_ := set .Values.redis "password" (include "lagtrace.keptRandom" (dict "ctx" . "secret" (printf "%s-redis" (include "lagtrace.fullname" .)) "key" "password" "length" 32)) -}}
-{{- end -}}
-{{- .Values.redis.password -}}
+{{- required "redis.password is empty: set it (e.g. --set redis.password=$(openssl rand -hex 16)); the chart generates no secret" .Values.redis.password -}}
 {{- end -}}
 
 {{/* Variables every lagtrace container gets: settings from the ConfigMap, secrets by key. */}}
@@ -238,5 +223,8 @@ emptyDir: {}
 {{- end }}
 {{- if and (not .Values.secrets.existingSecret) (not .Values.redis.enabled) (not .Values.secrets.brokerUrl) }}
 - a broker: set secrets.brokerUrl, secrets.existingSecret, or redis.enabled=true (trials)
+{{- end }}
+{{- if and (not .Values.secrets.existingSecret) (not .Values.secrets.secretKey) }}
+- a secret key: set secrets.secretKey (openssl rand -hex 32) or secrets.existingSecret; none is generated
 {{- end }}
 {{- end -}}

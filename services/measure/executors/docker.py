@@ -47,6 +47,7 @@ from docker.types import Mount
 
 from services.errors import BadInput, LagtraceError
 from services.measure import hostload
+from services.measure.configs import parse_cpulist
 from services.measure.executors import prepare_network
 from services.measure.executors.base import RunRequest, RunResult, ToolResult
 from services.measure.executors.local import _tail
@@ -137,6 +138,7 @@ class DockerExecutor:
         info = self.client.info()
         self._ncpu = int(info.get("NCPU") or 1)
         self._cfs_quota = bool(info.get("CpuCfsQuota", True))
+        self._cpus: tuple[int, ...] | None = None
         # Runs use the prepared image once prepare() has installed the job's dependencies.
         self.run_image = self.image
         self._owner = owner_id()
@@ -149,7 +151,24 @@ class DockerExecutor:
     # -- what configurations may name -------------------------------------------------
 
     def available_cpus(self) -> tuple[int, ...]:
-        return tuple(range(self._ncpu))
+        """The CPUs the engine's containers may run on: NCPU counts the machine, but an
+        engine confined to a cpuset (a pod's whole cores, LAGTRACE_DOCKER_CGROUP_PARENT)
+        gives its containers only those; a run pinned outside them would not start."""
+        if self._cpus is None:
+            # As a run container sees it: same hardening, same cgroup parent. About 0.3 s,
+            # once per executor (once per prepare step).
+            script = (
+                "cat /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null "
+                "|| cat /sys/fs/cgroup/cpuset/cpuset.effective_cpus 2>/dev/null"
+            )
+            seen = self._one_shot(["sh", "-c", script], image=self.image).strip()
+            everything = tuple(range(self._ncpu))
+            try:
+                confined = set(parse_cpulist(seen)) & set(everything) if seen else set(everything)
+            except BadInput:
+                confined = set(everything)
+            self._cpus = tuple(sorted(confined)) or everything
+        return self._cpus
 
     def quota_unsupported_reason(self) -> str | None:
         return None if self._cfs_quota else "the Docker engine reports no CFS quota support (CpuCfsQuota false)"
@@ -297,24 +316,25 @@ class DockerExecutor:
             _LOCATED.update({(image, program): where for program, where in answers.items()})
         return {program: _LOCATED[(image, program)] for program in programs}
 
-    def _one_shot(self, argv: list[str]) -> str:
+    def _one_shot(self, argv: list[str], image: str | None = None) -> str:
         # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
         # SIGTERM) in the middle must still remove the container.
+        image = image or self.run_image
         try:
             container = self.client.containers.create(
-                self.run_image,
+                image,
                 argv,
                 network_mode="none",
                 **self._hardening(read_only=True, job_id=None),
             )
         except APIError as exc:
-            raise self._engine_refused(f"a container of {self.run_image}", exc) from None
+            raise self._engine_refused(f"a container of {image}", exc) from None
         try:
             container.start()
             container.wait(timeout=None)
             return container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         except APIError as exc:
-            raise self._engine_refused(f"a container of {self.run_image}", exc) from None
+            raise self._engine_refused(f"a container of {image}", exc) from None
         finally:
             _remove(container)
 
@@ -402,6 +422,8 @@ class DockerExecutor:
             mem_limit=settings.docker_memory,
             memswap_limit=settings.docker_memory,  # no swap: over the limit is an OOM kill
             pids_limit=settings.docker_pids_limit,
+            # None: the engine's default parent.
+            cgroup_parent=settings.docker_cgroup_parent,
         )
 
     def _run(self, container, request: RunRequest) -> RunResult:

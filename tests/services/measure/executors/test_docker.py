@@ -558,3 +558,49 @@ def test_where_a_program_is_in_the_image_is_looked_up_once_per_process(workdir, 
         filters={"type": "container", "event": "create", "label": f"{OWNER_LABEL}={docker_executor.owner_id()}"},
     )
     assert len(list(created)) <= 2  # at most one per program this process had not looked up
+
+
+@pytest.fixture
+def engine_on_cpu0(engine):
+    """The engine's containers confined to CPU 0 of this machine, as in a pod given whole
+    cores: a cpuset cgroup made here and named as their parent (--cgroup-parent)."""
+    info = engine.info()
+    hierarchy = Path("/sys/fs/cgroup/cpuset")
+    require(
+        info.get("CgroupVersion") == "1" and info.get("CgroupDriver") == "cgroupfs" and (hierarchy / "docker").is_dir(),
+        "needs a local engine on cgroup v1 with the cgroupfs driver (its cpuset hierarchy here)",
+    )
+    require(len(os.sched_getaffinity(0)) >= 2 and int(info["NCPU"]) >= 2, "needs two CPUs")
+    name = f"lagtrace-test-{os.getpid()}"
+    confined = hierarchy / name
+    confined.mkdir()
+    try:
+        (confined / "cpuset.mems").write_text((hierarchy / "cpuset.mems").read_text())
+        (confined / "cpuset.cpus").write_text("0")
+        yield f"/{name}"
+    finally:
+        for child in sorted(confined.iterdir()):
+            if child.is_dir():
+                child.rmdir()
+        confined.rmdir()
+
+
+def test_the_cpus_are_the_engines_and_a_configuration_outside_them_is_refused(engine_on_cpu0, tmp_path):
+    settings = make_settings(tmp_path, docker_cgroup_parent=engine_on_cpu0)
+    executor = DockerExecutor(settings)
+    try:
+        # The machine has two; the engine's containers may use one.
+        assert executor._ncpu >= 2 and executor.available_cpus() == (0,)
+    finally:
+        executor.client.close()
+    env = {"LAGTRACE_DOCKER_CGROUP_PARENT": engine_on_cpu0}
+    database = f"sqlite:///{tmp_path / 'l.db'}"
+    refused = run_cli(["run", "--executor", "docker", "--config", "cpuset=1", "--", "true"], database, env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "cpuset=1: CPU 1 does not exist on this machine's Docker engine (CPUs 0)" in refused.stderr
+    # CPU 0 is the engine's: the run starts, pinned there; the default matrix names no other.
+    out = tmp_path / "report.json"
+    args = ["run", "--executor", "docker", "--repeat", "1", "--evidence", "none", "--json", str(out)]
+    done = run_cli([*args, "--", "true"], database, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [c["cpuset"] for c in json.loads(out.read_text())["configs"] if c["cpuset"]] == ["0"]
