@@ -480,3 +480,16 @@ class CataloguedJob(Base):
     __tablename__ = "catalogued_jobs"
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+
+
+class JobReport(Base):
+    """A finished job's v1 report, built once when it finished (services/jobs/summaries.py),
+    and the digest of it the job page shows: a 5,000-test suite's report is rebuilt by no
+    page view. Findings' triage states are read fresh over it."""
+
+    __tablename__ = "job_reports"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    report: Mapped[dict[str, Any]] = mapped_column()
+    page: Mapped[dict[str, Any]] = mapped_column()
+    built_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -3,27 +3,26 @@ time, its flakiness and its open findings.
 
 Grouping every test result on each page view would not scale (10,000 jobs of 10 runs
 of 60 tests are 6 million rows), so the list reads a small summary table, one row per
-test x configuration x branch (models.CatalogueEntry). ``refresh`` adds the finished
-jobs it has not read yet, a bounded batch per call; a test's own page reads its recent
-jobs' results through the index on test_results.test_id. Functions take a Session
-first and do not commit.
+test x configuration x branch (models.CatalogueEntry), which each job brings up to date
+when it finishes (services/jobs/summaries.py), never a page view; a test's own page reads
+its recent jobs' results through the index on test_results.test_id. Functions take a
+Session first and do not commit.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
+from sqlalchemy import ColumnElement, and_, distinct, func, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
+from services.jobs.summaries import percentile
 from services.models import (
     TEST_HISTORY_KINDS,
-    CataloguedJob,
     CatalogueEntry,
     Finding,
     Job,
@@ -36,9 +35,6 @@ from services.models import (
     TriageStatus,
 )
 
-# Finished jobs read per refresh: a backlog (an upgrade over a long history) is worked
-# off over a few page views instead of stalling one.
-REFRESH_JOBS = 200
 PER_PAGE = 50
 HISTORY_JOBS = 60
 # Problems still waiting for someone: muted and fixed ones are not open.
@@ -48,104 +44,6 @@ FLAKY_KIND = "latency_flaky"
 
 # The branch a job measured: the change-point search groups jobs the same way.
 branch_of = change_points.branch_of
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS) -> int:
-    """Add up to ``limit`` finished, not yet read jobs to the catalogue; returns how many.
-
-    Two requests refreshing at once both try to mark the same jobs: the second fails on
-    catalogued_jobs' primary key, and its caller rolls back (the first did the work).
-    """
-    if not project_ids:
-        return 0
-    pending = list(
-        session.scalars(
-            select(Job.id)
-            .where(
-                Job.project_id.in_(project_ids),
-                Job.status == JobStatus.done,
-                ~exists().where(CataloguedJob.job_id == Job.id),
-            )
-            .order_by(Job.id)
-            .limit(limit)
-        )
-    )
-    if not pending:
-        return 0
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.project_id,
-            Job.created_at,
-            JobSource.ref,
-            JobSource.branch,
-            JobConfig.label,
-            TestResult.test_id,
-            TestResult.duration_s,
-        )
-        .select_from(TestResult)
-        .join(Run, Run.id == TestResult.run_id)
-        .join(JobConfig, JobConfig.id == Run.config_id)
-        .join(Job, Job.id == JobConfig.job_id)
-        .outerjoin(JobSource, JobSource.job_id == Job.id)
-        .where(Job.id.in_(pending), Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome != "skipped")
-    )
-    # (project, test, configuration, branch) -> job -> durations
-    seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    when: dict[int, dt.datetime] = {}
-    for job_id, project_id, created_at, ref, branch, label, test_id, duration in rows:
-        seen[(project_id, test_id, label, branch_of(ref, branch))][job_id].append(duration)
-        when[job_id] = created_at
-    tests = {key[1] for key in seen}
-    existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
-    for chunk in _chunks(sorted(tests), 500):
-        for entry in session.scalars(
-            select(CatalogueEntry).where(
-                CatalogueEntry.project_id.in_({key[0] for key in seen}), CatalogueEntry.test_id.in_(chunk)
-            )
-        ):
-            existing[(entry.project_id, entry.test_id, entry.config_label, entry.branch)] = entry
-    for key, per_job in seen.items():
-        newest = max(per_job)
-        durations = per_job[newest]
-        found = existing.get(key)
-        if found is None:
-            found = CatalogueEntry(
-                project_id=key[0],
-                test_id=key[1],
-                config_label=key[2],
-                branch=key[3],
-                runs=0,
-                jobs=0,
-                first_job_id=min(per_job),
-                last_job_id=0,
-            )
-            session.add(found)
-        entry = found
-        entry.runs += sum(len(v) for v in per_job.values())
-        entry.jobs += len(per_job)
-        entry.first_job_id = min(entry.first_job_id, *per_job)
-        if newest > entry.last_job_id:
-            entry.last_job_id = newest
-            entry.last_p50_s = percentile(durations, 0.5)
-            entry.last_p95_s = percentile(durations, 0.95)
-            entry.last_seen_at = when[newest]
-    session.add_all(CataloguedJob(job_id=job_id) for job_id in pending)
-    session.flush()
-    return len(pending)
-
-
-def _chunks(items: list[str], size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 @dataclass

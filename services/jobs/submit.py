@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from services.errors import BadInput, Conflict, NotFound
+from services.jobs import summaries
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -351,21 +352,39 @@ def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None
     }
 
 
-def job_detail(session: Session, job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+def finished_report(
+    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False
+) -> dict[str, Any]:
+    """A finished job's v1 report as stored when it finished (``page``: the job page's
+    digest of it), or, for a job finished without one (a failed or cancelled job, or one
+    from before the store), built now."""
+    stored = summaries.stored_report(session, job, page=page)
+    if stored is not None:
+        return stored
+    # The report walks every run's test results: read them in two queries, not one per run.
+    session.scalars(
+        select(JobConfig)
+        .where(JobConfig.job_id == job.id)
+        .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
+    ).all()
+    report = build_report(job, thresholds)
+    return summaries.page_digest(report) if page else report
+
+
+def job_detail(
+    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False
+) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's),
-    its notes judged by the configured ``thresholds`` as its findings were."""
+    its notes judged by the configured ``thresholds`` as its findings were. ``page``: the
+    report's digest for the job page (services/jobs/summaries.py page_digest)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
-        # The report walks every run's test results: read them in two queries, not one per run.
-        session.scalars(
-            select(JobConfig)
-            .where(JobConfig.job_id == job.id)
-            .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
-        ).all()
-        detail["report"] = build_report(job, thresholds)
+        detail["report"] = finished_report(session, job, thresholds, page=page)
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:
-            detail["comparison"] = compare_reports(build_report(parent, thresholds), detail["report"])
+            detail["comparison"] = compare_reports(
+                finished_report(session, parent, thresholds, page=True), detail["report"]
+            )
     return detail
 
 
