@@ -594,6 +594,21 @@ def triage_finding(finding_id: int):
     return redirect(url_for("web.finding", finding_id=finding_id))
 
 
+@bp.post("/findings/<int:finding_id>/confirm")
+def confirm_finding(finding_id: int):
+    """One click on a slower_since finding: its last fast and first slow commits screened
+    interleaved, base against head, as a pull request's are."""
+    found = auth.visible_finding(finding_id)
+    # It queues a whole job: it spends the same allowance as the new-job form.
+    _count_submission()
+    session_ = db()
+    job = submissions.confirm_slower_since(session_, ctx().settings, found, origin="web")
+    session_.commit()
+    fast, slow = found.metrics["last_fast"]["commit"], found.metrics["first_slow"]["commit"]
+    flash(f"Job {job.id} screens {fast[:12]} (last fast, the base) and {slow[:12]} (first slow, the head) interleaved.")
+    return redirect(url_for("web.job", job_id=job.id))
+
+
 @bp.get("/evidence/<int:evidence_id>")
 def evidence(evidence_id: int):
     entry = db().get(Evidence, evidence_id)

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from services.diagnose import change_points
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs import summaries
 from services.jobs.dispatch import PREPARE, SCREEN
@@ -26,6 +27,7 @@ from services.measure.executors import EXECUTORS
 from services.measure.pytest_command import narrow_to_test
 from services.models import (
     COMMAND_KINDS,
+    Finding,
     Job,
     JobConfig,
     JobSource,
@@ -232,6 +234,57 @@ def rerun_job(
     )
     session.flush()
     add_task(session, job, settings, PREPARE)
+    return job
+
+
+def confirm_slower_since(session: Session, settings: Settings, finding: Finding, *, origin: str = "web") -> Job:
+    """A ``slower_since`` finding's suspicion put to the pull-request screen: its last fast
+    commit as the base and its first slow commit as the head, run interleaved on one node,
+    its test alone in its configuration; the job's verdict is the base comparison's
+    (regressed, unchanged, ...). The branch's history compared jobs run on different days,
+    perhaps on different machines; this compares the two commits under the same conditions."""
+    if finding.kind != change_points.KIND:
+        raise BadInput(f"finding {finding.id} is {finding.kind}, not {change_points.KIND}: nothing to confirm")
+    first_slow = (finding.metrics.get("first_slow") or {}).get("commit")
+    last_fast = (finding.metrics.get("last_fast") or {}).get("commit")
+    if not first_slow or not last_fast:
+        raise Conflict(
+            f"finding {finding.id} does not name both commits (jobs of uploaded archives): nothing to check out"
+        )
+    culprit = finding.job
+    source = session.get(JobSource, culprit.id)
+    if source is None or source.kind != "git" or not source.repository_url:
+        raise Conflict(f"job {culprit.id} was not run from a git repository: its commits cannot be checked out")
+    spec = JobSpec(
+        command=_rerun_command(session, culprit, finding.test_id),
+        configs=[finding.config_label] if finding.config_label else [c.label for c in culprit.configs],
+        repeat=culprit.repeat,
+        timeout_s=culprit.timeout_s,
+        evidence=[],  # a verdict, not a diagnosis: no drill
+        executor=culprit.executor,
+        image=source.image,
+    )
+    branch = str(finding.metrics.get("branch") or source.branch or "") or None
+    job = submit_job(
+        session,
+        settings,
+        culprit.project,
+        spec,
+        repository_url=source.repository_url,
+        ref=source.ref,  # fetched when the server serves no bare commit; the commit wins
+        commit_sha=check_commit(first_slow),
+        origin=origin,
+        trigger="confirm",
+        branch=branch,
+        pull_request=PullRequestRef(number=0, url=None, base_ref=branch, base_commit_sha=last_fast),
+    )
+    job.parent_id = culprit.id
+    # Not a pull request: no number, and no check run posted on the old commit.
+    job_source = session.get(JobSource, job.id)
+    if job_source is not None:
+        job_source.pull_request_number = None
+        job_source.github_head_sha = None
+    session.flush()
     return job
 
 
