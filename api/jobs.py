@@ -1,4 +1,4 @@
-"""/api/v1/jobs: create, get, list, cancel, rerun."""
+"""/api/v1/jobs: create, get, list, cancel, rerun; a change point confirmed by a new job."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from api.errors import BadRequest
 from api.metrics import metrics
 from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
 from services.context import ctx, db
+from services.diagnose import triage
 from services.jobs import lifecycle
 from services.jobs import submit as submissions
 
@@ -106,4 +107,14 @@ def rerun_job(job_id: int):
     job = submissions.rerun_job(
         db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat, timeout_s=body.timeout_s
     )
+    return _created(job)
+
+
+@bp.post("/findings/<int:finding_id>/confirm")
+def confirm_finding(finding_id: int):
+    """A slower_since finding's two commits screened interleaved: a new job, as a rerun is."""
+    who = caller()
+    _count_submission(who)
+    finding = triage.get_finding(db(), who.project, finding_id)
+    job = submissions.confirm_slower_since(db(), ctx().settings, finding, origin="api")
     return _created(job)
