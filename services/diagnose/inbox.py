@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import distinct, func, select
+from sqlalchemy import case, distinct, func, select
 from sqlalchemy.orm import Session, selectinload
 
 from services.models import (
@@ -94,20 +94,23 @@ def inbox(
     if severity:
         groups = groups.where(Finding.severity == severity)
     groups = groups.subquery()
+    # Impact as FindingGroup computes it, in SQL: only the page's groups become objects.
+    ratio = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
+    impact = case((ratio > 1.0, ratio), else_=1.0) * groups.c.recurrence
     query = (
         select(Finding, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
         .join(groups, Finding.id == groups.c.latest_id)
         .join(Job, Job.id == Finding.job_id)
         .join(Project, Project.id == Job.project_id)
+        .order_by(impact.desc(), Finding.id.desc())
+        .limit(limit)
     )
     if status:
         query = query.where(Finding.status == TriageStatus(status))
-    found = [
+    return [
         FindingGroup(finding, project, recurrence, first, last)
         for finding, project, recurrence, first, last in session.execute(query)
     ]
-    found.sort(key=lambda group: (-group.impact, -group.latest.id))
-    return found[:limit]
 
 
 def finding_kinds(session: Session, project_ids: list[int]) -> list[str]:
