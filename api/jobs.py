@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify, request, url_for
+import json
+
+from flask import Blueprint, Response, jsonify, request, url_for
 
 from api.auth import caller
 from api.errors import BadRequest
@@ -10,7 +12,7 @@ from api.metrics import metrics
 from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
 from services.context import ctx, db
 from services.diagnose import triage
-from services.jobs import lifecycle
+from services.jobs import lifecycle, summaries
 from services.jobs import submit as submissions
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1")
@@ -83,9 +85,15 @@ def list_jobs():
 @bp.get("/jobs/<int:job_id>")
 def get_job(job_id: int):
     who = caller()
-    return jsonify(
-        submissions.job_detail(db(), submissions.get_job(db(), who.project, job_id), ctx().settings.thresholds)
-    )
+    job = submissions.get_job(db(), who.project, job_id)
+    stored = summaries.stored_report_text(db(), job) if job.status in lifecycle.FINISHED else None
+    if stored is None:
+        return jsonify(submissions.job_detail(db(), job, ctx().settings.thresholds))
+    # The report as stored when the job finished, spliced in as it is (not parsed and
+    # serialised again): the same document, the report last.
+    detail = submissions.job_detail(db(), job, ctx().settings.thresholds, with_report=False)
+    head = json.dumps(detail, default=str, separators=(",", ":"))
+    return Response(head[:-1] + ',"report":' + stored + "}", mimetype="application/json")
 
 
 @bp.post("/jobs/<int:job_id>/cancel")

@@ -492,4 +492,7 @@ class JobReport(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     report: Mapped[dict[str, Any]] = mapped_column()
     page: Mapped[dict[str, Any]] = mapped_column()
+    # Each finding's triage state when stored ({id: status}): while they are still the
+    # same, the stored report is served as it is, without parsing it.
+    finding_states: Mapped[dict[str, Any]] = mapped_column(default=dict)
     built_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

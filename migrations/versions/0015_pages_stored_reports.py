@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column('job_id', sa.Integer(), nullable=False),
         sa.Column('report', sa.JSON(), nullable=False),
         sa.Column('page', sa.JSON(), nullable=False),
+        sa.Column('finding_states', sa.JSON(), nullable=False),
         sa.Column('built_at', sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ['job_id'], ['jobs.id'], name=op.f('fk_job_reports_job_id_jobs'), ondelete='CASCADE'

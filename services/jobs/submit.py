@@ -425,19 +425,22 @@ def finished_report(
 
 
 def job_detail(
-    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False
+    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False, with_report: bool = True
 ) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's),
     its notes judged by the configured ``thresholds`` as its findings were. ``page``: the
-    report's digest for the job page (services/jobs/summaries.py page_digest)."""
+    report's digest for the job page (services/jobs/summaries.py page_digest).
+    ``with_report`` False: without the "report" key (the caller adds the stored one)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
-        detail["report"] = finished_report(session, job, thresholds, page=page)
+        # The comparison with the parent reads the configurations and findings: the digest has them.
+        report = finished_report(session, job, thresholds, page=page or not with_report)
+        detail["report"] = report
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:
-            detail["comparison"] = compare_reports(
-                finished_report(session, parent, thresholds, page=True), detail["report"]
-            )
+            detail["comparison"] = compare_reports(finished_report(session, parent, thresholds, page=True), report)
+    if not with_report:
+        del detail["report"]
     return detail
 
 
