@@ -496,3 +496,22 @@ class JobReport(Base):
     # same, the stored report is served as it is, without parsing it.
     finding_states: Mapped[dict[str, Any]] = mapped_column(default=dict)
     built_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ProblemSummary(Base):
+    """One problem (a fingerprint: project, kind, test) summed over its findings, for the
+    inbox and the catalogue's open findings: how many jobs it appeared in, when first and
+    last, and its newest finding (whose triage state is the problem's). Brought up to date
+    when a job's findings are stored (services/jobs/summaries.py), so no page view groups
+    every finding."""
+
+    __tablename__ = "finding_groups"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    latest_id: Mapped[int] = mapped_column(Integer)
+    recurrence: Mapped[int] = mapped_column(Integer)
+    first_seen: Mapped[dt.datetime] = mapped_column()
+    last_seen: Mapped[dt.datetime] = mapped_column()

@@ -12,11 +12,12 @@ Session first and do not commit.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, distinct, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
@@ -29,6 +30,7 @@ from services.models import (
     JobConfig,
     JobSource,
     JobStatus,
+    ProblemSummary,
     Project,
     Run,
     TestResult,
@@ -75,18 +77,14 @@ class CatalogueRow:
 
 def _open_tests(project_ids: list[int]):
     """(project, test) pairs whose problem (fingerprint) is open in its newest finding."""
-    latest = (
-        select(func.max(Finding.id).label("id"))
-        .join(Job, Job.id == Finding.job_id)
-        .where(Job.project_id.in_(project_ids))
-        .group_by(Finding.fingerprint)
-        .subquery()
-    )
     return (
-        select(Job.project_id.label("project_id"), Finding.test_id.label("test_id"))
-        .join(Job, Job.id == Finding.job_id)
-        .join(latest, latest.c.id == Finding.id)
-        .where(Finding.status.in_(OPEN), Finding.test_id.is_not(None))
+        select(ProblemSummary.project_id.label("project_id"), ProblemSummary.test_id.label("test_id"))
+        .join(Finding, Finding.id == ProblemSummary.latest_id)
+        .where(
+            ProblemSummary.project_id.in_(project_ids),
+            Finding.status.in_(OPEN),
+            ProblemSummary.test_id.is_not(None),
+        )
         .distinct()
         .subquery()
     )
@@ -174,35 +172,50 @@ def catalogue(
 
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
-    aggregated in SQL: a test seen in every job has thousands of findings."""
+    read from the problems' summary (a test seen in every job has thousands of findings)."""
     scope = (
-        Job.project_id.in_({p for p, _ in rows}),
-        Finding.test_id.in_({t for _, t in rows}),
-    )
-    latest = (
-        select(func.max(Finding.id)).join(Job, Job.id == Finding.job_id).where(*scope).group_by(Finding.fingerprint)
+        ProblemSummary.project_id.in_({p for p, _ in rows}),
+        ProblemSummary.test_id.in_({t for _, t in rows}),
     )
     for project_id, finding in session.execute(
-        select(Job.project_id, Finding)
-        .join(Job, Job.id == Finding.job_id)
-        .where(Finding.id.in_(latest), Finding.status.in_(OPEN))
+        select(ProblemSummary.project_id, Finding)
+        .join(Finding, Finding.id == ProblemSummary.latest_id)
+        .where(*scope, Finding.status.in_(OPEN))
         .order_by(Finding.id)
     ):
         key = (project_id, finding.test_id or "")
         if key in rows:
             rows[key].open_findings.append(finding)
+    # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
     for project_id, test_id, count in session.execute(
-        select(Job.project_id, Finding.test_id, func.count(distinct(Finding.job_id)))
-        .join(Job, Job.id == Finding.job_id)
-        .where(*scope, Finding.kind == FLAKY_KIND)
-        .group_by(Job.project_id, Finding.test_id)
+        select(ProblemSummary.project_id, ProblemSummary.test_id, ProblemSummary.recurrence).where(
+            *scope, ProblemSummary.kind == FLAKY_KIND
+        )
     ):
         if (project_id, test_id or "") in rows:
-            rows[(project_id, test_id or "")].flaky_jobs = count
+            rows[(project_id, test_id or "")].flaky_jobs += count
+
+
+# The filters' choices change when a new branch or configuration first finishes a job:
+# each serving process reads them again at most this often, not on every view.
+CHOICES_TTL_S = 30.0
+_choices: dict[tuple[str, tuple[int, ...]], tuple[float, dict[str, list[str]]]] = {}
 
 
 def choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
-    """The branches and configurations the filters offer."""
+    """The branches and configurations the filters offer (read at most every CHOICES_TTL_S)."""
+    key = (repr(session.get_bind().engine.url), tuple(sorted(project_ids)))
+    cached = _choices.get(key)
+    if cached is not None and time.monotonic() - cached[0] < CHOICES_TTL_S:
+        return cached[1]
+    if len(_choices) > 1000:  # one key per set of visible projects
+        _choices.clear()
+    found = _read_choices(session, project_ids)
+    _choices[key] = (time.monotonic(), found)
+    return found
+
+
+def _read_choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
 
     def distinct(column) -> list[str]:
         return list(

@@ -244,6 +244,9 @@ def sign_out():
 # --- Inbox and jobs -------------------------------------------------------------------
 
 
+INBOX_PER_PAGE = 50
+
+
 @bp.get("/")
 def inbox():
     ids = auth.project_ids()
@@ -255,10 +258,15 @@ def inbox():
     }
     if filters["status"] and filters["status"] not in TriageStatus.__members__:
         raise BadInput(f"status: one of {', '.join(TriageStatus.__members__)}")
-    groups = dashboard.inbox(db(), ids, **filters)
+    page = _int_arg("page") or 0
+    # One more than a page: whether there is a next one.
+    groups = dashboard.inbox(db(), ids, **filters, limit=INBOX_PER_PAGE + 1, offset=page * INBOX_PER_PAGE)
     return render_template(
         "inbox.html",
-        groups=groups,
+        groups=groups[:INBOX_PER_PAGE],
+        more=len(groups) > INBOX_PER_PAGE,
+        page=page,
+        args=request.args.to_dict(),
         filters=filters,
         projects=visible_projects(db(), g.user),
         kinds=dashboard.finding_kinds(db(), ids),

@@ -372,11 +372,9 @@ def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
         if finding.job_id != job.id:
             ledger.renotify_step(session, finding.job, settings, f"slower_since:{finding.fingerprint[:16]}")
             earlier[finding.job_id] = finding.job
-    # What the pages read, made now and not in a page view: this job's report, the
-    # catalogue's summary, and the reports of earlier jobs that just gained a finding.
-    summaries.after_finish(session, job, settings.thresholds)
-    for other in earlier.values():
-        summaries.store_report(session, other, settings.thresholds)
+    # What the pages read, made now and not in a page view: this job's report, its
+    # problems' sums, the catalogue's summary, and earlier jobs' reports that just gained a finding.
+    summaries.after_finish(session, job, settings.thresholds, earlier.values())
 
 
 # --- driver 1: one process (`lagtrace run`) ----------------------------------------------

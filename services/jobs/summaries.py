@@ -12,13 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Text, cast, exists, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.diagnose import change_points
+from services.diagnose import change_points, inbox
 from services.jobs.report import build_report
 from services.models import (
     TEST_HISTORY_KINDS,
@@ -48,11 +49,24 @@ COMPARISON_SHOWN = 200
 REFRESH_JOBS = 200
 
 
-def after_finish(session: Session, job: Job, thresholds: Thresholds) -> None:
-    """A job has just finished: store its report and bring the catalogue up to date."""
+def after_finish(session: Session, job: Job, thresholds: Thresholds, earlier: Iterable[Job] = ()) -> None:
+    """A job has just finished: store its report, sum its problems again and bring the
+    catalogue up to date; ``earlier``: jobs that just gained a finding (a change point
+    this job completed), whose reports are stored again."""
+    earlier = list(earlier)
+    lock_projects(session, [job.project_id])
+    inbox.refresh_groups(session, {f.fingerprint for other in [job, *earlier] for f in other.findings})
     store_report(session, job, thresholds)
+    for other in earlier:
+        store_report(session, other, thresholds)
     if job.status is JobStatus.done:
         refresh_catalogue(session, [job.project_id])
+
+
+def lock_projects(session: Session, project_ids: list[int]) -> None:
+    """Hold these projects' rows until the caller commits: the summaries of one project
+    are brought up to date by one transaction at a time (in id order: no deadlock)."""
+    session.execute(select(Project.id).where(Project.id.in_(project_ids)).order_by(Project.id).with_for_update())
 
 
 # --- the stored report ---------------------------------------------------------------------
@@ -160,7 +174,7 @@ def refresh_catalogue(session: Session, project_ids: list[int], limit: int = REF
     """
     if not project_ids:
         return 0
-    session.execute(select(Project.id).where(Project.id.in_(project_ids)).order_by(Project.id).with_for_update())
+    lock_projects(session, project_ids)
     try:
         with session.begin_nested():
             return _refresh(session, project_ids, limit)

@@ -22,6 +22,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.orm import Session
 
 from services.db import make_engine
+from services.diagnose import inbox
 from services.diagnose.findings import fingerprint
 from services.jobs.lifecycle import get_or_create_project
 from services.models import Finding, Job, JobConfig, JobSource, Run
@@ -143,6 +144,8 @@ def seed(
 
         # Ids were given explicitly (runs and configs refer to them): move the sequences
         # past them, or the next job the service stores would collide.
+        # The problems' sums the service keeps as each job finishes, made in one statement.
+        inbox.rebuild_groups(session)
         for table in ("jobs", "job_configs", "runs"):
             session.execute(
                 text(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
