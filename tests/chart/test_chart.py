@@ -525,3 +525,14 @@ def test_the_metrics_token_reaches_the_api_from_the_secret(helm):
     ref = next(e for e in api["env"] if e["name"] == "LAGTRACE_METRICS_TOKEN")["valueFrom"]["secretKeyRef"]
     assert ref == {"name": secret["metadata"]["name"], "key": "metrics-token", "optional": True}
     assert "scrape-token-0123456789" not in json.dumps(rendered.one("ConfigMap", "lagtrace"))
+
+
+def test_the_api_serves_one_process_per_cpu_it_requests(rendered):
+    """LAGTRACE_WEB_PROCESSES (`lagtrace serve --processes`) comes from the api container's
+    own CPU request, rounded up; the node's CPU count would overcommit a small request."""
+    api = rendered.one("Deployment", "-api")
+    [container] = [c for c in pod_spec(api)["containers"] if c["name"] == "api"]
+    env = {e["name"]: e for e in container["env"]}
+    source = env["LAGTRACE_WEB_PROCESSES"]["valueFrom"]["resourceFieldRef"]
+    assert source == {"containerName": "api", "resource": "requests.cpu", "divisor": "1"}
+    assert container["resources"]["requests"]["cpu"]
