@@ -13,6 +13,7 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -212,6 +213,8 @@ class TestResult(Base):
 
     __tablename__ = "test_results"
     __test__ = False  # not a pytest test class
+    # A test's newest results first, without reading all of them (web/catalogue.py _recent_jobs).
+    __table_args__ = (Index("ix_test_results_test_id_run_id", "test_id", "run_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)

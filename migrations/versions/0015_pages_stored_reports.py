@@ -1,5 +1,5 @@
 """pages: each finished job's report stored once, for its page and the API; findings
-summed per problem for the inbox
+summed per problem for the inbox; a test's results by run
 
 Revision ID: 0015_pages_reports
 Revises: 0012_session_epoch
@@ -51,6 +51,8 @@ def upgrade() -> None:
     )
     op.create_index(op.f('ix_finding_groups_project_id'), 'finding_groups', ['project_id'], unique=False)
     op.execute(REBUILD_GROUPS)
+    # A test's newest results first (the catalogue's test entry), without reading all of them.
+    op.create_index('ix_test_results_test_id_run_id', 'test_results', ['test_id', 'run_id'], unique=False)
 
 
 # The same statement as services/diagnose/inbox.py REBUILD_GROUPS (a migration does not
@@ -69,6 +71,7 @@ JOIN jobs j ON j.id = f.job_id
 
 
 def downgrade() -> None:
+    op.drop_index('ix_test_results_test_id_run_id', table_name='test_results')
     op.drop_index(op.f('ix_finding_groups_project_id'), table_name='finding_groups')
     op.drop_table('finding_groups')
     op.drop_table('job_reports')
