@@ -283,9 +283,22 @@ def _recent_jobs(session: Session, project: Project, test_id: str, jobs: int) ->
     newest first through the index on (test_id, run_id), a batch at a time, instead of
     grouping every result it ever had (a test of every job: a million rows); one batch more
     than needed covers jobs whose runs interleaved with another's."""
+    # The catalogue knows how many finished jobs ran it (none: nothing to look for; the
+    # scan stops once it has them all, not at the test's first result).
+    # (A job runs every configuration: per branch, the largest count over them.)
+    known = sum(
+        session.scalars(
+            select(func.max(CatalogueEntry.jobs))
+            .where(CatalogueEntry.project_id == project.id, CatalogueEntry.test_id == test_id)
+            .group_by(CatalogueEntry.branch)
+        )
+    )
+    if not known:
+        return []
+    jobs = min(jobs, known)
     found: set[int] = set()
     before: int | None = None
-    extra = 1
+    extra = 1 if known > jobs else 0
     while True:
         batch = select(TestResult.run_id).where(TestResult.test_id == test_id)
         if before is not None:
