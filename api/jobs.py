@@ -1,15 +1,18 @@
-"""/api/v1/jobs: create, get, list, cancel, rerun."""
+"""/api/v1/jobs: create, get, list, cancel, rerun; a change point confirmed by a new job."""
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify, request, url_for
+import json
+
+from flask import Blueprint, Response, jsonify, request, url_for
 
 from api.auth import caller
 from api.errors import BadRequest
 from api.metrics import metrics
 from api.schemas import JobCreate, JobListQuery, Rerun, json_body, parse_json_text, query
 from services.context import ctx, db
-from services.jobs import lifecycle
+from services.diagnose import triage
+from services.jobs import lifecycle, summaries
 from services.jobs import submit as submissions
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1")
@@ -82,9 +85,15 @@ def list_jobs():
 @bp.get("/jobs/<int:job_id>")
 def get_job(job_id: int):
     who = caller()
-    return jsonify(
-        submissions.job_detail(db(), submissions.get_job(db(), who.project, job_id), ctx().settings.thresholds)
-    )
+    job = submissions.get_job(db(), who.project, job_id)
+    stored = summaries.stored_report_text(db(), job) if job.status in lifecycle.FINISHED else None
+    if stored is None:
+        return jsonify(submissions.job_detail(db(), job, ctx().settings.thresholds))
+    # The report as stored when the job finished, spliced in as it is (not parsed and
+    # serialised again): the same document, the report last.
+    detail = submissions.job_detail(db(), job, ctx().settings.thresholds, with_report=False)
+    head = json.dumps(detail, default=str, separators=(",", ":"))
+    return Response(head[:-1] + ',"report":' + stored + "}", mimetype="application/json")
 
 
 @bp.post("/jobs/<int:job_id>/cancel")
@@ -106,4 +115,14 @@ def rerun_job(job_id: int):
     job = submissions.rerun_job(
         db(), ctx().settings, parent, configs=body.configs, repeat=body.repeat, timeout_s=body.timeout_s
     )
+    return _created(job)
+
+
+@bp.post("/findings/<int:finding_id>/confirm")
+def confirm_finding(finding_id: int):
+    """A slower_since finding's two commits screened interleaved: a new job, as a rerun is."""
+    who = caller()
+    _count_submission(who)
+    finding = triage.get_finding(db(), who.project, finding_id)
+    job = submissions.confirm_slower_since(db(), ctx().settings, finding, origin="api")
     return _created(job)

@@ -153,6 +153,14 @@ def document() -> dict[str, Any]:
                 params=_path_id("job_id"),
             )
         },
+        "/api/v1/findings/{finding_id}/confirm": {
+            "post": _operation(
+                "Screen a slower_since finding's last fast and first slow commits interleaved, base against head "
+                "(a new job linked to the finding's; its verdict is a pull request's)",
+                _responses("201", "The new job", "Job", ("400", "401", "404", "409", "422")),
+                params=_path_id("finding_id"),
+            )
+        },
         "/api/v1/findings": {
             "get": _operation(
                 "List findings, filtered",

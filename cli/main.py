@@ -256,15 +256,24 @@ def migrate(check: bool) -> None:
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="LAGTRACE_HOST")
 @click.option("--port", type=int, default=8080, show_default=True, envvar="LAGTRACE_PORT")
-@click.option("--threads", type=int, default=8, show_default=True, help="Request threads.", envvar="LAGTRACE_THREADS")
-def serve(host: str, port: int, threads: int) -> None:
+@click.option(
+    "--threads", type=int, default=8, show_default=True, help="Request threads per process.", envvar="LAGTRACE_THREADS"
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Serving processes (default: one per usable CPU). Only with LAGTRACE_BROKER_URL; without it, one.",
+    envvar="LAGTRACE_WEB_PROCESSES",
+)
+def serve(host: str, port: int, threads: int, processes: int | None) -> None:
     """Serve the API (/api/v1) and the dashboard (/). Without LAGTRACE_BROKER_URL jobs run in
     this process, one at a time."""
     from cli.service import serve as serve_api
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with _exit_on_domain_errors():
-        serve_api(_load_settings(), host, port, threads)
+        serve_api(_load_settings(), host, port, threads, processes)
 
 
 @cli.command()

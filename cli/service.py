@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -63,7 +64,33 @@ def _reconcile_forever(session_factory: sessionmaker[Session], settings: Setting
             log.exception("reconciler pass failed; trying again in %s s", settings.reconcile_interval_s)
 
 
-def serve(settings: Settings, host: str, port: int, threads: int) -> None:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity; a container's cpuset included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def serve(settings: Settings, host: str, port: int, threads: int, processes: int | None = None) -> None:
+    """Serve on ``host:port``. With a broker, ``processes`` (None: one per usable CPU) serve
+    the one listening socket, each its own interpreter: one process of waitress threads runs
+    Python on one CPU at a time (the GIL), so a page's rendering never used the second CPU.
+    Without a broker jobs run in this process, and only it can serve."""
+    wanted = usable_cpus() if processes is None else processes
+    if not settings.broker_url or wanted <= 1:
+        if settings.broker_url is None and wanted > 1:
+            log.info("no LAGTRACE_BROKER_URL: one serving process (it also runs the jobs)")
+        _serve_one(settings, threads, host=host, port=port)
+        return
+    # Schema check once, before forking: no engine, pool or thread crosses a fork.
+    _current_engine(settings).dispose()
+    listener = socket.create_server((host, port), backlog=1024)
+    log.info("serving on %s:%s with %d processes of %d threads", host, port, wanted, threads)
+    _supervise(wanted, lambda: _serve_one(settings, threads, sockets=[listener]))
+
+
+def _serve_one(settings: Settings, threads: int, **where: object) -> None:
     import waitress
 
     from cli.wsgi import create_app
@@ -93,12 +120,76 @@ def serve(settings: Settings, host: str, port: int, threads: int) -> None:
         log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
     app = create_app(settings, dispatcher, engine)
     try:
-        waitress.serve(app, host=host, port=port, threads=threads, ident="lagtrace")
+        waitress.serve(app, threads=threads, ident="lagtrace", **where)
     finally:
         stop.set()
         if embedded is not None:
             embedded.stop(timeout=5)
         engine.dispose()
+
+
+# A serving process that dies is replaced, but not in a loop: more deaths than this
+# within RESPAWN_WINDOW_S mean something is wrong with every one of them (the database
+# gone, a bad setting), and the supervisor exits for its own supervisor to see.
+RESPAWN_LIMIT = 5
+RESPAWN_WINDOW_S = 60.0
+
+
+def _supervise(processes: int, serve_one: Callable[[], None]) -> None:
+    """Fork ``processes`` children running ``serve_one`` and keep that many alive until a
+    SIGTERM or SIGINT, which goes on to every child. The parent runs no thread and holds
+    no connection, so forking a replacement from it is safe."""
+    children: set[int] = set()
+    stopping = False
+
+    def spawn() -> None:
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = 0
+            try:
+                serve_one()
+            except BaseException:
+                log.exception("serving process %d failed", os.getpid())
+                code = 1
+            finally:
+                os._exit(code)
+        children.add(pid)
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in list(children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for _ in range(processes):
+        spawn()
+    deaths: list[float] = []
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        children.discard(pid)
+        if stopping:
+            continue
+        now = time.monotonic()
+        deaths = [t for t in deaths if now - t < RESPAWN_WINDOW_S] + [now]
+        log.error("serving process %d exited (status %d)", pid, status)
+        if len(deaths) > RESPAWN_LIMIT:
+            stop(signal.SIGTERM, None)
+            for child in list(children):
+                os.waitpid(child, 0)
+            raise LagtraceError(f"{len(deaths)} serving processes died within {RESPAWN_WINDOW_S:g} s; see the log")
+        spawn()
 
 
 # Light tasks at once in a worker's light pool: the reconciler and a check run side by side.

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Enum,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -219,6 +220,8 @@ class TestResult(Base):
 
     __tablename__ = "test_results"
     __test__ = False  # not a pytest test class
+    # A test's newest results first, without reading all of them (web/catalogue.py _recent_jobs).
+    __table_args__ = (Index("ix_test_results_test_id_run_id", "test_id", "run_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
@@ -487,3 +490,38 @@ class CataloguedJob(Base):
     __tablename__ = "catalogued_jobs"
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+
+
+class JobReport(Base):
+    """A finished job's v1 report, built once when it finished (services/jobs/summaries.py),
+    and the digest of it the job page shows: a 5,000-test suite's report is rebuilt by no
+    page view. Findings' triage states are read fresh over it."""
+
+    __tablename__ = "job_reports"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    report: Mapped[dict[str, Any]] = mapped_column()
+    page: Mapped[dict[str, Any]] = mapped_column()
+    # Each finding's triage state when stored ({id: status}): while they are still the
+    # same, the stored report is served as it is, without parsing it.
+    finding_states: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    built_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ProblemSummary(Base):
+    """One problem (a fingerprint: project, kind, test) summed over its findings, for the
+    inbox and the catalogue's open findings: how many jobs it appeared in, when first and
+    last, and its newest finding (whose triage state is the problem's). Brought up to date
+    when a job's findings are stored (services/jobs/summaries.py), so no page view groups
+    every finding."""
+
+    __tablename__ = "finding_groups"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    test_id: Mapped[str | None] = mapped_column(Text)
+    latest_id: Mapped[int] = mapped_column(Integer)
+    recurrence: Mapped[int] = mapped_column(Integer)
+    first_seen: Mapped[dt.datetime] = mapped_column()
+    last_seen: Mapped[dt.datetime] = mapped_column()

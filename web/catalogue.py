@@ -3,42 +3,40 @@ time, its flakiness and its open findings.
 
 Grouping every test result on each page view would not scale (10,000 jobs of 10 runs
 of 60 tests are 6 million rows), so the list reads a small summary table, one row per
-test x configuration x branch (models.CatalogueEntry). ``refresh`` adds the finished
-jobs it has not read yet, a bounded batch per call; a test's own page reads its recent
-jobs' results through the index on test_results.test_id. Functions take a Session
-first and do not commit.
+test x configuration x branch (models.CatalogueEntry), which each job brings up to date
+when it finishes (services/jobs/summaries.py), never a page view; a test's own page reads
+its recent jobs' results through the index on test_results.test_id. Functions take a
+Session first and do not commit.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, distinct, exists, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
+from services.jobs.summaries import percentile
 from services.models import (
     TEST_HISTORY_KINDS,
-    CataloguedJob,
     CatalogueEntry,
     Finding,
     Job,
     JobConfig,
     JobSource,
     JobStatus,
+    ProblemSummary,
     Project,
     Run,
     TestResult,
     TriageStatus,
 )
 
-# Finished jobs read per refresh: a backlog (an upgrade over a long history) is worked
-# off over a few page views instead of stalling one.
-REFRESH_JOBS = 200
 PER_PAGE = 50
 HISTORY_JOBS = 60
 # Problems still waiting for someone: muted and fixed ones are not open.
@@ -48,104 +46,6 @@ FLAKY_KIND = "latency_flaky"
 
 # The branch a job measured: the change-point search groups jobs the same way.
 branch_of = change_points.branch_of
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def refresh(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS) -> int:
-    """Add up to ``limit`` finished, not yet read jobs to the catalogue; returns how many.
-
-    Two requests refreshing at once both try to mark the same jobs: the second fails on
-    catalogued_jobs' primary key, and its caller rolls back (the first did the work).
-    """
-    if not project_ids:
-        return 0
-    pending = list(
-        session.scalars(
-            select(Job.id)
-            .where(
-                Job.project_id.in_(project_ids),
-                Job.status == JobStatus.done,
-                ~exists().where(CataloguedJob.job_id == Job.id),
-            )
-            .order_by(Job.id)
-            .limit(limit)
-        )
-    )
-    if not pending:
-        return 0
-    rows = session.execute(
-        select(
-            Job.id,
-            Job.project_id,
-            Job.created_at,
-            JobSource.ref,
-            JobSource.branch,
-            JobConfig.label,
-            TestResult.test_id,
-            TestResult.duration_s,
-        )
-        .select_from(TestResult)
-        .join(Run, Run.id == TestResult.run_id)
-        .join(JobConfig, JobConfig.id == Run.config_id)
-        .join(Job, Job.id == JobConfig.job_id)
-        .outerjoin(JobSource, JobSource.job_id == Job.id)
-        .where(Job.id.in_(pending), Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome != "skipped")
-    )
-    # (project, test, configuration, branch) -> job -> durations
-    seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    when: dict[int, dt.datetime] = {}
-    for job_id, project_id, created_at, ref, branch, label, test_id, duration in rows:
-        seen[(project_id, test_id, label, branch_of(ref, branch))][job_id].append(duration)
-        when[job_id] = created_at
-    tests = {key[1] for key in seen}
-    existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
-    for chunk in _chunks(sorted(tests), 500):
-        for entry in session.scalars(
-            select(CatalogueEntry).where(
-                CatalogueEntry.project_id.in_({key[0] for key in seen}), CatalogueEntry.test_id.in_(chunk)
-            )
-        ):
-            existing[(entry.project_id, entry.test_id, entry.config_label, entry.branch)] = entry
-    for key, per_job in seen.items():
-        newest = max(per_job)
-        durations = per_job[newest]
-        found = existing.get(key)
-        if found is None:
-            found = CatalogueEntry(
-                project_id=key[0],
-                test_id=key[1],
-                config_label=key[2],
-                branch=key[3],
-                runs=0,
-                jobs=0,
-                first_job_id=min(per_job),
-                last_job_id=0,
-            )
-            session.add(found)
-        entry = found
-        entry.runs += sum(len(v) for v in per_job.values())
-        entry.jobs += len(per_job)
-        entry.first_job_id = min(entry.first_job_id, *per_job)
-        if newest > entry.last_job_id:
-            entry.last_job_id = newest
-            entry.last_p50_s = percentile(durations, 0.5)
-            entry.last_p95_s = percentile(durations, 0.95)
-            entry.last_seen_at = when[newest]
-    session.add_all(CataloguedJob(job_id=job_id) for job_id in pending)
-    session.flush()
-    return len(pending)
-
-
-def _chunks(items: list[str], size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 @dataclass
@@ -177,18 +77,14 @@ class CatalogueRow:
 
 def _open_tests(project_ids: list[int]):
     """(project, test) pairs whose problem (fingerprint) is open in its newest finding."""
-    latest = (
-        select(func.max(Finding.id).label("id"))
-        .join(Job, Job.id == Finding.job_id)
-        .where(Job.project_id.in_(project_ids))
-        .group_by(Finding.fingerprint)
-        .subquery()
-    )
     return (
-        select(Job.project_id.label("project_id"), Finding.test_id.label("test_id"))
-        .join(Job, Job.id == Finding.job_id)
-        .join(latest, latest.c.id == Finding.id)
-        .where(Finding.status.in_(OPEN), Finding.test_id.is_not(None))
+        select(ProblemSummary.project_id.label("project_id"), ProblemSummary.test_id.label("test_id"))
+        .join(Finding, Finding.id == ProblemSummary.latest_id)
+        .where(
+            ProblemSummary.project_id.in_(project_ids),
+            Finding.status.in_(OPEN),
+            ProblemSummary.test_id.is_not(None),
+        )
         .distinct()
         .subquery()
     )
@@ -276,35 +172,50 @@ def catalogue(
 
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
-    aggregated in SQL: a test seen in every job has thousands of findings."""
+    read from the problems' summary (a test seen in every job has thousands of findings)."""
     scope = (
-        Job.project_id.in_({p for p, _ in rows}),
-        Finding.test_id.in_({t for _, t in rows}),
-    )
-    latest = (
-        select(func.max(Finding.id)).join(Job, Job.id == Finding.job_id).where(*scope).group_by(Finding.fingerprint)
+        ProblemSummary.project_id.in_({p for p, _ in rows}),
+        ProblemSummary.test_id.in_({t for _, t in rows}),
     )
     for project_id, finding in session.execute(
-        select(Job.project_id, Finding)
-        .join(Job, Job.id == Finding.job_id)
-        .where(Finding.id.in_(latest), Finding.status.in_(OPEN))
+        select(ProblemSummary.project_id, Finding)
+        .join(Finding, Finding.id == ProblemSummary.latest_id)
+        .where(*scope, Finding.status.in_(OPEN))
         .order_by(Finding.id)
     ):
         key = (project_id, finding.test_id or "")
         if key in rows:
             rows[key].open_findings.append(finding)
+    # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
     for project_id, test_id, count in session.execute(
-        select(Job.project_id, Finding.test_id, func.count(distinct(Finding.job_id)))
-        .join(Job, Job.id == Finding.job_id)
-        .where(*scope, Finding.kind == FLAKY_KIND)
-        .group_by(Job.project_id, Finding.test_id)
+        select(ProblemSummary.project_id, ProblemSummary.test_id, ProblemSummary.recurrence).where(
+            *scope, ProblemSummary.kind == FLAKY_KIND
+        )
     ):
         if (project_id, test_id or "") in rows:
-            rows[(project_id, test_id or "")].flaky_jobs = count
+            rows[(project_id, test_id or "")].flaky_jobs += count
+
+
+# The filters' choices change when a new branch or configuration first finishes a job:
+# each serving process reads them again at most this often, not on every view.
+CHOICES_TTL_S = 30.0
+_choices: dict[tuple[str, tuple[int, ...]], tuple[float, dict[str, list[str]]]] = {}
 
 
 def choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
-    """The branches and configurations the filters offer."""
+    """The branches and configurations the filters offer (read at most every CHOICES_TTL_S)."""
+    key = (repr(session.get_bind().engine.url), tuple(sorted(project_ids)))
+    cached = _choices.get(key)
+    if cached is not None and time.monotonic() - cached[0] < CHOICES_TTL_S:
+        return cached[1]
+    if len(_choices) > 1000:  # one key per set of visible projects
+        _choices.clear()
+    found = _read_choices(session, project_ids)
+    _choices[key] = (time.monotonic(), found)
+    return found
+
+
+def _read_choices(session: Session, project_ids: list[int]) -> dict[str, list[str]]:
 
     def distinct(column) -> list[str]:
         return list(
@@ -363,27 +274,66 @@ class TestEntry:
         return steps
 
 
+# Results of a test read per step, newest first, while looking for its recent jobs.
+RECENT_BATCH = 2000
+
+
+def _recent_jobs(session: Session, project: Project, test_id: str, jobs: int) -> list[int]:
+    """The project's newest ``jobs`` finished jobs that ran ``test_id``. Its results are read
+    newest first through the index on (test_id, run_id), a batch at a time, instead of
+    grouping every result it ever had (a test of every job: a million rows); one batch more
+    than needed covers jobs whose runs interleaved with another's."""
+    # The catalogue knows how many finished jobs ran it (none: nothing to look for; the
+    # scan stops once it has them all, not at the test's first result).
+    # (A job runs every configuration: per branch, the largest count over them.)
+    known = sum(
+        session.scalars(
+            select(func.max(CatalogueEntry.jobs))
+            .where(CatalogueEntry.project_id == project.id, CatalogueEntry.test_id == test_id)
+            .group_by(CatalogueEntry.branch)
+        )
+    )
+    if not known:
+        return []
+    jobs = min(jobs, known)
+    found: set[int] = set()
+    before: int | None = None
+    extra = 1 if known > jobs else 0
+    while True:
+        batch = select(TestResult.run_id).where(TestResult.test_id == test_id)
+        if before is not None:
+            batch = batch.where(TestResult.run_id < before)
+        newest = batch.order_by(TestResult.run_id.desc()).limit(RECENT_BATCH).subquery()
+        lowest = session.scalar(select(func.min(newest.c.run_id)))
+        if lowest is None:
+            break
+        found.update(
+            session.scalars(
+                select(JobConfig.job_id)
+                .distinct()
+                .select_from(newest)
+                .join(Run, Run.id == newest.c.run_id)
+                .join(JobConfig, JobConfig.id == Run.config_id)
+                .join(Job, Job.id == JobConfig.job_id)
+                .where(
+                    Job.project_id == project.id,
+                    Job.status == JobStatus.done,
+                    Run.kind.in_(TEST_HISTORY_KINDS),
+                )
+            )
+        )
+        before = lowest
+        if len(found) >= jobs:
+            if extra == 0:
+                break
+            extra -= 1
+    return sorted(found, reverse=True)[:jobs]
+
+
 def test_entry(session: Session, project: Project, test_id: str, jobs: int = HISTORY_JOBS) -> TestEntry:
     """The test's p50 and p95 per configuration in the project's newest ``jobs`` finished
     jobs that ran it, its problems and how often it was flaky."""
-    recent = list(
-        session.scalars(
-            select(JobConfig.job_id)
-            .distinct()
-            .select_from(TestResult)
-            .join(Run, Run.id == TestResult.run_id)
-            .join(JobConfig, JobConfig.id == Run.config_id)
-            .join(Job, Job.id == JobConfig.job_id)
-            .where(
-                TestResult.test_id == test_id,
-                Job.project_id == project.id,
-                Job.status == JobStatus.done,
-                Run.kind.in_(TEST_HISTORY_KINDS),
-            )
-            .order_by(JobConfig.job_id.desc())
-            .limit(jobs)
-        )
-    )
+    recent = _recent_jobs(session, project, test_id, jobs)
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[int, tuple[str, dt.datetime]] = {}
     labels: dict[str, int] = {}

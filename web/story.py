@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.jobs.report import build_report
+from services.jobs.submit import finished_report
 from services.measure import hostload
 from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.measure.samples import collect
@@ -164,7 +164,11 @@ def finding_story(
         slow = max(medians, key=lambda label: medians[label])
     if slow == fast:
         fast = None if len(medians) < 2 else fast
-    report = build_report(job, thresholds) if job.status.value in ("done", "failed", "cancelled") else {"diagnoses": []}
+    report = (
+        finished_report(session, job, thresholds, page=True)
+        if job.status.value in ("done", "failed", "cancelled")
+        else {"diagnoses": []}
+    )
     diagnosis = next((d for d in report.get("diagnoses", []) if finding.id in d["findings"]), None)
 
     cited = {int(i) for i in finding.evidence_ids}

@@ -21,7 +21,6 @@ from flask import (
     url_for,
 )
 from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
@@ -245,6 +244,9 @@ def sign_out():
 # --- Inbox and jobs -------------------------------------------------------------------
 
 
+INBOX_PER_PAGE = 50
+
+
 @bp.get("/")
 def inbox():
     ids = auth.project_ids()
@@ -256,10 +258,15 @@ def inbox():
     }
     if filters["status"] and filters["status"] not in TriageStatus.__members__:
         raise BadInput(f"status: one of {', '.join(TriageStatus.__members__)}")
-    groups = dashboard.inbox(db(), ids, **filters)
+    page = _int_arg("page") or 0
+    # One more than a page: whether there is a next one.
+    groups = dashboard.inbox(db(), ids, **filters, limit=INBOX_PER_PAGE + 1, offset=page * INBOX_PER_PAGE)
     return render_template(
         "inbox.html",
-        groups=groups,
+        groups=groups[:INBOX_PER_PAGE],
+        more=len(groups) > INBOX_PER_PAGE,
+        page=page,
+        args=request.args.to_dict(),
         filters=filters,
         projects=visible_projects(db(), g.user),
         kinds=dashboard.finding_kinds(db(), ids),
@@ -357,7 +364,8 @@ def new_job():
 @bp.get("/jobs/<int:job_id>")
 def job(job_id: int):
     found = auth.visible_job(job_id)
-    detail = submissions.job_detail(db(), found, ctx().settings.thresholds)
+    # The digest stored when the job finished: flagged, widest and slowest tests, the rest counted.
+    detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True)
     report = detail["report"]
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
@@ -371,6 +379,31 @@ def job(job_id: int):
         common_configs=COMMON_CONFIGS,
         probes=PROBES,
         finished=found.status in lifecycle.FINISHED,
+    )
+
+
+TESTS_PER_PAGE = 100
+
+
+@bp.get("/jobs/<int:job_id>/tests")
+def job_tests(job_id: int):
+    """Every test of a finished job, widest spread first, a page at a time."""
+    found = auth.visible_job(job_id)
+    if found.status not in lifecycle.FINISHED:
+        raise NotFound(f"job {job_id} has not finished: its tests are on its page as they run")
+    labels, rows = build_matrix(submissions.finished_report(db(), found, ctx().settings.thresholds))
+    tests = rows[1:]  # the whole command is on the job's page
+    page = _int_arg("page") or 0
+    shown = tests[page * TESTS_PER_PAGE : (page + 1) * TESTS_PER_PAGE]
+    return render_template(
+        "job_tests.html",
+        job=found,
+        labels=labels,
+        rows=shown,
+        page=page,
+        total=len(tests),
+        first=page * TESTS_PER_PAGE + 1,
+        more=(page + 1) * TESTS_PER_PAGE < len(tests),
     )
 
 
@@ -423,15 +456,6 @@ def test(job_id: int):
 # --- Test catalogue ----------------------------------------------------------------------
 
 
-def _refresh_catalogue() -> None:
-    session_ = db()
-    try:
-        catalogue.refresh(session_, auth.project_ids())
-        session_.commit()
-    except IntegrityError:
-        session_.rollback()  # another request catalogued the same jobs first
-
-
 NO_BRANCH = "(none)"  # the filter's name for jobs without a branch (an uploaded archive)
 
 
@@ -442,7 +466,7 @@ def _branch_arg() -> str | None:
 
 @bp.get("/tests")
 def tests():
-    _refresh_catalogue()
+    # Read only: each job brings the catalogue up to date when it finishes (services/jobs/summaries.py).
     ids = auth.project_ids()
     filters = {
         "project_id": _int_arg("project"),
@@ -576,6 +600,21 @@ def triage_finding(finding_id: int):
     session_.commit()
     flash(f"Finding {found.id} is now {found.status.value}.")
     return redirect(url_for("web.finding", finding_id=finding_id))
+
+
+@bp.post("/findings/<int:finding_id>/confirm")
+def confirm_finding(finding_id: int):
+    """One click on a slower_since finding: its last fast and first slow commits screened
+    interleaved, base against head, as a pull request's are."""
+    found = auth.visible_finding(finding_id)
+    # It queues a whole job: it spends the same allowance as the new-job form.
+    _count_submission()
+    session_ = db()
+    job = submissions.confirm_slower_since(session_, ctx().settings, found, origin="web")
+    session_.commit()
+    fast, slow = found.metrics["last_fast"]["commit"], found.metrics["first_slow"]["commit"]
+    flash(f"Job {job.id} screens {fast[:12]} (last fast, the base) and {slow[:12]} (first slow, the head) interleaved.")
+    return redirect(url_for("web.job", job_id=job.id))
 
 
 @bp.get("/evidence/<int:evidence_id>")

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import distinct, func, select
+from sqlalchemy import case, delete, distinct, func, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from services.models import (
@@ -23,6 +23,7 @@ from services.models import (
     Job,
     JobConfig,
     JobStatus,
+    ProblemSummary,
     Project,
     Run,
     TestResult,
@@ -69,14 +70,37 @@ def inbox(
     kind: str | None = None,
     status: str | None = None,
     severity: str | None = None,
-    limit: int = 100,
+    limit: int = 50,
+    offset: int = 0,
 ) -> list[FindingGroup]:
     """Findings grouped by fingerprint, most impact (slowdown ratio x recurrence) first.
 
     Kind and severity filter the findings; status filters on the newest finding of a
-    group, because triage state follows the fingerprint into later jobs.
+    group, because triage state follows the fingerprint into later jobs. Without a
+    severity the groups are read from their summary (models.ProblemSummary; the kind is
+    part of the fingerprint); a severity (a problem's findings may differ in it) groups
+    the findings of that severity.
     """
     visible = _narrowed(project_ids, project_id)
+    # Impact as FindingGroup computes it, in SQL: only the page's groups become objects.
+    ratio = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
+    if not severity:
+        summary = (
+            select(
+                Finding, Project.name, ProblemSummary.recurrence, ProblemSummary.first_seen, ProblemSummary.last_seen
+            )
+            .join(ProblemSummary, Finding.id == ProblemSummary.latest_id)
+            .join(Project, Project.id == ProblemSummary.project_id)
+            .where(ProblemSummary.project_id.in_(visible))
+            .order_by((case((ratio > 1.0, ratio), else_=1.0) * ProblemSummary.recurrence).desc(), Finding.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
+        if kind:
+            summary = summary.where(ProblemSummary.kind == kind)
+        if status:
+            summary = summary.where(Finding.status == TriageStatus(status))
+        return [FindingGroup(*row) for row in session.execute(summary)]
     groups = (
         select(
             Finding.fingerprint,
@@ -94,28 +118,107 @@ def inbox(
     if severity:
         groups = groups.where(Finding.severity == severity)
     groups = groups.subquery()
+    impact = case((ratio > 1.0, ratio), else_=1.0) * groups.c.recurrence
     query = (
         select(Finding, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
         .join(groups, Finding.id == groups.c.latest_id)
         .join(Job, Job.id == Finding.job_id)
         .join(Project, Project.id == Job.project_id)
+        .order_by(impact.desc(), Finding.id.desc())
+        .offset(offset)
+        .limit(limit)
     )
     if status:
         query = query.where(Finding.status == TriageStatus(status))
-    found = [
+    return [
         FindingGroup(finding, project, recurrence, first, last)
         for finding, project, recurrence, first, last in session.execute(query)
     ]
-    found.sort(key=lambda group: (-group.impact, -group.latest.id))
-    return found[:limit]
 
 
 def finding_kinds(session: Session, project_ids: list[int]) -> list[str]:
     return list(
         session.scalars(
-            select(Finding.kind).distinct().join(Job).where(Job.project_id.in_(project_ids)).order_by(Finding.kind)
+            select(ProblemSummary.kind)
+            .distinct()
+            .where(ProblemSummary.project_id.in_(project_ids))
+            .order_by(ProblemSummary.kind)
         )
     )
+
+
+# Every problem summed afresh from the findings (the migration that made the table runs
+# the same statement); tests/bench/seed_dashboard.py after inserting findings in bulk.
+REBUILD_GROUPS = """
+INSERT INTO finding_groups (fingerprint, project_id, kind, test_id, latest_id, recurrence, first_seen, last_seen)
+SELECT g.fingerprint, j.project_id, f.kind, f.test_id, g.latest_id, g.recurrence, g.first_seen, g.last_seen
+FROM (
+    SELECT fingerprint, max(id) AS latest_id, count(DISTINCT job_id) AS recurrence,
+           min(created_at) AS first_seen, max(created_at) AS last_seen
+    FROM findings GROUP BY fingerprint
+) g
+JOIN findings f ON f.id = g.latest_id
+JOIN jobs j ON j.id = f.job_id
+"""
+
+
+def rebuild_groups(session: Session) -> None:
+    session.execute(delete(ProblemSummary))
+    session.execute(text(REBUILD_GROUPS))
+
+
+def refresh_groups(session: Session, fingerprints: set[str]) -> None:
+    """Sum these problems afresh from their findings (through the index on fingerprint).
+    The caller holds the projects' rows (summaries.lock_projects): two jobs of a project
+    finishing at once take turns, so neither counts without the other's findings."""
+    wanted = sorted(fingerprints)
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        sums = {
+            fp: (recurrence, first, last, latest)
+            for fp, recurrence, first, last, latest in session.execute(
+                select(
+                    Finding.fingerprint,
+                    func.count(distinct(Finding.job_id)),
+                    func.min(Finding.created_at),
+                    func.max(Finding.created_at),
+                    func.max(Finding.id),
+                )
+                .where(Finding.fingerprint.in_(chunk))
+                .group_by(Finding.fingerprint)
+            )
+        }
+        latest = {
+            f.id: (f, project_id)
+            for f, project_id in session.execute(
+                select(Finding, Job.project_id)
+                .join(Job, Job.id == Finding.job_id)
+                .where(Finding.id.in_([v[3] for v in sums.values()]))
+            )
+        }
+        known = {
+            g.fingerprint: g
+            for g in session.scalars(select(ProblemSummary).where(ProblemSummary.fingerprint.in_(chunk)))
+        }
+        for fp in chunk:
+            if fp not in sums:
+                if fp in known:
+                    session.delete(known[fp])  # its findings are gone (a job diagnosed again)
+                continue
+            recurrence, first, last, latest_id = sums[fp]
+            finding, project_id = latest[latest_id]
+            group = known.get(fp)
+            if group is None:
+                group = ProblemSummary(fingerprint=fp)
+                session.add(group)
+            group.project_id = project_id
+            group.kind = finding.kind
+            group.test_id = finding.test_id
+            group.latest_id = latest_id
+            group.recurrence = recurrence
+            group.first_seen = first
+            group.last_seen = last
+    session.flush()
 
 
 @dataclass

@@ -193,6 +193,26 @@ def _ratio(row: dict[str, Any]) -> str:
     return f"{row['ratio']:.2f}x ({row['ratio_low']:.2f} to {row['ratio_high']:.2f})"
 
 
+# The smallest slowdown the comparison finds with 80 % power on a quiet node (2.66 %
+# coefficient of variation) at the default repeats, and the false "regressed" rate per
+# test beside it: tests/bench/bench_pr_power.py, over suites of 500 tests.
+POWER_80_QUIET_RATIO = 1.3
+
+
+def _ruled_out(rows: list[dict[str, Any]]) -> list[str]:
+    """What an "unchanged" verdict rules out: a slowdown beyond its interval's upper end."""
+    highs = sorted(r["ratio_high"] for r in rows if r["verdict"] == "unchanged" and r["ratio_high"] is not None)
+    if not highs:
+        return []
+    median = highs[len(highs) // 2]
+    return [
+        f"Unchanged rules out a slowdown above the upper end of each 95 % interval: {median:.2f}x for the median "
+        f"unchanged test, {highs[-1]:.2f}x at worst. On a quiet node the comparison finds a "
+        f"{POWER_80_QUIET_RATIO:g}x slowdown with 80 % power at the default repeats (benchmark: pr_power).",
+        "",
+    ]
+
+
 def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on: list[str] | None = None) -> str:
     fail_on = DEFAULT_FAIL_ON if fail_on is None else fail_on
     lines = [f"**lagtrace job [{job.id}]({dashboard_url(settings, job)})**: {job.status.value}", ""]
@@ -210,6 +230,7 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
             ", ".join(f"{counts[v]} {v.replace('_', ' ')}" for v in counts) + " (test × configuration)",
             "",
         ]
+        lines += _ruled_out(rows)
         shown = [r for r in rows if r["verdict"] != "unchanged"][:SUMMARY_ROWS]
         if shown:
             lines += [

@@ -36,7 +36,7 @@ from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.errors import BadInput
 from services.github.client import GitHubClient, GitHubError, check_run_body
-from services.jobs import ledger, lifecycle, pull_requests, sources
+from services.jobs import ledger, lifecycle, pull_requests, sources, summaries
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
 from services.jobs.report import build_report
 from services.jobs.spec import RepositoryConfig, enforce_policy
@@ -423,9 +423,14 @@ def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
     lifecycle.finish(session, settings, job)
     # The branch's history now ends with this job: a step it completes is reported on
     # the push that made it, whose check run is brought up to date.
+    earlier: dict[int, Job] = {}
     for finding in change_points.after_job(session, job, settings.thresholds, settings.change_point_branches):
         if finding.job_id != job.id:
             ledger.renotify_step(session, finding.job, settings, f"slower_since:{finding.fingerprint[:16]}")
+            earlier[finding.job_id] = finding.job
+    # What the pages read, made now and not in a page view: this job's report, its
+    # problems' sums, the catalogue's summary, and earlier jobs' reports that just gained a finding.
+    summaries.after_finish(session, job, settings.thresholds, earlier.values())
 
 
 # --- driver 1: one process (`lagtrace run`) ----------------------------------------------
@@ -854,7 +859,11 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
     if source is None or not source.github_repository:
         task.state = TaskState.done
         return
-    report = build_report(job, settings.thresholds) if job.status in lifecycle.FINISHED else None
+    report = (
+        (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
+        if job.status in lifecycle.FINISHED
+        else None
+    )
     body = check_run_body(settings, job, source, report)
     client = GitHubClient(settings)
     try:

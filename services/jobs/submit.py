@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from services.diagnose import change_points
 from services.errors import BadInput, Conflict, NotFound
+from services.jobs import summaries
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -25,6 +27,7 @@ from services.measure.executors import EXECUTORS
 from services.measure.pytest_command import narrow_to_test
 from services.models import (
     COMMAND_KINDS,
+    Finding,
     Job,
     JobConfig,
     JobSource,
@@ -237,6 +240,57 @@ def rerun_job(
     return job
 
 
+def confirm_slower_since(session: Session, settings: Settings, finding: Finding, *, origin: str = "web") -> Job:
+    """A ``slower_since`` finding's suspicion put to the pull-request screen: its last fast
+    commit as the base and its first slow commit as the head, run interleaved on one node,
+    its test alone in its configuration; the job's verdict is the base comparison's
+    (regressed, unchanged, ...). The branch's history compared jobs run on different days,
+    perhaps on different machines; this compares the two commits under the same conditions."""
+    if finding.kind != change_points.KIND:
+        raise BadInput(f"finding {finding.id} is {finding.kind}, not {change_points.KIND}: nothing to confirm")
+    first_slow = (finding.metrics.get("first_slow") or {}).get("commit")
+    last_fast = (finding.metrics.get("last_fast") or {}).get("commit")
+    if not first_slow or not last_fast:
+        raise Conflict(
+            f"finding {finding.id} does not name both commits (jobs of uploaded archives): nothing to check out"
+        )
+    culprit = finding.job
+    source = session.get(JobSource, culprit.id)
+    if source is None or source.kind != "git" or not source.repository_url:
+        raise Conflict(f"job {culprit.id} was not run from a git repository: its commits cannot be checked out")
+    spec = JobSpec(
+        command=_rerun_command(session, culprit, finding.test_id),
+        configs=[finding.config_label] if finding.config_label else [c.label for c in culprit.configs],
+        repeat=culprit.repeat,
+        timeout_s=culprit.timeout_s,
+        evidence=[],  # a verdict, not a diagnosis: no drill
+        executor=culprit.executor,
+        image=source.image,
+    )
+    branch = str(finding.metrics.get("branch") or source.branch or "") or None
+    job = submit_job(
+        session,
+        settings,
+        culprit.project,
+        spec,
+        repository_url=source.repository_url,
+        ref=source.ref,  # fetched when the server serves no bare commit; the commit wins
+        commit_sha=check_commit(first_slow),
+        origin=origin,
+        trigger="confirm",
+        branch=branch,
+        pull_request=PullRequestRef(number=0, url=None, base_ref=branch, base_commit_sha=last_fast),
+    )
+    job.parent_id = culprit.id
+    # Not a pull request: no number, and no check run posted on the old commit.
+    job_source = session.get(JobSource, job.id)
+    if job_source is not None:
+        job_source.pull_request_number = None
+        job_source.github_head_sha = None
+    session.flush()
+    return job
+
+
 def get_job(session: Session, project: Project, job_id: int) -> Job:
     job = session.get(Job, job_id)
     if job is None or job.project_id != project.id:
@@ -355,21 +409,42 @@ def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None
     }
 
 
-def job_detail(session: Session, job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+def finished_report(
+    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False
+) -> dict[str, Any]:
+    """A finished job's v1 report as stored when it finished (``page``: the job page's
+    digest of it), or, for a job finished without one (a failed or cancelled job, or one
+    from before the store), built now."""
+    stored = summaries.stored_report(session, job, page=page)
+    if stored is not None:
+        return stored
+    # The report walks every run's test results: read them in two queries, not one per run.
+    session.scalars(
+        select(JobConfig)
+        .where(JobConfig.job_id == job.id)
+        .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
+    ).all()
+    report = build_report(job, thresholds)
+    return summaries.page_digest(report) if page else report
+
+
+def job_detail(
+    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False, with_report: bool = True
+) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's),
-    its notes judged by the configured ``thresholds`` as its findings were."""
+    its notes judged by the configured ``thresholds`` as its findings were. ``page``: the
+    report's digest for the job page (services/jobs/summaries.py page_digest).
+    ``with_report`` False: without the "report" key (the caller adds the stored one)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
-        # The report walks every run's test results: read them in two queries, not one per run.
-        session.scalars(
-            select(JobConfig)
-            .where(JobConfig.job_id == job.id)
-            .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
-        ).all()
-        detail["report"] = build_report(job, thresholds)
+        # The comparison with the parent reads the configurations and findings: the digest has them.
+        report = finished_report(session, job, thresholds, page=page or not with_report)
+        detail["report"] = report
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         if parent is not None and parent.status is JobStatus.done:
-            detail["comparison"] = compare_reports(build_report(parent, thresholds), detail["report"])
+            detail["comparison"] = compare_reports(finished_report(session, parent, thresholds, page=True), report)
+    if not with_report:
+        del detail["report"]
     return detail
 
 

@@ -161,8 +161,8 @@ BENCHMARKS = [
     Benchmark(
         "service",
         "tests.bench.bench_service:run",
-        ("API p95", "dashboard p95", "webhook throughput"),
-        what="lagtrace serve on loopback over 10,000 jobs and 100,000 runs, 20 clients",
+        ("API p95", "inbox p95", "job page p95", "catalogue p95", "webhook throughput"),
+        what="lagtrace serve on loopback over 10,000 jobs and 1,000,000 test results, 20 clients",
     ),
     Benchmark(
         "adaptive",

@@ -738,3 +738,14 @@ def test_artifacts_go_to_object_storage_with_credentials_from_a_secret(helm):
     # Without a bucket: the directory store, and no S3 variables anywhere.
     default = render(helm)
     assert not any(key.startswith("LAGTRACE_ARTIFACTS_S3_") for key in default.one("ConfigMap", "lagtrace")["data"])
+
+
+def test_the_api_serves_one_process_per_cpu_it_requests(rendered):
+    """LAGTRACE_WEB_PROCESSES (`lagtrace serve --processes`) comes from the api container's
+    own CPU request, rounded up; the node's CPU count would overcommit a small request."""
+    api = rendered.one("Deployment", "-api")
+    [container] = [c for c in pod_spec(api)["containers"] if c["name"] == "api"]
+    env = {e["name"]: e for e in container["env"]}
+    source = env["LAGTRACE_WEB_PROCESSES"]["valueFrom"]["resourceFieldRef"]
+    assert source == {"containerName": "api", "resource": "requests.cpu", "divisor": "1"}
+    assert container["resources"]["requests"]["cpu"]

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from services.db import make_engine, make_session_factory
+from services.jobs.summaries import refresh_catalogue
 from services.models import Finding, JobSource
 from services.settings import Settings
 from tests.e2e.test_dashboard_browser import browser, server, shots, sign_in  # noqa: F401 (fixtures)
@@ -42,6 +43,9 @@ def stored(server):  # noqa: F811
         session.commit()
         futex = session.scalar(select(Finding.id).where(Finding.job_id == ids[-1], Finding.kind == "futex_storm"))
         pull_request, _ = store_pull_request_job(session, settings)
+        session.commit()
+        # What each job's finish does for the catalogue (the pages only read it).
+        refresh_catalogue(session, [pull_request.project_id])
         session.commit()
         pull_request_id = pull_request.id
     engine.dispose()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from services.diagnose import inbox
 from services.diagnose.findings import fingerprint
 from services.jobs import pull_requests
 from services.jobs.lifecycle import get_or_create_project
@@ -307,6 +308,8 @@ def store_handoff_job(
     finding("gil_contention", "high", "threads wait for the GIL at the stall", TEST_SLOW, None, [gdb, dump, faults])
     finding("futex_storm", "medium", "futex holds 97.6 % of syscall time", TEST_SLOW, None, [strace, record])
     session.flush()
+    # As the engine's finish sums the job's problems for the inbox (services/jobs/summaries.py).
+    inbox.refresh_groups(session, {f.fingerprint for f in job.findings})
     return job
 
 
@@ -338,4 +341,6 @@ def store_pull_request_job(session: Session, settings: Settings, project: str = 
     _timing_runs(one, [0.28, 0.29, 0.28, 0.30, 0.28], [0.004, 0.0042, 0.0038, 0.0041, 0.004], RunKind.base)
     _timing_runs(two, [5.5, 5.2, 5.4, 5.3, 5.6], [1.85, 1.95, 1.80, 2.0, 1.9], RunKind.base)
     session.flush()
-    return job, pull_requests.record(session, job, Thresholds())
+    rows = pull_requests.record(session, job, Thresholds())
+    inbox.refresh_groups(session, {f.fingerprint for f in job.findings})
+    return job, rows

@@ -8,10 +8,10 @@ import random
 import re
 
 from services.diagnose.findings import fingerprint
+from services.jobs.summaries import percentile, refresh_catalogue
 from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
 from tests.support import branch_history
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
-from web.catalogue import percentile
 
 
 def _jobs(dashboard, branches: list[str | None]) -> list[int]:
@@ -24,6 +24,9 @@ def _jobs(dashboard, branches: list[str | None]) -> list[int]:
             source = session.get(JobSource, job.id)
             source.ref = branch
             ids.append(job.id)
+        session.commit()
+        # What each job's finish does (services/jobs/engine.py diagnose_phase): the pages only read.
+        refresh_catalogue(session, [1])
         session.commit()
     assert dashboard.sign_in("ann").status_code == 302
     return ids
@@ -54,10 +57,23 @@ def test_catalogue_lists_each_test_once_with_its_newest_percentiles(dashboard):
     with dashboard.session_factory() as session:
         assert session.query(CataloguedJob).count() == 3
         assert session.query(CatalogueEntry).count() == 2 * 2 * 2  # tests x configurations x branches
-    # A second view reads no job twice.
+    # A second refresh reads no job twice.
+    with dashboard.session_factory() as session:
+        assert refresh_catalogue(session, [1]) == 0
+        assert sum(e.runs for e in session.query(CatalogueEntry)) == 3 * 2 * 5 * 2
+
+
+def test_a_catalogue_view_writes_nothing(dashboard):
+    """The summary is brought up to date when a job finishes; a GET only reads it (a job
+    stored as finished without that step stays out of the list)."""
+    _jobs(dashboard, ["main"])
+    with dashboard.session_factory() as session:
+        store_handoff_job(session, dashboard.settings)
+        session.commit()
     dashboard.page("/tests")
     with dashboard.session_factory() as session:
-        assert sum(e.runs for e in session.query(CatalogueEntry)) == 3 * 2 * 5 * 2
+        assert session.query(CataloguedJob).count() == 1
+        assert refresh_catalogue(session, [1]) == 1
 
 
 def test_catalogue_filters_and_search(dashboard):

@@ -163,3 +163,32 @@ def test_text_from_the_repository_cannot_break_out_of_the_summarys_markdown():
     assert [c.content for c in finding_row[2].children if c.type == "code_inline"] == [hostile_test]
     text = "".join(c.content for t in tokens if t.type == "inline" for c in t.children if c.type == "text")
     assert "**all good** ![n](https://evil.example/n.png) ### Fake heading" in text
+
+
+def test_an_unchanged_verdict_says_which_slowdown_it_rules_out():
+    def row(test: str, high: float) -> dict[str, Any]:
+        return {
+            "test": test,
+            "config": "cpuset=0",
+            "base_median_s": 0.1,
+            "head_median_s": 0.1,
+            "base_n": 5,
+            "head_n": 5,
+            "ratio": 1.0,
+            "ratio_low": 0.95,
+            "ratio_high": high,
+            "p_value": 0.6,
+            "verdict": "unchanged",
+        }
+
+    comparison = {
+        "base_commit": "b" * 40,
+        "base_ref": "main",
+        "head_commit": "a" * 40,
+        "tests": [row("tests/a.py::t", 1.04), row("tests/b.py::t", 1.07), row("tests/c.py::t", 1.21)],
+        "counts": {"regressed": 0, "improved": 0, "unchanged": 3, "too_noisy": 0},
+    }
+    summary = check_run_body(SETTINGS, done_job(), source(), report(comparison=comparison))["output"]["summary"]
+    assert "Unchanged rules out a slowdown above the upper end of each 95 % interval" in summary
+    assert "1.07x for the median unchanged test, 1.21x at worst" in summary
+    assert "1.3x slowdown with 80 % power" in summary

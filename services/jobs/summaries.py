@@ -1,0 +1,262 @@
+"""What the pages read of a finished job, made once when the job finishes, never in a GET.
+
+A job's v1 report walks every test result (a 5,000-test suite: 10,000 rows and more, half
+a second of Python): it is built when the job finishes and stored (models.JobReport) with
+a digest for the job page, which shows the tests with a finding, the widest spreads and
+the slowest few, and counts the rest. The test catalogue's summary table reads the
+finished jobs here too. Functions take a Session first and do not commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Text, cast, exists, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from services.diagnose import change_points, inbox
+from services.jobs.report import build_report
+from services.models import (
+    TEST_HISTORY_KINDS,
+    CataloguedJob,
+    CatalogueEntry,
+    Job,
+    JobConfig,
+    JobReport,
+    JobSource,
+    JobStatus,
+    Project,
+    Run,
+    TestResult,
+    utcnow,
+)
+from services.thresholds import Thresholds
+
+# The job page's tests besides the flagged ones: the widest spreads across configurations
+# and the slowest; the others are counted, and listed on the job's paged test list.
+WIDEST_SHOWN = 15
+SLOWEST_SHOWN = 5
+# Of a pull request's comparison, the page lists the tests whose verdict is not
+# "unchanged" (at most this many) and counts the unchanged ones.
+COMPARISON_SHOWN = 200
+# Finished jobs the catalogue reads per refresh: a backlog (an upgrade over a long
+# history) is worked off over a few finished jobs instead of stalling one.
+REFRESH_JOBS = 200
+
+
+def after_finish(session: Session, job: Job, thresholds: Thresholds, earlier: Iterable[Job] = ()) -> None:
+    """A job has just finished: store its report, sum its problems again and bring the
+    catalogue up to date; ``earlier``: jobs that just gained a finding (a change point
+    this job completed), whose reports are stored again."""
+    earlier = list(earlier)
+    lock_projects(session, [job.project_id])
+    inbox.refresh_groups(session, {f.fingerprint for other in [job, *earlier] for f in other.findings})
+    store_report(session, job, thresholds)
+    for other in earlier:
+        store_report(session, other, thresholds)
+    if job.status is JobStatus.done:
+        refresh_catalogue(session, [job.project_id])
+
+
+def lock_projects(session: Session, project_ids: list[int]) -> None:
+    """Hold these projects' rows until the caller commits: the summaries of one project
+    are brought up to date by one transaction at a time (in id order: no deadlock)."""
+    session.execute(select(Project.id).where(Project.id.in_(project_ids)).order_by(Project.id).with_for_update())
+
+
+# --- the stored report ---------------------------------------------------------------------
+
+
+def store_report(session: Session, job: Job, thresholds: Thresholds) -> JobReport:
+    """Build ``job``'s report and store it with its page digest (again if stored before:
+    a later job's change point adds a finding to an earlier one)."""
+    report = build_report(job, thresholds)
+    stored = session.get(JobReport, job.id)
+    if stored is None:
+        stored = JobReport(job_id=job.id)
+        session.add(stored)
+    stored.report = report
+    stored.page = page_digest(report)
+    stored.finding_states = {str(f["id"]): f["status"] for f in report["findings"]}
+    stored.built_at = utcnow()
+    session.flush()
+    return stored
+
+
+def _spread(test: dict[str, Any]) -> float:
+    medians = [c["median"] for c in test["configs"] if c.get("median")]
+    return max(medians) / min(medians) if medians else 0.0
+
+
+def _slowest(test: dict[str, Any]) -> float:
+    return max((c.get("median") or 0.0 for c in test["configs"]), default=0.0)
+
+
+def page_digest(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as the job page shows it: every section but the tests, of which those
+    with a finding, the widest spreads and the slowest few; ``tests_total``,
+    ``tests_hidden`` and ``tests_cleared`` count them."""
+    tests = report["tests"]
+    flagged = {f["test"] for f in report["findings"] if f["test"]}
+    chosen = [t for t in tests if t["id"] in flagged]
+    rest = [t for t in tests if t["id"] not in flagged]
+    chosen += sorted(rest, key=lambda t: -_spread(t))[:WIDEST_SHOWN]
+    picked = {t["id"] for t in chosen}
+    chosen += sorted((t for t in rest if t["id"] not in picked), key=lambda t: -_slowest(t))[:SLOWEST_SHOWN]
+    # Each run's duration stays in the full report; the page shows medians.
+    shown = [{**t, "configs": [{k: v for k, v in c.items() if k != "runs"} for c in t["configs"]]} for t in chosen]
+    digest = {
+        **{key: value for key, value in report.items() if key != "tests"},
+        "tests": shown,
+        "tests_total": len(tests),
+        "tests_hidden": len(tests) - len(shown),
+        "tests_cleared": sum(1 for t in tests if t["cleared"]),
+    }
+    base = report.get("base_comparison")
+    if base:
+        changed = [t for t in base["tests"] if t["verdict"] != "unchanged"]
+        digest["base_comparison"] = {
+            **base,
+            "tests": changed[:COMPARISON_SHOWN],
+            "unchanged_hidden": len(base["tests"]) - len(changed[:COMPARISON_SHOWN]),
+        }
+    return digest
+
+
+def stored_report(session: Session, job: Job, *, page: bool = False) -> dict[str, Any] | None:
+    """The report stored when ``job`` finished (``page``: its digest), with each finding's
+    triage state as it is now; None if none was stored (a job finished before 0015)."""
+    column = JobReport.page if page else JobReport.report
+    report = session.scalar(select(column).where(JobReport.job_id == job.id))
+    if report is None:
+        return None
+    states = {finding.id: finding.status.value for finding in job.findings}
+    for finding in report["findings"]:
+        finding["status"] = states.get(finding["id"], finding["status"])
+    return report
+
+
+def stored_report_text(session: Session, job: Job) -> str | None:
+    """The stored report as JSON text, unparsed (a 5,000-test suite's is a megabyte: parsing
+    and serialising it again cost 60 ms a request), if no finding's triage state changed
+    since it was stored; None otherwise (``stored_report`` then reads it with the states now)."""
+    row = session.execute(
+        select(cast(JobReport.report, Text), JobReport.finding_states).where(JobReport.job_id == job.id)
+    ).one_or_none()
+    if row is None:
+        return None
+    text, states = row
+    return text if states == {str(f.id): f.status.value for f in job.findings} else None
+
+
+# --- the test catalogue ----------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), q in [0, 1]."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def refresh_catalogue(session: Session, project_ids: list[int], limit: int = REFRESH_JOBS) -> int:
+    """Add up to ``limit`` finished, not yet read jobs to the catalogue; returns how many.
+
+    Refreshes of one project take turns (a lock on its row, until the caller commits), so
+    two jobs finishing at once do not count the same jobs twice; should two still collide
+    on catalogued_jobs' primary key, the second leaves the work to the next refresh.
+    """
+    if not project_ids:
+        return 0
+    lock_projects(session, project_ids)
+    try:
+        with session.begin_nested():
+            return _refresh(session, project_ids, limit)
+    except IntegrityError:
+        return 0
+
+
+def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
+    pending = list(
+        session.scalars(
+            select(Job.id)
+            .where(
+                Job.project_id.in_(project_ids),
+                Job.status == JobStatus.done,
+                ~exists().where(CataloguedJob.job_id == Job.id),
+            )
+            .order_by(Job.id)
+            .limit(limit)
+        )
+    )
+    if not pending:
+        return 0
+    rows = session.execute(
+        select(
+            Job.id,
+            Job.project_id,
+            Job.created_at,
+            JobSource.ref,
+            JobSource.branch,
+            JobConfig.label,
+            TestResult.test_id,
+            TestResult.duration_s,
+        )
+        .select_from(TestResult)
+        .join(Run, Run.id == TestResult.run_id)
+        .join(JobConfig, JobConfig.id == Run.config_id)
+        .join(Job, Job.id == JobConfig.job_id)
+        .outerjoin(JobSource, JobSource.job_id == Job.id)
+        .where(Job.id.in_(pending), Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome != "skipped")
+    )
+    # (project, test, configuration, branch) -> job -> durations
+    seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    when: dict[int, dt.datetime] = {}
+    for job_id, project_id, created_at, ref, branch, label, test_id, duration in rows:
+        seen[(project_id, test_id, label, change_points.branch_of(ref, branch))][job_id].append(duration)
+        when[job_id] = created_at
+    tests = {key[1] for key in seen}
+    existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
+    ordered = sorted(tests)
+    for start in range(0, len(ordered), 500):
+        for entry in session.scalars(
+            select(CatalogueEntry).where(
+                CatalogueEntry.project_id.in_({key[0] for key in seen}),
+                CatalogueEntry.test_id.in_(ordered[start : start + 500]),
+            )
+        ):
+            existing[(entry.project_id, entry.test_id, entry.config_label, entry.branch)] = entry
+    for key, per_job in seen.items():
+        newest = max(per_job)
+        durations = per_job[newest]
+        found = existing.get(key)
+        if found is None:
+            found = CatalogueEntry(
+                project_id=key[0],
+                test_id=key[1],
+                config_label=key[2],
+                branch=key[3],
+                runs=0,
+                jobs=0,
+                first_job_id=min(per_job),
+                last_job_id=0,
+            )
+            session.add(found)
+        entry = found
+        entry.runs += sum(len(v) for v in per_job.values())
+        entry.jobs += len(per_job)
+        entry.first_job_id = min(entry.first_job_id, *per_job)
+        if newest > entry.last_job_id:
+            entry.last_job_id = newest
+            entry.last_p50_s = percentile(durations, 0.5)
+            entry.last_p95_s = percentile(durations, 0.95)
+            entry.last_seen_at = when[newest]
+    session.add_all(CataloguedJob(job_id=job_id) for job_id in pending)
+    session.flush()
+    return len(pending)
