@@ -15,13 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import create_engine, func, select
 
 from services.models import JobConfig, JobShard, JobTask, Run, RunKind
 from tests.bench.bench_suites import build_suite
@@ -38,16 +37,19 @@ FAST_LEASES = {
     "LAGTRACE_SHARD_MIN_S": "0",
 }
 COMMAND = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."]
+# What a worker with one CPU of its own can measure: that core, and half of it.
+CONFIGS = ("cpuset=0", "cpus=0.5")
 
 
-class TwoWorkers(Stack):
-    """The e2e stack with two workers on CPUs of their own; only the first runs the beat."""
+class WorkerStack(Stack):
+    """The e2e stack with ``workers`` workers, each on a CPU of its own (worker i on CPU i)
+    with its own work directory; only the first runs the beat."""
 
-    def start(self) -> TwoWorkers:
+    def start(self) -> WorkerStack:
         assert self.cli("migrate").returncode == 0
         self.token = self.cli("token", "create", "--project", "octo/demo").stdout.strip()
         logs = []
-        for index in range(2):
+        for index in range(self.workers):
             own = {"LAGTRACE_WORKER_CPUS": str(index), "LAGTRACE_WORK_DIR": str(self.base / f"work{index}")}
             logs.append(
                 self.spawn_with(own, f"worker{index}", "worker", "--loglevel=INFO", *(["--beat"] * (index == 0)))
@@ -81,14 +83,14 @@ class TwoWorkers(Stack):
         finally:
             engine.dispose()
 
-    def submit(self, url: str) -> int:
+    def submit(self, url: str, configs: tuple[str, ...] = CONFIGS, evidence: list[str] | None = None) -> int:
         body = {
             "repository": {"url": url},
             "command": COMMAND,
-            "configs": ["cpuset=0", "cpus=0.5"],
+            "configs": list(configs),
             "repeat": 5,
-            "evidence": [],
             "executor": "local",
+            **({"evidence": evidence} if evidence is not None else {}),
         }
         status, job = self.request(
             "POST", "/api/v1/jobs", json.dumps(body).encode(), {"Content-Type": "application/json"}
@@ -103,31 +105,27 @@ class TwoWorkers(Stack):
 
 
 @contextlib.contextmanager
-def two_workers(postgres_server_url: str, redis_url: str, base: Path) -> Iterator[TwoWorkers]:
-    name = f"lagtrace_e2e_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(postgres_server_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    broker_url = f"{redis_url.rsplit('/', 1)[0]}/{next(REDIS_DATABASES)}"
+def worker_stack(
+    database_url: str, broker_url: str, base: Path, workers: int, **settings: str
+) -> Iterator[WorkerStack]:
+    """A running stack of ``workers`` workers on a database and Redis database of its own."""
     base.mkdir(parents=True, exist_ok=True)
     github = GitHubServer().start()
-    running = TwoWorkers(base, f"{postgres_server_url.rsplit('/', 1)[0]}/{name}", broker_url, github, **FAST_LEASES)
+    running = WorkerStack(base, database_url, broker_url, github, workers=workers, **{**FAST_LEASES, **settings})
     try:
         yield running.start()
     finally:
         running.stop()
         github.stop()
         redis.Redis.from_url(broker_url).flushdb()
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 @pytest.fixture
-def stack(postgres_server_url, redis_url, tmp_path):
+def stack(postgres_url, redis_url, tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("two workers on CPUs of their own need two CPUs")
-    with two_workers(postgres_server_url, redis_url, tmp_path / "stack") as running:
+    broker_url = f"{redis_url.rsplit('/', 1)[0]}/{next(REDIS_DATABASES)}"
+    with worker_stack(postgres_url, broker_url, tmp_path / "stack", 2) as running:
         yield running
 
 
@@ -141,7 +139,7 @@ def suite_repository(path: Path, seconds: float) -> str:
     return f"file://{path}"
 
 
-def wait_final(stack: TwoWorkers, job_id: int, timeout_s: float = 300) -> dict:
+def wait_final(stack: WorkerStack, job_id: int, timeout_s: float = 300) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         job = stack.job(job_id)
@@ -151,7 +149,7 @@ def wait_final(stack: TwoWorkers, job_id: int, timeout_s: float = 300) -> dict:
     raise AssertionError(f"job {job_id} did not finish\n{stack.logs()}")
 
 
-def shard_rows(stack: TwoWorkers, job_id: int) -> list:
+def shard_rows(stack: WorkerStack, job_id: int) -> list:
     return stack.query(
         select(JobShard.index, JobTask.state, JobTask.attempts, JobTask.worker)
         .join(
@@ -163,7 +161,7 @@ def shard_rows(stack: TwoWorkers, job_id: int) -> list:
     )
 
 
-def shard_runs(stack: TwoWorkers, job_id: int) -> dict[int | None, int]:
+def shard_runs(stack: WorkerStack, job_id: int) -> dict[int | None, int]:
     return dict(
         stack.query(
             select(Run.shard, func.count())
@@ -175,7 +173,7 @@ def shard_runs(stack: TwoWorkers, job_id: int) -> dict[int | None, int]:
 
 
 def test_a_suite_is_screened_in_shards_on_both_workers_into_one_report(stack, tmp_path):
-    job_id = stack.submit(suite_repository(tmp_path / "suite", 3.0))
+    job_id = stack.submit(suite_repository(tmp_path / "suite", 3.0), evidence=[])
     job = wait_final(stack, job_id)
     assert job["status"] == "done", f"{job['error']}\n{stack.logs()}"
     # Both shards in the job's progress, each screened by a different worker.
@@ -210,7 +208,7 @@ def test_a_suite_is_screened_in_shards_on_both_workers_into_one_report(stack, tm
 
 
 def test_a_worker_killed_during_its_shard_loses_only_that_shard(stack, tmp_path):
-    job_id = stack.submit(suite_repository(tmp_path / "suite", 6.0))
+    job_id = stack.submit(suite_repository(tmp_path / "suite", 6.0), evidence=[])
     beat_worker, other = stack.processes[0], stack.processes[1]
     # Wait until the worker without the beat runs a shard and has stored a run of it.
     deadline = time.monotonic() + 180
