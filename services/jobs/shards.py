@@ -131,10 +131,6 @@ def shard_of(session: Session, task: JobTask) -> JobShard | None:
     return session.scalar(select(JobShard).where(JobShard.job_id == task.job_id, JobShard.index == index))
 
 
-def is_sharded(session: Session, job: Job) -> bool:
-    return session.scalar(select(JobShard.id).where(JobShard.job_id == job.id).limit(1)) is not None
-
-
 @contextmanager
 def only(session: Session, index: int) -> Iterator[None]:
     """While inside: ``session`` loads only shard ``index``'s runs (a configuration's runs
