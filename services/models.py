@@ -209,6 +209,9 @@ class Run(Base):
     # id); their wall time next to the timing runs' median is the observer effect.
     probe: Mapped[str | None] = mapped_column(String(32))
     test_id: Mapped[str | None] = mapped_column(Text)
+    # The shard (JobShard.index) whose screen ran it; None for a job screened whole. Runs
+    # of one shard are compared only with each other: one shard, one node.
+    shard: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     config: Mapped[JobConfig] = relationship(back_populates="runs")
@@ -382,6 +385,24 @@ class JobTask(Base):
 
     job: Mapped[Job] = relationship()
     config: Mapped[JobConfig | None] = relationship()
+
+
+class JobShard(Base):
+    """A part of a job's tests screened by one step on one worker (services/jobs/shards.py):
+    its survey and focused screen run every configuration, interleaved, on that worker's node."""
+
+    __tablename__ = "job_shards"
+    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_job_shards_job_id_index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)  # 1, 2, ...: its step is screen:shard-{index}
+    # What the shard's pytest command is narrowed to: test files, or node ids of a file split.
+    tests: Mapped[list[Any]] = mapped_column(default=list)
+    test_count: Mapped[int] = mapped_column(Integer)
+    # Its expected share of one round (seconds), from the previous job's durations; None
+    # when it was balanced by test count alone (a first job).
+    planned_s: Mapped[float | None] = mapped_column(Float)
 
 
 class ApiToken(Base):

@@ -163,6 +163,16 @@ class Settings(BaseSettings):
     # Off by default: one measured run per node. On: runs pinned to disjoint cores may
     # share a node (more throughput, and the report says so).
     pack_disjoint_cores: bool = False
+    # Shards across workers (services/jobs/shards.py): a pytest suite is split into at most
+    # this many shards of tests, each screened by one worker, when its previous job's
+    # surveyed time was at least shard_min_s per shard (a first job: at least
+    # focus_min_tests tests per shard). 1: every job is screened whole on one worker.
+    shards: int = Field(1, ge=1, le=64)
+    shard_min_s: float = Field(30.0, ge=0)
+    # This worker's own CPUs (kernel list, e.g. 1 or 2-3): configurations name CPUs of
+    # this set (cpuset=0 is its first) and unpinned ones are pinned to all of it, so two
+    # workers on one machine never measure on each other's cores. Unset: every CPU.
+    worker_cpus: str | None = None
     # Branches whose history is searched for change points after each of their jobs
     # (slower_since: services/diagnose/change_points.py), comma-separated; empty: none.
     change_point_branches: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["main"])

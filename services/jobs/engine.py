@@ -36,7 +36,7 @@ from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.errors import BadInput
 from services.github.client import GitHubClient, GitHubError, check_run_body
-from services.jobs import ledger, lifecycle, pull_requests, sources, summaries
+from services.jobs import ledger, lifecycle, pull_requests, shards, sources, summaries
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
 from services.jobs.report import build_report
 from services.jobs.spec import RepositoryConfig, enforce_policy
@@ -48,6 +48,7 @@ from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import stop_job_containers
 from services.measure.samples import surveyed
 from services.measure.screen import BaseSide, screen
+from services.measure.shards import on_worker_cpus
 from services.measure.stats import Summary, median_interval
 from services.models import COMMAND_KINDS, Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
 from services.settings import Settings
@@ -278,6 +279,11 @@ def census_phase(
         if run.kind is RunKind.survey and run.exit_code in (0, pytest_command.PYTEST_TESTS_FAILED)
     ]
     if not survey or job.probes is not None:
+        return []
+    if any(run.shard is not None for run, _ in survey):
+        # Each shard's survey ran part of the suite on its own node; the census would run
+        # it whole on this one, the suite's time again.
+        job.notes = [*job.notes, "no census: the suite was screened in shards, and the census runs it whole"]
         return []
     run, config = min(survey, key=lambda pair: pair[0].wall_s)
     cost = budget.CENSUS_COST * run.wall_s
@@ -651,7 +657,7 @@ def _progress(job: Job) -> Progress:
 
 def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
     # After prepare, job.executor is the one `auto` chose there, not `auto` again.
-    return make_executor(
+    executor = make_executor(
         job.executor,
         settings,
         image=source.image,
@@ -659,6 +665,7 @@ def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
         allowed=settings.allowed_executors,
         cache_scope=f"project-{job.project_id}",
     )
+    return on_worker_cpus(executor, settings.worker_cpus)
 
 
 def _evidence_option(probes: list[str] | None) -> str | None:
@@ -780,6 +787,15 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 machine="this worker",
                 budget_s=job.budget_s,
             )
+            split, split_note = shards.plan(
+                session,
+                settings,
+                job,
+                executor,
+                directory,
+                with_base=bool(source.base_commit_sha),
+                progress=_progress(job),
+            )
         finally:
             sources.remove(directory)
     except (BadInput, sources.SourceError) as exc:
@@ -789,13 +805,20 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
     job.configs.clear()
     session.flush()  # the old rows go before new ones with the same labels arrive
     job.configs = lifecycle.config_rows(plan.configs)
-    job.notes = [*plan.notes, *([nodelock.PACKING_NOTE] if settings.pack_disjoint_cores else [])]
+    job.notes = [
+        *plan.notes,
+        *([nodelock.PACKING_NOTE] if settings.pack_disjoint_cores else []),
+        *([split_note] if split_note else []),
+    ]
     job.executor = executor.name
     job.probes, job.stall_after_s = plan.probes, plan.stall_after_s
     lifecycle.mark_running(job)
     task.state = TaskState.done
     session.flush()
-    ledger.add_task(session, job, settings, SCREEN)
+    if split:
+        shards.record(session, settings, job, split)
+    else:
+        ledger.add_task(session, job, settings, SCREEN)
     ledger.notify_step(session, job, settings)
 
 
@@ -806,16 +829,19 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
         task.state = TaskState.cancelled
         return
     checkpoint = _stop_if_cancelled(session, job, task)
+    # One shard of the job's tests (services/jobs/shards.py), or the whole suite.
+    shard = shards.shard_of(session, task)
     try:
         lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
         with (
             _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory),
             _base_side(settings, job, source, f"base-{task.id}", checkpoint) as base,
+            shards.only(session, shard.index) if shard else nullcontext(),
         ):
             screen_phase(
                 session,
                 settings,
-                job,
+                shards.shard_job(job, shard, directory) if shard else job,
                 executor,
                 workdir=directory,
                 progress=_progress(job),
@@ -827,8 +853,11 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
         return
     task.state = TaskState.done
     session.flush()
-    # A screen task of an older version (one per configuration) may have made it already.
-    if session.scalar(select(JobTask.id).where(JobTask.job_id == job.id, JobTask.name == FINISH)) is None:
+    # A sharded job goes on once its last shard is done; a screen task of an older version
+    # (one per configuration) may have made the finish step already.
+    if (shard is None or shards.screens_done(session, job)) and session.scalar(
+        select(JobTask.id).where(JobTask.job_id == job.id, JobTask.name == FINISH)
+    ) is None:
         ledger.add_task(session, job, settings, FINISH)
 
 

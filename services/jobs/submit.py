@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from services.diagnose import change_points
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs import summaries
+from services.jobs import shards, summaries
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -352,7 +352,7 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         phase = job.status.value
     elif job.status is JobStatus.queued:
         phase = "preparing" if prepare is TaskState.running else "queued"
-    elif screen is not None and screen.state is TaskState.done:
+    elif screen is not None and screen.state is TaskState.done and not shards.screening(session, job):
         phase = "diagnosing"
     else:
         phase = "screening"
@@ -363,6 +363,8 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         # Early stopping can finish a configuration before `repeat` runs.
         "fraction": 1.0 if job.status is JobStatus.done else (round(runs / planned, 3) if planned else 0.0),
         "configs": configs,
+        # A job split across workers (services/jobs/shards.py): each shard's step.
+        "shards": shards.progress_view(session, job),
     }
 
 

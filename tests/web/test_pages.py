@@ -10,7 +10,7 @@ import time
 from sqlalchemy import select
 
 from services.jobs.submit import _rerun_command
-from services.models import Finding, Job, JobStatus, TestResult, TriageEvent
+from services.models import Finding, Job, JobShard, JobStatus, JobTask, TaskState, TestResult, TriageEvent
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 
@@ -270,3 +270,22 @@ def test_a_test_that_failed_to_collect_shows_a_dash_not_an_error(dashboard):
     html = dashboard.page(f"/jobs/{job_id}")
     row = html[html.index(broken) :].split("</tr>")[0]
     assert "–" in row and "×" not in row
+
+
+def test_a_sharded_jobs_page_shows_each_shard_with_its_worker(dashboard):
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        job = session.get(Job, job_id)
+        job.status = JobStatus.running
+        for index, (worker, state) in enumerate([("node-a/11", TaskState.running), ("node-b/22", TaskState.done)], 1):
+            session.add(JobShard(job_id=job_id, index=index, tests=[f"test_{index}.py"], test_count=40 + index))
+            session.add(JobTask(job_id=job_id, step="screen", name=f"screen:shard-{index}", state=state, worker=worker))
+        session.commit()
+    html = dashboard.page(f"/jobs/{job_id}")
+    shards = html[html.index('<table id="shards">') :]
+    shards = shards[: shards.index("</table>")]
+    assert "1 of 2" in shards and "2 of 2" in shards and "node-a/11" in shards and "node-b/22" in shards
+    progress = dashboard.client.get(f"/jobs/{job_id}/progress").get_json()
+    assert [(s["index"], s["tests"], s["state"]) for s in progress["shards"]] == [(1, 41, "running"), (2, 42, "done")]
+    # The first shard still screens, though the last one is done: the job is not diagnosing yet.
+    assert progress["phase"] == "screening"

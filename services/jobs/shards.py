@@ -1,0 +1,239 @@
+"""Shards across workers (issue 23): one job's survey and focused screen split by tests.
+
+Prepare splits a pytest suite into shards (services/measure/shards.py) when
+LAGTRACE_SHARDS allows more than one and the suite is big enough, and records one screen
+step per shard in the job ledger (``screen:shard-1``, ...): each is an ordinary ledger
+step, sent by the outbox as a Celery message on the measurement queue, claimed under a
+lease, renewed by the step's heartbeat, and sent again by the reconciler when its worker
+is lost, so a killed worker costs its own shard only. A shard's step is the screen of
+the job's command narrowed to its tests, every configuration interleaved, on the node of
+the worker that claimed it; its runs carry the shard's number, and while it runs its
+session sees only those (``only``), so its survey, its focus and its stopping rule are
+the whole screen's own code over its own runs, and no comparison crosses nodes (a test
+lives in one shard). The last shard to finish records the finish step (drill, then
+diagnose) under a lock on the job's row: a join in the ledger, not a scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from sqlalchemy import event, func, select
+from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
+
+from services.jobs import ledger
+from services.jobs.dispatch import SCREEN
+from services.measure import pytest_command
+from services.measure import shards as split
+from services.measure.executors.base import Executor
+from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobShard, JobStatus, JobTask, Run, TaskState, TestResult
+from services.settings import Settings
+
+PREFIX = f"{SCREEN}:shard-"
+
+
+def task_name(index: int) -> str:
+    return f"{PREFIX}{index}"
+
+
+def plan(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    executor: Executor,
+    workdir: Path,
+    *,
+    with_base: bool = False,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[list[split.Shard], str | None]:
+    """The shards ``job`` is screened in (none: whole, on one worker), and a note saying why
+    it was or was not split when that is worth saying."""
+    if settings.shards < 2 or not pytest_command.is_pytest(job.command):
+        return [], None
+    if with_base:
+        return [], "not split into shards: a pull request's base and head are screened side by side on one worker"
+    history = previous_durations(session, job)
+    collected = split.collect(executor, job.command, workdir, job.timeout_s)
+    if isinstance(collected, str):
+        return [], f"not split into shards: {collected}"
+    least = settings.thresholds.focus_min_tests
+    count = min(settings.shards, collected.tests // least)
+    if history:
+        # A round's cost over the configurations: the suite's surveyed time in one.
+        suite_s = sum(history.values()) / max(1, len(job.configs))
+        if settings.shard_min_s > 0:
+            count = min(count, math.floor(suite_s / settings.shard_min_s))
+    if count < 2:
+        return [], None
+    shards = split.balance(collected, count, history or None)
+    if len(shards) < 2:
+        return [], None
+    how = "the previous job's durations" if history else "test count (no earlier job of this command)"
+    progress(f"{collected.tests} tests in {len(shards)} shards, balanced by {how}")
+    return shards, f"screened in {len(shards)} shards of tests on separate workers, balanced by {how}"
+
+
+def previous_durations(session: Session, job: Job) -> dict[str, float]:
+    """Test id -> what one round of its configurations cost it in the project's latest
+    finished job of the same command (the median per configuration, summed)."""
+    candidates = session.scalars(
+        select(Job)
+        .where(Job.project_id == job.project_id, Job.id < job.id, Job.status == JobStatus.done)
+        .order_by(Job.id.desc())
+        .limit(20)
+    )
+    previous = next((other for other in candidates if other.command == job.command), None)
+    if previous is None:
+        return {}
+    rows = session.execute(
+        select(TestResult.test_id, JobConfig.label, TestResult.duration_s)
+        .join(Run, TestResult.run_id == Run.id)
+        .join(JobConfig, Run.config_id == JobConfig.id)
+        .where(JobConfig.job_id == previous.id, Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome == "passed")
+    ).all()
+    found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for test_id, label, duration in rows:
+        found[test_id][label].append(duration)
+    return {test: sum(statistics.median(values) for values in per.values()) for test, per in found.items()}
+
+
+def record(session: Session, settings: Settings, job: Job, shards: list[split.Shard]) -> None:
+    """One shard row and one screen step per shard (sent once the caller commits)."""
+    if job.screen_seed is None:
+        # Drawn once for every shard (each would draw its own, and the job keep the last).
+        job.screen_seed = secrets.randbits(32)
+    for index, shard in enumerate(shards, start=1):
+        session.add(
+            JobShard(
+                job_id=job.id,
+                index=index,
+                tests=shard.arguments,
+                test_count=shard.test_count,
+                planned_s=shard.planned_s,
+            )
+        )
+    session.flush()
+    for index in range(1, len(shards) + 1):
+        ledger.add_task(session, job, settings, SCREEN, task_name(index))
+
+
+def shard_of(session: Session, task: JobTask) -> JobShard | None:
+    if not task.name.startswith(PREFIX):
+        return None
+    index = int(task.name.removeprefix(PREFIX))
+    return session.scalar(select(JobShard).where(JobShard.job_id == task.job_id, JobShard.index == index))
+
+
+@contextmanager
+def only(session: Session, index: int) -> Iterator[None]:
+    """While inside: ``session`` loads only shard ``index``'s runs (a configuration's runs
+    are its shard's), and every run it stores is that shard's."""
+
+    def loading(state: ORMExecuteState) -> None:
+        if state.is_select:
+            state.statement = state.statement.options(
+                with_loader_criteria(Run, Run.shard == index, include_aliases=True)
+            )
+
+    def storing(session: Session, _context: Any, _instances: Any) -> None:
+        for instance in session.new:
+            if isinstance(instance, Run) and instance.shard is None:
+                instance.shard = index
+
+    session.flush()
+    event.listen(session, "do_orm_execute", loading)
+    event.listen(session, "before_flush", storing)
+    # Collections loaded before (every run of the job) must be read again, filtered.
+    session.expire_all()
+    try:
+        yield
+    finally:
+        session.flush()
+        event.remove(session, "do_orm_execute", loading)
+        event.remove(session, "before_flush", storing)
+        session.expire_all()
+
+
+class ShardJob:
+    """The job as one shard's screen sees it: its command narrowed to the shard's tests;
+    everything else (configurations, seed, notes) is the job's own."""
+
+    def __init__(self, job: Job, command: list[str]):
+        object.__setattr__(self, "_job", job)
+        object.__setattr__(self, "command", command)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(object.__getattribute__(self, "_job"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_job"), name, value)
+
+
+def shard_job(job: Job, shard: JobShard, workdir: Path) -> Job:
+    return cast(Job, ShardJob(job, split.shard_command(job.command, list(shard.tests), workdir)))
+
+
+def screens_done(session: Session, job: Job) -> bool:
+    """Whether every screen step of ``job`` is done (this one's change flushed): under a
+    lock on the job's row, so of two shards finishing at once exactly one sees the other
+    done and records the finish step."""
+    session.execute(select(Job.id).where(Job.id == job.id).with_for_update())
+    states = session.scalars(select(JobTask.state).where(JobTask.job_id == job.id, JobTask.step == SCREEN)).all()
+    return all(state is TaskState.done for state in states)
+
+
+def progress_view(session: Session, job: Job) -> list[dict[str, Any]]:
+    """Each shard of the job: its tests, its step's state and worker, its runs so far."""
+    shards = session.scalars(select(JobShard).where(JobShard.job_id == job.id).order_by(JobShard.index)).all()
+    if not shards:
+        return []
+    tasks = {
+        task.name: task
+        for task in session.scalars(select(JobTask).where(JobTask.job_id == job.id, JobTask.name.like(PREFIX + "%")))
+    }
+    runs = dict(
+        session.execute(
+            select(Run.shard, func.count())
+            .join(JobConfig, Run.config_id == JobConfig.id)
+            .where(JobConfig.job_id == job.id, Run.shard.is_not(None))
+            .group_by(Run.shard)
+        ).all()
+    )
+    view = []
+    for shard in shards:
+        task = tasks.get(task_name(shard.index))
+        view.append(
+            {
+                "index": shard.index,
+                "tests": shard.test_count,
+                "planned_s": shard.planned_s,
+                "state": task.state.value if task else None,
+                "worker": task.worker if task else None,
+                "attempts": task.attempts if task else 0,
+                "runs": runs.get(shard.index, 0),
+            }
+        )
+    return view
+
+
+def screening(session: Session, job: Job) -> bool:
+    """Whether any screen step of the job is still to finish."""
+    return (
+        session.scalar(
+            select(JobTask.id)
+            .where(
+                JobTask.job_id == job.id,
+                JobTask.step == SCREEN,
+                JobTask.state.in_([TaskState.pending, TaskState.running]),
+            )
+            .limit(1)
+        )
+        is not None
+    )
