@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     # The only index the prepare step is told about; no credentials in it (the repository's
     # code would read them), and the worker's own PIP_* and proxy variables are never passed.
     docker_prepare_index_url: str | None = None
+    # A Docker engine that stops answering (restarting, socket refused, timeouts, 5xx) is
+    # waited for this long, retrying with backoff, while the step keeps its lease; the step
+    # is then given back (at once and not counted if the engine answers again, else after
+    # this long again), and fails saying the engine was unavailable once its attempts are used.
+    docker_engine_wait_s: float = Field(120.0, gt=0)
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property
