@@ -801,6 +801,11 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
     except (BadInput, sources.SourceError) as exc:
         lifecycle.fail_job(session, settings, job, task, str(exc))
         return
+    # A cancel while this prepared must stand: the row is locked until this step commits.
+    session.refresh(job, ["status"], with_for_update=True)
+    if job.status is not JobStatus.queued:
+        task.state = TaskState.cancelled if job.status is JobStatus.cancelled else TaskState.done
+        return
     # The worker's own view of the machine decides: the default matrix, CPUs that exist.
     job.configs.clear()
     session.flush()  # the old rows go before new ones with the same labels arrive

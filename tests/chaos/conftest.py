@@ -30,7 +30,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, func, select, text
 
-from services.measure.executors.docker import INSTALLATION_LABEL, JOB_LABEL
+from services.measure.executors.docker import INSTALLATION_LABEL, JOB_LABEL, RUN_DIR
 from services.models import Finding, JobConfig, JobTask, Run, RunKind
 from services.settings import Settings
 from tests.conftest import require
@@ -231,8 +231,14 @@ class ChaosStack(Stack):
             client.close()
 
     def wait_for_run(self, job_id: int, timeout_s: float = 90) -> None:
+        """Until a measured run of the job runs (a container with the run directory mounted:
+        not the dependency install's, nor a short look into the image, which carry the label too)."""
         deadline = time.monotonic() + timeout_s
-        while not [c for c in self.running_containers(job_id) if c.status == "running"]:
+        while not [
+            c
+            for c in self.running_containers(job_id)
+            if c.status == "running" and RUN_DIR in [m.get("Destination") for m in c.attrs.get("Mounts") or []]
+        ]:
             assert time.monotonic() < deadline, f"no run container of job {job_id} started\n{self.logs()}"
             time.sleep(0.2)
 
