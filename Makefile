@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test unit install check bench clean accuracy
+.PHONY: demo test unit install check bench clean accuracy chaos
 
 install: $(VENV)/.installed
 
@@ -37,6 +37,13 @@ unit: install
 test: install
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The fault-injection suite (tests/chaos) once with the shipped defaults (lease 60 s,
+# heartbeat 15 s, reconcile 30 s, not the suite's shortened ones): it lists each fault's
+# recovery time at the end. Nightly length (about 20 minutes); not part of .ci/run.
+chaos: install
+	.ci/provision.sh
+	. .state/test.env && LAGTRACE_CHAOS_DEFAULTS=1 $(VENV)/bin/pytest -q tests/chaos $(PYTEST_ARGS)
 
 # The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
 # high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.

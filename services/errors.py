@@ -69,6 +69,19 @@ class ServiceUnreachable(LagtraceError):
     exit_code = 1
 
 
+class EngineUnavailable(ServiceUnreachable):
+    """The Docker engine did not answer (refused, reset, timed out) or failed (5xx): the
+    environment, never the command. A service step waits it out and is given back to the
+    ledger; for `lagtrace run` the fix is the user's (start one, or --executor local).
+    ``answered``: the engine did answer, with a server error (5xx), so it is up but failing."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, answered: bool = False):
+        super().__init__(message)
+        self.answered = answered
+
+
 class Misconfigured(LagtraceError):
     """A LAGTRACE_* setting names something this process cannot use; the message names it."""
 

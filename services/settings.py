@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     # The docker network the index relay reaches the index through (the engine's default
     # bridge, or the network an index container is on).
     docker_index_uplink: str = "bridge"
+    # A Docker engine that stops answering (restarting, socket refused, timeouts, 5xx) is
+    # waited for this long, retrying with backoff, while the step keeps its lease; the step
+    # is then given back (at once and not counted if the engine answers again, else after
+    # this long again), and fails saying the engine was unavailable once its attempts are used.
+    docker_engine_wait_s: float = Field(120.0, gt=0)
     thresholds: Thresholds = Field(default_factory=Thresholds)
 
     @property

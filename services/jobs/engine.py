@@ -34,7 +34,7 @@ from services.diagnose import change_points, diagnose, pairs
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
-from services.errors import BadInput
+from services.errors import BadInput, EngineUnavailable
 from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import ledger, lifecycle, pull_requests, shards, sources, summaries
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, SCREEN, Step
@@ -45,7 +45,7 @@ from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
 from services.measure.executors import Executor, make_executor
-from services.measure.executors.docker import stop_job_containers
+from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
 from services.measure.samples import surveyed
 from services.measure.screen import BaseSide, screen
 from services.measure.shards import on_worker_cpus
@@ -565,7 +565,8 @@ def run_step(session_factory: sessionmaker[Session], settings: Settings, step: S
 
     While the step runs, a heartbeat renews its lease. The database going away pauses the
     step: it waits for the database and gives the step back to the ledger, not counted as an
-    attempt. A failure is recorded on the job, and recording it is retried until it is.
+    attempt. The Docker engine going away pauses it too (``_wait_out_engine``). A failure is
+    recorded on the job, and recording it is retried until it is.
     """
     handler = HANDLERS[step.kind]
     worker, attempt = ledger.worker_name(settings), None
@@ -588,6 +589,10 @@ def run_step(session_factory: sessionmaker[Session], settings: Settings, step: S
                     log.warning(
                         "%s of job %s was re-leased to another worker; this one stops", step.task_name, step.job_id
                     )
+                except EngineUnavailable as exc:
+                    # Still under the heartbeat: the lease holds while the engine is waited for.
+                    _rollback(session)
+                    _wait_out_engine(session_factory, settings, step, worker, attempt, exc)
                 except Exception as exc:
                     if unreachable(exc):
                         raise
@@ -617,6 +622,76 @@ def run_step(session_factory: sessionmaker[Session], settings: Settings, step: S
         )
 
 
+def _wait_out_engine(
+    session_factory: sessionmaker[Session],
+    settings: Settings,
+    step: Step,
+    worker: str,
+    attempt: int | None,
+    exc: EngineUnavailable,
+) -> None:
+    """The Docker engine went away under the step (refused, reset, timed out, restarted) or
+    failed it with a 5xx: the environment, never the command, so nothing of this attempt is
+    stored. The engine is waited for with backoff (at most LAGTRACE_DOCKER_ENGINE_WAIT_S);
+    what the attempt left is removed, and the step is given back to the ledger: at once and
+    not counted as an attempt when the engine answers again (as for the database), else
+    counted and after the same pause again; with its attempts used up the job fails saying
+    the engine was unavailable."""
+    log.warning(
+        "%s of job %s paused: the Docker engine is unavailable (%s); waiting up to %g s for it",
+        step.task_name,
+        step.job_id,
+        exc,
+        settings.docker_engine_wait_s,
+    )
+    back = wait_for_engine(settings.docker_engine_wait_s, lambda line: log.info("job %s: %s", step.job_id, line))
+    if back:
+        left = remove_own_containers(settings, step.job_id)
+        if left:
+            log.info("job %s: removed %d container(s) of the interrupted attempt", step.job_id, len(left))
+    _until_recorded(
+        session_factory,
+        settings,
+        f"giving back {step.task_name}",
+        lambda s: _give_back_after_outage(s, settings, step, worker, attempt, str(exc), back and not exc.answered),
+    )
+
+
+def _give_back_after_outage(
+    session: Session,
+    settings: Settings,
+    step: Step,
+    worker: str,
+    attempt: int | None,
+    error: str,
+    uncounted: bool,
+) -> None:
+    task = session.scalar(
+        select(JobTask).where(JobTask.job_id == step.job_id, JobTask.name == step.task_name).with_for_update()
+    )
+    if task is None or task.state is not TaskState.running or task.worker != worker or task.attempts != attempt:
+        return  # finished, cancelled, or re-leased meanwhile: not ours to give back
+    if task.job.status in lifecycle.FINISHED:
+        # A cancel kills the job's containers, which looks the same from here.
+        task.state = TaskState.cancelled
+        return
+    if uncounted:
+        log.info("%s of job %s: the Docker engine answers again; the step runs again", step.task_name, step.job_id)
+        ledger.release(session, settings, step, worker, attempt)
+        return
+    reason = f"{task.name}: the Docker engine was unavailable: {error}"
+    if task.attempts >= settings.task_max_attempts:
+        lifecycle.fail_job(session, settings, task.job, task, f"{reason} (in {task.attempts} attempts; giving up)")
+        return
+    log.warning(
+        "%s of job %s: given back; the reconciler sends it again in %g s",
+        step.task_name,
+        step.job_id,
+        settings.docker_engine_wait_s,
+    )
+    ledger.postpone(task, reason, settings.docker_engine_wait_s)
+
+
 def _rollback(session: Session) -> None:
     try:
         session.rollback()
@@ -628,7 +703,9 @@ def _rollback(session: Session) -> None:
 def _failer(settings: Settings, step: Step, error: str) -> Callable[[Session], None]:
     def record(session: Session) -> None:
         task = session.scalar(select(JobTask).where(JobTask.job_id == step.job_id, JobTask.name == step.task_name))
-        if task is not None:
+        if task is not None and task.job.status is JobStatus.cancelled:
+            task.state = TaskState.cancelled  # what a cancel stopped (a killed install) did not fail
+        elif task is not None:
             lifecycle.fail_job(session, settings, task.job, task, error)
 
     return record
@@ -664,6 +741,7 @@ def _executor(job: Job, source: JobSource, settings: Settings) -> Executor:
         progress=_progress(job),
         allowed=settings.allowed_executors,
         cache_scope=f"project-{job.project_id}",
+        job_id=job.id,
     )
     return on_worker_cpus(executor, settings.worker_cpus)
 
@@ -800,6 +878,11 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
             sources.remove(directory)
     except (BadInput, sources.SourceError) as exc:
         lifecycle.fail_job(session, settings, job, task, str(exc))
+        return
+    # A cancel while this prepared must stand: the row is locked until this step commits.
+    session.refresh(job, ["status"], with_for_update=True)
+    if job.status is not JobStatus.queued:
+        task.state = TaskState.cancelled if job.status is JobStatus.cancelled else TaskState.done
         return
     # The worker's own view of the machine decides: the default matrix, CPUs that exist.
     job.configs.clear()

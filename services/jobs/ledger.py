@@ -137,6 +137,14 @@ def release(session: Session, settings: Settings, step: Step, worker: str, attem
     return True
 
 
+def postpone(task: JobTask, error: str, delay_s: float) -> None:
+    """Give a running step back, its attempt counted, to be sent again by the reconciler
+    once ``delay_s`` is over (what it waits for, the Docker engine, may be back by then)."""
+    task.state = TaskState.pending
+    task.error = error
+    task.lease_expires_at = utcnow() + dt.timedelta(seconds=delay_s)
+
+
 def cancel_open_tasks(session: Session, job: Job, keep: JobTask | None = None) -> None:
     """Every pending or running task of ``job`` (but ``keep``) is cancelled."""
     query = select(JobTask).where(JobTask.job_id == job.id, JobTask.state.in_([TaskState.pending, TaskState.running]))

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from services.measure.executors.docker import INSTALLATION_LABEL, OWNER_LABEL, reap_orphans
 from services.models import Run, RunKind
 from services.settings import Settings
-from tests.chaos.conftest import CHAOS_SETTINGS, chaos_stack
+from tests.chaos.conftest import CHAOS_SETTINGS, EFFECTIVE, chaos_stack, record
 
 SLEEP_YML = "command: [sleep, '100000']\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
 QUICK_YML = "command: [python3, -c, pass]\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
@@ -39,7 +39,8 @@ def test_a_run_without_a_timeout_gets_the_default_and_none_may_exceed_the_maximu
         assert timed_out and default_s <= wall_s < default_s * 1.5
         stack.assert_effects_once(job_id, repeat=1)
 
-        too_long = stack.push(repository_with(SLEEP_YML + "timeout_s: 1000\n"))
+        # Over the maximum whatever it is (120 s with the short settings, 3000 s shipped).
+        too_long = stack.push(repository_with(SLEEP_YML + f"timeout_s: {EFFECTIVE.run_timeout_max_s * 2:g}\n"))
         status, _ = stack.wait_final(too_long, 60)
         _, job = stack.request("GET", f"/api/v1/jobs/{too_long}")
         assert status == "failed" and "maximum" in job["error"], job["error"]
@@ -56,6 +57,7 @@ def test_cancel_stops_the_running_container_at_once_and_frees_the_node(stack, re
         assert time.monotonic() - cancelled < 30, "the cancelled job's container still runs"
         time.sleep(0.2)
     gone = time.monotonic() - cancelled
+    record("cancel of a running job", "its container gone", gone)
     heartbeat = float(CHAOS_SETTINGS["LAGTRACE_HEARTBEAT_INTERVAL_S"])
     # The run timeout (60 s here) would have ended it much later.
     assert gone <= heartbeat + 10

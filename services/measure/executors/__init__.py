@@ -20,13 +20,15 @@ def make_executor(
     progress: Callable[[str], None] = lambda message: None,
     allowed: Sequence[str] | None = None,
     cache_scope: str = "",
+    job_id: int | None = None,
 ) -> Executor:
     """The executor called ``name``; ``auto`` is docker where it works, else local, and says why.
 
     ``allowed`` (the service passes settings.allowed_executors; `lagtrace run` None: all)
     limits the choice. ``auto`` then fails closed: it never falls back to an executor
     outside the list because the engine or the image is missing.
-    ``cache_scope`` keeps docker's prepared dependency images apart (one per project).
+    ``cache_scope`` keeps docker's prepared dependency images apart (one per project);
+    ``job_id`` labels every container docker starts, so a cancel finds them all.
     """
     # Imported here: the Docker SDK is only needed when docker is asked for or tried.
     from services.measure.executors import docker
@@ -39,7 +41,7 @@ def make_executor(
     if name == "auto" and allowed is not None and "local" not in allowed:
         # Fail closed: an engine that is down must not turn into running on the host.
         try:
-            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
+            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope, job_id=job_id)
         except BadInput as exc:
             raise BadInput(f"executor auto: this server runs jobs only in containers; {exc}") from None
     if name == "local":
@@ -47,14 +49,14 @@ def make_executor(
             raise BadInput("--image applies to the docker executor only (use --executor docker or auto)")
         return LocalExecutor(settings)
     if name == "docker":
-        return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
+        return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope, job_id=job_id)
     if name == "auto":
         problem = docker.unavailable_reason(image or settings.docker_image)
         if problem is None:
             progress(
                 f"executor auto: a Docker engine answers and {image or settings.docker_image} exists: using docker"
             )
-            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope)
+            return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope, job_id=job_id)
         if image is not None:
             # The user asked for an image: running on the host instead would ignore that.
             raise BadInput(f"--image {image}: {problem}")

@@ -17,12 +17,18 @@
   and ``lagtrace.owner`` (host, pid and start time of the lagtrace process) labels; each
   run's container is removed when the run ends however it ends, ``reap_orphans`` removes
   what a killed lagtrace of this installation left behind (never another installation's),
-  and ``stop_job_containers`` kills a cancelled job's runs at once.
+  and ``stop_job_containers`` kills a cancelled job's runs at once (the dependency install
+  and the one-shot containers carry the job label too).
+- Engine outages: whatever the engine does instead of answering (the socket refuses or
+  resets, a read times out, a 5xx, a log stream that breaks off, a container killed from
+  outside its command) raises ``EngineUnavailable``, never a failed run: the service waits
+  the engine out (services/jobs/engine.py) and runs the step again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -35,17 +41,19 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import docker
 import requests
+import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import Mount
 
-from services.errors import BadInput, LagtraceError
+from services.errors import BadInput, EngineUnavailable, LagtraceError
 from services.measure import hostload
 from services.measure.configs import parse_cpulist
 from services.measure.executors import prepare_network
@@ -86,23 +94,87 @@ BACKSTOP_GRACE_S = 30.0
 # How long a finished run's container waits for evidence tools before its timer exits,
 # should lagtrace die before removing it (it is removed at once otherwise).
 LINGER_S = 900
+# The prepare script's last line, with the install's exit status: a container that exits
+# without it was killed from outside (the shell is its first process, which nothing inside
+# the container may kill), not by a failing install.
+INSTALL_EXIT_MARK = "lagtrace-install-exit "
+# After a run's log stream ends without the measurement: how long the container is given
+# to exit before the stream is taken to have broken off with the run still going.
+STREAM_END_WAIT_S = 10
+# Waiting for an engine that went away: the first retry after 1 s, doubling up to this.
+ENGINE_BACKOFF_MAX_S = 10.0
 
 
-def connect() -> docker.DockerClient:
-    """A client for the engine at DOCKER_HOST (or the local socket), or BadInput."""
+def connect(timeout_s: float = ENGINE_TIMEOUT_S) -> docker.DockerClient:
+    """A client for the engine at DOCKER_HOST (or the local socket), or EngineUnavailable."""
     try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        client = docker.from_env(timeout=timeout_s)
         client.ping()
     except (DockerException, requests.RequestException) as exc:
-        raise BadInput(f"no Docker engine answers ({_reason(exc)}); start one or use --executor local") from None
+        raise EngineUnavailable(
+            f"no Docker engine answers ({_reason(exc)}); start one or use --executor local"
+        ) from None
     return client
+
+
+def engine_trouble(exc: BaseException) -> bool:
+    """The engine did not answer (refused, reset, timed out, a stream cut off) or failed
+    with a server error: the environment, as opposed to a request it refused (4xx)."""
+    if isinstance(exc, APIError):
+        return exc.status_code is not None and exc.status_code >= 500
+    if isinstance(
+        exc,
+        requests.ConnectionError
+        | requests.Timeout
+        | requests.exceptions.ChunkedEncodingError
+        | urllib3.exceptions.HTTPError
+        | http.client.HTTPException
+        | ConnectionError,
+    ):
+        return True
+    # docker.from_env wraps the first request's failure ("Error while fetching server API version").
+    cause = exc.__cause__ or exc.__context__
+    return isinstance(exc, DockerException) and cause is not None and engine_trouble(cause)
+
+
+@contextmanager
+def _engine_calls(what: str) -> Iterator[None]:
+    """Engine trouble while doing ``what`` becomes EngineUnavailable (never the command's failure)."""
+    try:
+        yield
+    except EngineUnavailable:
+        raise
+    except Exception as exc:
+        if not engine_trouble(exc):
+            raise
+        answered = isinstance(exc, APIError)
+        raise EngineUnavailable(
+            f"the Docker engine was unavailable while {what} ({_reason(exc)})", answered=answered
+        ) from None
+
+
+def wait_for_engine(bound_s: float, progress: Callable[[str], None] = lambda m: None) -> bool:
+    """Ping the engine with backoff until it answers (True) or ``bound_s`` has passed (False)."""
+    deadline = time.monotonic() + bound_s
+    pause = 1.0
+    while True:
+        try:
+            connect(timeout_s=min(ENGINE_TIMEOUT_S, max(1.0, deadline - time.monotonic()))).close()
+            return True
+        except EngineUnavailable as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            progress(f"the Docker engine does not answer ({exc}); trying again in {min(pause, left):.0f} s")
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, ENGINE_BACKOFF_MAX_S)
 
 
 def unavailable_reason(image: str) -> str | None:
     """Why `--executor auto` cannot use docker, or None when it can."""
     try:
         client = connect()
-    except BadInput as exc:
+    except EngineUnavailable as exc:
         return str(exc)
     try:
         client.images.get(image)
@@ -124,18 +196,22 @@ class DockerExecutor:
         image: str | None = None,
         progress: Callable[[str], None] = lambda m: None,
         cache_scope: str = "",
+        job_id: int | None = None,
     ):
         self.settings = settings
+        # Labels every container this executor starts, so a cancel finds them all.
+        self.job_id = job_id
         self.image = image or settings.docker_image
         # Prepared dependency images are keyed by this too (the service: the project), so
         # one project's code never runs in an image another project's install built.
         self.cache_scope = cache_scope
         self.client = connect()
-        try:
-            self._image_id = self.client.images.get(self.image).id
-        except ImageNotFound:
-            raise BadInput(f"image {self.image!r} does not exist in the Docker engine; {BUILD_HINT}") from None
-        info = self.client.info()
+        with _engine_calls("looking up the runner image"):
+            try:
+                self._image_id = self.client.images.get(self.image).id
+            except ImageNotFound:
+                raise BadInput(f"image {self.image!r} does not exist in the Docker engine; {BUILD_HINT}") from None
+            info = self.client.info()
         self._ncpu = int(info.get("NCPU") or 1)
         self._cfs_quota = bool(info.get("CpuCfsQuota", True))
         self._cpus: tuple[int, ...] | None = None
@@ -144,7 +220,8 @@ class DockerExecutor:
         self._owner = owner_id()
         self._py_spy = _host_py_spy()
         self._tools: dict[str, str | None] = {}
-        reaped = reap_orphans(self.client, settings.installation)
+        with _engine_calls("removing containers left by a killed lagtrace"):
+            reaped = reap_orphans(self.client, settings.installation)
         if reaped:
             progress(f"removed {len(reaped)} container(s) left by a lagtrace process that was killed")
 
@@ -181,6 +258,10 @@ class DockerExecutor:
         Measured runs then start from that image with everything installed and no network.
         The cache key covers the base image too, so a rebuilt runner image re-prepares.
         """
+        with _engine_calls("installing the dependencies"):
+            self._prepare(workdir, progress)
+
+    def _prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
         _check_workdir(workdir)
         lock_files = sorted(
             {path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if _inside_tree(path, workdir)}
@@ -209,8 +290,9 @@ class DockerExecutor:
         constraints = [a for p in lock_files if p.name.startswith("constraints") for a in ("-c", inside[p])]
         # --system-site-packages keeps the image's Debian pytest importable beside the venv.
         script = (
-            f"{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
-            f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"'
+            f"({CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
+            f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"); '
+            f'code=$?; echo "{INSTALL_EXIT_MARK}$code"; exit $code'
         )
         # Built from scratch: the install runs the repository's own code (setup.py, build
         # backends), so nothing of the worker's environment (index credentials, proxies,
@@ -237,7 +319,7 @@ class DockerExecutor:
                 mounts=mounts,
                 network_mode=network,
                 # The root stays writable here: the install writes the venv into the image.
-                **self._hardening(read_only=False, job_id=None),
+                **self._hardening(read_only=False, job_id=self.job_id),
             )
         except APIError as exc:
             raise self._engine_refused("the prepare container", exc) from None
@@ -247,9 +329,15 @@ class DockerExecutor:
             except APIError as exc:
                 raise self._engine_refused("the prepare container", exc) from None
             timeout = self.settings.docker_prepare_timeout_s
+            started = time.monotonic()
             try:
                 status = container.wait(timeout=timeout)
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
+                if time.monotonic() - started < timeout:
+                    # Before the timeout: the engine went away, not the install's time.
+                    raise EngineUnavailable(
+                        f"the Docker engine was unavailable while installing the dependencies ({_reason(exc)})"
+                    ) from None
                 # docker-py reports a wait that ran out of time as a read timeout.
                 _kill(container)
                 raise LagtraceError(
@@ -257,7 +345,15 @@ class DockerExecutor:
                 ) from None
             if status.get("StatusCode") != 0:
                 log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-                tail = "\n".join(log.splitlines()[-20:])
+                lines = log.splitlines()
+                if not any(line.startswith(INSTALL_EXIT_MARK) for line in lines):
+                    container.reload()
+                    if not container.attrs["State"].get("OOMKilled"):
+                        raise EngineUnavailable(
+                            "the dependency install's container was killed from outside the install "
+                            "(the Docker engine restarting, or a cancel)"
+                        )
+                tail = "\n".join(line for line in lines[-21:] if not line.startswith(INSTALL_EXIT_MARK))
                 raise LagtraceError(f"installing the dependencies failed (exit {status.get('StatusCode')}):\n{tail}")
             base = self.client.images.get(self.image).attrs["Config"]
             env = [item for item in base.get("Env") or [] if not item.startswith(("PATH=", "VIRTUAL_ENV="))]
@@ -295,7 +391,11 @@ class DockerExecutor:
                 raise BadInput(f"cannot execute {program!r}: no such file")
             if not os.access(path, os.X_OK):
                 raise BadInput(f"cannot execute {program!r}: not executable")
-        elif self._locate([program])[program] is None:
+        else:
+            with _engine_calls("looking for the command in the image"):
+                found = self._locate([program])[program]
+            if found is not None:
+                return
             where = "no such file" if "/" in program else "not found on PATH"
             raise BadInput(f"cannot execute {program!r}: {where} in the image {self.run_image}")
 
@@ -325,7 +425,7 @@ class DockerExecutor:
                 image,
                 argv,
                 network_mode="none",
-                **self._hardening(read_only=True, job_id=None),
+                **self._hardening(read_only=True, job_id=self.job_id),
             )
         except APIError as exc:
             raise self._engine_refused(f"a container of {image}", exc) from None
@@ -350,25 +450,27 @@ class DockerExecutor:
         if name == "py-spy":
             return f"{TOOLS_DIR}/py-spy" if self._py_spy else None
         if name not in self._tools:
-            self._tools.update(self._locate(sorted({*IN_IMAGE_TOOLS, name})))
+            with _engine_calls("looking for the evidence tools in the image"):
+                self._tools.update(self._locate(sorted({*IN_IMAGE_TOOLS, name})))
         return self._tools[name]
 
     # -- one run -----------------------------------------------------------------------
 
     def run(self, request: RunRequest) -> RunResult:
         _give_to_runner(request.run_dir)
-        try:
-            container = self.client.containers.create(self.run_image, **self._run_kwargs(request))
-        except APIError as exc:
-            raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
-        try:
-            return self._run(container, request)
-        finally:
-            # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
-            _remove(container)
-            # Only now, with no process of the job left to plant another, is what the
-            # container wrote safe to open: links and special files are removed first.
-            disarm_run_dir(request.run_dir)
+        with _engine_calls(f"running {request.config.label}"):
+            try:
+                container = self.client.containers.create(self.run_image, **self._run_kwargs(request))
+            except APIError as exc:
+                raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
+            try:
+                return self._run(container, request)
+            finally:
+                # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
+                _remove(container)
+                # Only now, with no process of the job left to plant another, is what the
+                # container wrote safe to open: links and special files are removed first.
+                disarm_run_dir(request.run_dir)
 
     def _run_kwargs(self, request: RunRequest) -> dict:
         config = request.config
@@ -433,8 +535,14 @@ class DockerExecutor:
         except APIError as exc:
             raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
         backstop = None
+        backstopped = threading.Event()
+
+        def stop() -> None:
+            backstopped.set()
+            _kill(container)
+
         if request.timeout_s is not None:
-            backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, _kill, args=(container,))
+            backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, stop)
             backstop.daemon = True
             backstop.start()
         watched = False
@@ -461,10 +569,26 @@ class DockerExecutor:
             # The container still runs (the timer lingers): tools can read what they took.
             request.watcher.finished()
         if measured is None:
-            # The timer itself was killed (out of memory, or by the backstop).
-            container.wait(timeout=None)
+            # The timer itself was killed (out of memory, by the backstop, or from outside
+            # the command: a cancel, the engine restarting), or the stream broke off while
+            # the run goes on (the engine's connection lost).
+            try:
+                container.wait(timeout=STREAM_END_WAIT_S)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                pass  # still running, or the engine away: the reload below tells
         container.reload()
-        return self._result(request, measured, container.attrs["State"], host_wall_s)
+        state = container.attrs["State"]
+        if measured is None:
+            if state.get("Running"):
+                raise EngineUnavailable(f"the Docker engine's stream of the run in {request.config.label} broke off")
+            # The timer is the container's first process: nothing inside it may kill it,
+            # so a SIGKILL that was neither the OOM killer's nor the backstop's came from outside.
+            if state.get("ExitCode") == 137 and not state.get("OOMKilled") and not backstopped.is_set():
+                raise EngineUnavailable(
+                    f"the run's container in {request.config.label} was killed from outside the command "
+                    "(the Docker engine restarting, or a cancel)"
+                )
+        return self._result(request, measured, state, host_wall_s)
 
     def _result(self, request: RunRequest, measured: dict | None, state: dict, host_wall_s: float) -> RunResult:
         if measured is None:
@@ -528,6 +652,8 @@ class DockerExecutor:
             )
         if exc.status_code is not None and 400 <= exc.status_code < 500:
             return BadInput(f"the Docker engine refused {what}: {message}")
+        if engine_trouble(exc):
+            return EngineUnavailable(f"the Docker engine failed to run {what}: {message}", answered=True)
         return LagtraceError(f"the Docker engine failed to run {what}: {message}")
 
 
@@ -687,6 +813,24 @@ def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
     finally:
         client.close()
     return stopped
+
+
+def remove_own_containers(settings: Settings, job_id: int) -> list[str]:
+    """Remove this process's containers of one job: what an attempt the engine interrupted
+    left (its removal failed while the engine was away), before the step runs again."""
+    labels = [f"{JOB_LABEL}={job_id}", f"{INSTALLATION_LABEL}={settings.installation}", f"{OWNER_LABEL}={owner_id()}"]
+    removed = []
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        try:
+            for container in client.containers.list(all=True, filters={"label": labels}):
+                _remove(container)
+                removed.append(container.name)
+        finally:
+            client.close()
+    except (DockerException, requests.RequestException):
+        pass  # away again: the reaper of this installation gets them once this process ends
+    return removed
 
 
 def owner_id(pid: int | None = None) -> str:
