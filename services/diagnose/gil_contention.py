@@ -96,10 +96,11 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 symptom = slow_median >= limits.cpu_sensitivity_ratio * fast_median and slowdown > 0
                 if slow.share >= limits.gil_wait_share and not symptom:
                     severity = Severity.low  # waits, but no slowdown between the two for them to explain
-                elif slow.share >= limits.gil_wait_share:
+                elif symptom and slow.share >= limits.gil_compared_min_share:
+                    # What the waits cost decides: their seconds against the slowdown's.
                     if accounts >= limits.gil_min_share_of_slowdown * slowdown:
                         severity = Severity.high if accounts >= 0.5 * slowdown else Severity.medium
-                    elif accounts > 0:
+                    elif accounts > 0 and slow.share >= limits.gil_wait_share:
                         severity = Severity.low
             else:
                 label, (evidence, samples) = max(entry.samples.items(), key=lambda item: item[1][1].share)
