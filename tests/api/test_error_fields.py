@@ -63,6 +63,7 @@ CASES: list[tuple[str, str, dict, int, str]] = [
     ("GET", "/api/v1/findings", {"query_string": {"job_id": "0"}}, 422, "query.job_id"),
     ("GET", "/api/v1/findings", {"query_string": {"status": "gone"}}, 422, "query.status"),
     ("GET", "/api/v1/findings/999999", {}, 404, "path.finding_id"),
+    ("POST", "/api/v1/findings/999999/confirm", {}, 404, "path.finding_id"),
     ("PATCH", "/api/v1/findings/999999", {"json": {}}, 422, "(body)"),
     ("PATCH", "/api/v1/findings/999999", {"json": {"status": None}}, 422, "status"),
     ("PATCH", "/api/v1/findings/999999", {"json": {"status": "solved"}}, 422, "status"),

@@ -226,6 +226,13 @@ class ChaosStack(Stack):
             labels = [f"{INSTALLATION_LABEL}={self.installation}"]
             if job_id is not None:
                 labels.append(f"{JOB_LABEL}={job_id}")
+            for _ in range(20):
+                try:
+                    return client.containers.list(all=True, filters={"label": labels})
+                except docker.errors.NotFound:
+                    # Removed between the engine's list and the SDK's look at each one
+                    # (a run ending, a short look into the image): list again.
+                    time.sleep(0.1)
             return client.containers.list(all=True, filters={"label": labels})
         finally:
             client.close()
