@@ -7,10 +7,11 @@ Three gates, each for its own reason:
    is too fast to judge. The pooled median ignores which run came from which
    configuration, so filtering on it leaves the rank test's null distribution intact
    (independent filtering, Bourgon et al. 2010) and the false discovery rate with it.
-2. A difference at all. A k-sample rank test per test (services/measure/stats.py),
-   then Benjamini-Hochberg over the tests of the job (and the whole command) at
-   ``cpu_sensitivity_fdr``: a suite of 200 tests run 5 times each would otherwise
-   produce a few "sensitive" tests by chance alone.
+2. A difference at all. A k-sample rank test per test, joined with one per pair of
+   configurations (services/measure/stats.py configuration_test), then Benjamini-Hochberg
+   over the tests of the job (and the whole command) at ``cpu_sensitivity_fdr``: a suite
+   of 200 tests run 5 times each would otherwise produce a few "sensitive" tests by
+   chance alone.
 3. A difference that matters. The slowest median at least ``cpu_sensitivity_ratio``
    times the fastest and ``cpu_sensitivity_min_s`` above it, with the fastest median
    itself resolvable (a ratio to 0.000 s is no ratio). Gates after BH only remove
@@ -41,10 +42,13 @@ from services.diagnose.findings import format_seconds as _s
 from services.diagnose.neighbours import confounded
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import JobSamples
-from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test
+from services.measure.stats import Summary, benjamini_hochberg, configuration_test, median_interval
 from services.thresholds import Thresholds
 
-METHOD = "exact Kruskal-Wallis rank test (50,000 permutations beyond 21 runs), Benjamini-Hochberg"
+METHOD = (
+    "exact Kruskal-Wallis rank test (50,000 permutations beyond 21 runs) and pairwise rank tests (Holm), "
+    "joined by Bonferroni; Benjamini-Hochberg over the tests"
+)
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ def candidates(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> di
             continue  # too fast to judge
         # Seeded per test: ties broken the same way whenever this job is judged again.
         rng = random.Random(f"{seed}\x1f{test_id}")
-        p_value = rank_test(list(eligible.values()), rng)
+        p_value = configuration_test(list(eligible.values()), rng)
         summaries = {label: median_interval(values) for label, values in eligible.items()}
         loads = {label: samples.load(test_id, label) for label in eligible}
         quotas = {label: samples.quotas[label] for label in eligible if label in samples.quotas}

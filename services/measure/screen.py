@@ -24,6 +24,7 @@ machine does meanwhile falls on both sides alike.
 
 from __future__ import annotations
 
+import itertools
 import random
 import secrets
 import shutil
@@ -40,7 +41,7 @@ from services.measure import budget, hostload, pytest_command
 from services.measure.executors.base import Executor, RunResult
 from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
-from services.measure.stats import median_interval, pair_settled
+from services.measure.stats import configuration_test, median_interval, pair_settled, rank_test
 from services.measure.survey import survey_tests, suspicion
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
@@ -160,14 +161,17 @@ def screen(
             if base is not None:
                 base_command = pytest_command.narrow_to_tests(job.command, focus.base, base.workdir, ceiling)
             kind = RunKind.focus
+        # Beyond --repeat only for a pair that looks apart but is no discovery yet (undecided).
+        limit = repeat + (thresholds.undecided_extra_runs if base is None else 0)
         repetition = 1
-        while repetition <= repeat:
+        while repetition <= limit:
             if not this_round():
                 break
             cost = _round_cost(this_round(), kind)
             if not budget.fits(job, thresholds, cost):
                 labels = sorted({c.label for c, _ in this_round()})
-                budget.leave_out(job, thresholds, budget.ROUNDS, [f"runs {repetition}-{repeat} of {', '.join(labels)}"])
+                last = max(repeat, repetition)
+                budget.leave_out(job, thresholds, budget.ROUNDS, [f"runs {repetition}-{last} of {', '.join(labels)}"])
                 left = budget.remaining_s(job, thresholds)
                 progress(f"budget: run {repetition} would take about {cost:.1f} s, {left:.1f} s left: the screen stops")
                 break
@@ -182,13 +186,19 @@ def screen(
             samples = collect(job)
             if focus is not None:
                 samples.wall = {}  # the survey timed the whole command once; the tests carry the verdicts
-            still = still_active(labels, samples, thresholds, repetition, repeat)
+            every = [c.label for c in job.configs if (c.label, False) not in hung] if base is None else None
+            still = still_active(labels, samples, thresholds, repetition, repeat, every)
             if base is not None and repetition < repeat:
                 still = [*still, *(label for label in base.needs_runs(labels) if label not in still)]
             for done in active:
                 if done.label not in still and repetition < repeat:
                     progress(f"{done.label}: verdict settled after {repetition} runs")
-            active = [c for c in active if c.label in still]
+            if still and repetition >= repeat:
+                progress(
+                    f"{' and '.join(still)}: apart on their own but not yet a discovery among the tests judged: "
+                    f"run {repetition + 1} of up to {limit}"
+                )
+            active = [c for c in job.configs if c.label in still and (c.label, False) not in hung]
             if not active:
                 break
             repetition += 1
@@ -352,18 +362,65 @@ def round_order(rng: random.Random, configs: list[T]) -> list[T]:
 
 
 def still_active(
-    labels: list[str], samples: JobSamples, thresholds: Thresholds, repetition: int, repeat: int
+    labels: list[str],
+    samples: JobSamples,
+    thresholds: Thresholds,
+    repetition: int,
+    repeat: int,
+    configs: list[str] | None = None,
 ) -> list[str]:
     """The configurations that need more runs after ``repetition`` rounds.
 
     None stops before min_repetitions (no verdict rests on fewer), nor while any of its
-    series is spread out (latency_flaky needs every run it can get).
+    series is spread out (latency_flaky needs every run it can get). After ``repeat``
+    rounds, where ``configs`` (every configuration of the job: a settled one may be
+    needed again) is given, the pairs of ``undecided`` series get up to
+    ``undecided_extra_runs`` more.
     """
     if repetition >= repeat:
+        if configs is not None and repetition < repeat + thresholds.undecided_extra_runs:
+            return undecided(configs, samples, thresholds)
         return []
     if repetition < max(thresholds.min_repetitions, thresholds.flaky_min_runs):
         return list(labels)
     return [label for label in labels if not _settled(label, samples, thresholds)]
+
+
+def undecided(labels: list[str], samples: JobSamples, thresholds: Thresholds) -> list[str]:
+    """The configurations of every pair that looks CPU-sensitive on its own but that the
+    tests judged cannot call yet: any two configurations of a series whose own rank test
+    is under ``cpu_sensitivity_fdr`` with the ratio gates passed (not only the slowest and
+    fastest: a third configuration spread over both can hold either end), while the series' p-value
+    (services/diagnose/cpu_sensitivity.py) is above what makes even a lone series a
+    Benjamini-Hochberg discovery among those judged. The quota's share is left to the
+    rule: a pair it explains costs a few runs, never a finding."""
+    judged = []
+    for test_id, per_config, resolution in samples.series():
+        eligible = {
+            label: values
+            for label, values in per_config.items()
+            if label in labels and len(values) >= thresholds.min_repetitions
+        }
+        if len(eligible) >= 2 and statistics.median([v for vs in eligible.values() for v in vs]) >= resolution:
+            judged.append((test_id, eligible, resolution))
+    wanted: set[str] = set()
+    for test_id, eligible, resolution in judged:
+        rng = random.Random(f"undecided\x1f{test_id}")
+        decided: bool | None = None  # computed once, for the first pair that needs it
+        medians = {label: statistics.median(values) for label, values in eligible.items()}
+        for slow, fast in itertools.permutations(eligible, 2):
+            if medians[fast] < resolution or medians[slow] - medians[fast] < thresholds.cpu_sensitivity_min_s:
+                continue
+            if medians[slow] < thresholds.cpu_sensitivity_ratio * medians[fast]:
+                continue
+            if rank_test([eligible[slow], eligible[fast]], rng) > thresholds.cpu_sensitivity_fdr:
+                continue
+            if decided is None:  # a discovery whatever the other series say
+                p_value = configuration_test(list(eligible.values()), rng)
+                decided = p_value <= thresholds.cpu_sensitivity_fdr / len(judged)
+            if not decided:
+                wanted |= {slow, fast}
+    return [label for label in labels if label in wanted]
 
 
 def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from services.measure import stats
-from services.measure.stats import benjamini_hochberg, rank_test
+from services.measure.stats import benjamini_hochberg, configuration_test, rank_test
 
 
 def test_two_groups_fully_apart_get_the_exact_mann_whitney_p_value():
@@ -71,3 +71,32 @@ def test_benjamini_hochberg_step_up():
     # step-up: a later p under its cut-off rescues the earlier ones
     assert benjamini_hochberg({"a": 0.02, "b": 0.02}, 0.05) == {"a", "b"}
     assert benjamini_hochberg({}, 0.05) == set()
+
+
+# Issue 22's websocket test: pinned fully above two cores, the quota's runs over both.
+PINNED, QUOTA, TWO_CORES = [0.055, 0.054, 0.056, 0.055, 0.057], [0.012, 0.013, 0.070, 0.072, 0.074], [0.014] * 5
+
+
+def test_a_pair_fully_apart_is_seen_where_a_third_configuration_spans_both():
+    omnibus = rank_test([PINNED, QUOTA, TWO_CORES], random.Random(0))
+    joined = configuration_test([PINNED, QUOTA, TWO_CORES], random.Random(0))
+    assert omnibus > 0.1  # Kruskal-Wallis alone: no difference at 5 % at all
+    # the three pairs' Bonferroni at a fifth of the level: 3 x 2 / C(10, 5) / 0.2
+    assert joined == pytest.approx(3 * 2 / math.comb(10, 5) / stats.PAIRWISE_WEIGHT)
+    assert joined < omnibus
+
+
+def test_joining_the_pairwise_tests_costs_the_omnibus_a_quarter_and_one_pair_nothing():
+    blocks = [[1.0, 2, 3, 4, 5], [6.0, 7, 8, 9, 10], [11.0, 12, 13, 14, 15]]
+    omnibus = rank_test(blocks, random.Random(0))
+    assert configuration_test(blocks, random.Random(0)) == pytest.approx(omnibus / 0.8)
+    assert configuration_test(blocks[:2], random.Random(0)) == rank_test(blocks[:2], random.Random(0))
+
+
+def test_the_joined_p_value_holds_its_level_under_the_null():
+    rng = random.Random(12)
+    trials, hits = 2000, 0
+    for _ in range(trials):
+        groups = [[rng.choice((0.01, 0.2)) * rng.uniform(0.9, 1.1) for _ in range(5)] for _ in range(3)]
+        hits += configuration_test(groups, rng) <= 0.05
+    assert hits / trials <= 0.05

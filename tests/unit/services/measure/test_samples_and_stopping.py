@@ -88,3 +88,33 @@ def test_round_order_is_a_shuffle_reproduced_by_its_seed():
     assert all(sorted(r) == sorted(labels) for r in rounds_a)
     assert len({tuple(r) for r in rounds_a}) > 1  # the order changes between rounds
     assert labels == ["cpuset=0", "cpuset=0-1", "cpus=0.5"]  # the caller's list is left alone
+
+
+def test_a_pair_apart_but_not_yet_a_discovery_gets_more_runs_and_only_that_pair():
+    # Issue 22: pinned 0.055 s against 0.014 s on two cores, every run apart, the quota's
+    # runs over both; among ten tests judged, 5 runs a side cannot make it a discovery.
+    steady = {"cpuset=0": [0.02] * 5, "cpuset=0-1": [0.02] * 5, "cpus=0.5": [0.02] * 5}
+    tests = {f"t{i}": dict(steady) for i in range(9)}
+    tests["ws"] = {
+        "cpuset=0": [0.055, 0.054, 0.056, 0.055, 0.057],
+        "cpuset=0-1": [0.014] * 5,
+        "cpus=0.5": [0.012, 0.013, 0.070, 0.072, 0.074],
+    }
+    every = ["cpuset=0", "cpuset=0-1", "cpus=0.5"]
+    samples = JobSamples(wall={}, tests=tests)
+    assert still_active(every, samples, LIMITS, repetition=5, repeat=5) == []  # without the job's configurations
+    assert still_active([], samples, LIMITS, repetition=5, repeat=5, configs=every) == ["cpuset=0", "cpuset=0-1"]
+    # three more runs each, still apart: a discovery, so nothing more
+    tests["ws"]["cpuset=0"] += [0.055] * 3
+    tests["ws"]["cpuset=0-1"] += [0.014] * 3
+    assert LIMITS.undecided_extra_runs == 4
+    assert still_active([], samples, LIMITS, repetition=8, repeat=5, configs=every) == []
+    # runs that blur the pair again keep it going, but never beyond undecided_extra_runs
+    tests["ws"]["cpuset=0"][5:] = [0.013, 0.056, 0.055]
+    assert still_active([], samples, LIMITS, repetition=8, repeat=5, configs=every) == ["cpuset=0", "cpuset=0-1"]
+    assert still_active([], samples, LIMITS, repetition=9, repeat=5, configs=every) == []
+
+
+def test_a_pair_the_configurations_share_noise_over_gets_no_extra_runs():
+    samples = JobSamples(wall={"a": [1.0, 1.3, 0.9, 1.1, 1.2], "b": [1.1, 1.0, 1.2, 0.95, 1.25]})
+    assert still_active([], samples, LIMITS, repetition=5, repeat=5, configs=["a", "b"]) == []
