@@ -23,7 +23,7 @@ import redis
 from sqlalchemy import create_engine, func, select, text
 
 from services.measure.executors.docker import INSTALLATION_LABEL
-from services.models import Job, WebhookDelivery
+from services.models import Job, JobTask, WebhookDelivery
 from services.settings import Settings
 from tests.conftest import REPO
 from tests.service_support import SECRET, GitHubServer, delivery_headers, make_repository, push_payload
@@ -188,6 +188,16 @@ class Stack:
         body = json.dumps(payload).encode()
         return self.request("POST", "/api/v1/webhooks/github", body, delivery_headers(body, delivery, event, secret))
 
+    def tasks(self, job_id: int) -> list[tuple]:
+        """The job's ledger steps as stored: what a failure message needs."""
+        engine = create_engine(self.database_url)
+        try:
+            with engine.connect() as connection:
+                query = select(JobTask.name, JobTask.state, JobTask.attempts, JobTask.error, JobTask.updated_at)
+                return [tuple(row) for row in connection.execute(query.where(JobTask.job_id == job_id))]
+        finally:
+            engine.dispose()
+
     def count(self, model) -> int:
         engine = create_engine(self.database_url)
         try:
@@ -341,11 +351,15 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert job["status"] == "done", job["error"]
     assert job["configs"] == ["cpuset=0", "cpuset=0-1"]
     mine = [r for r in stack.github.check_runs() if r.body.get("external_id") == str(job["id"])]
-    deadline = time.monotonic() + 30
+    # A GitHub call that fails goes back to the ledger for 30 s (engine.notify_github):
+    # the check run completes within one such retry.
+    deadline = time.monotonic() + 75
     while not any(r.body.get("status") == "completed" for r in mine) and time.monotonic() < deadline:
         time.sleep(0.2)
         mine = [r for r in stack.github.check_runs() if r.body.get("external_id") == str(job["id"])]
-    [completed] = [r for r in mine if r.body.get("status") == "completed"]
+    completed_runs = [r for r in mine if r.body.get("status") == "completed"]
+    assert len(completed_runs) == 1, f"{stack.tasks(job['id'])}\n{[r.body for r in mine]}\n{stack.logs()}"
+    [completed] = completed_runs
     assert completed.method == "PATCH" and completed.headers["Authorization"] == "Bearer e2e-token"
     assert completed.body["head_sha"] == head
     assert completed.body["details_url"] == f"{stack.url}/jobs/{job['id']}"
