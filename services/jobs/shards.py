@@ -30,10 +30,10 @@ from sqlalchemy.orm import ORMExecuteState, Session, with_loader_criteria
 
 from services.jobs import ledger
 from services.jobs.dispatch import SCREEN
-from services.measure import pytest_command
+from services.measure import pytest_command, survey
 from services.measure import shards as split
 from services.measure.executors.base import Executor
-from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobShard, JobStatus, JobTask, Run, TaskState, TestResult
+from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobShard, JobTask, Run, TaskState, TestResult
 from services.settings import Settings
 
 PREFIX = f"{SCREEN}:shard-"
@@ -83,13 +83,7 @@ def plan(
 def previous_durations(session: Session, job: Job) -> dict[str, float]:
     """Test id -> what one round of its configurations cost it in the project's latest
     finished job of the same command (the median per configuration, summed)."""
-    candidates = session.scalars(
-        select(Job)
-        .where(Job.project_id == job.project_id, Job.id < job.id, Job.status == JobStatus.done)
-        .order_by(Job.id.desc())
-        .limit(20)
-    )
-    previous = next((other for other in candidates if other.command == job.command), None)
+    previous = survey.previous_job(session, job)
     if previous is None:
         return {}
     rows = session.execute(

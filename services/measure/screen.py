@@ -42,7 +42,7 @@ from services.measure.executors.base import Executor, RunResult
 from services.measure.runs import run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import configuration_test, median_interval, pair_settled, rank_test
-from services.measure.survey import survey_tests, suspicion
+from services.measure.survey import flagged_before, survey_tests, suspicion
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -255,7 +255,7 @@ def survey(
     if len(tests) < thresholds.focus_min_tests:
         return None
     configs = [*job.configs, *(_as_base(config) for config in job.configs if with_base)]
-    scores = suspicion(found, configs, thresholds, job.stall_after_s)
+    scores = suspicion(found, configs, thresholds, job.stall_after_s, flagged_before(session, job))
     if len(scores) >= len(survey_tests(found)):
         return None
     for run in head_runs.values():

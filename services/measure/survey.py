@@ -13,7 +13,10 @@ to the focused screen when that round shows what a finding would need:
   is what the quota alone explains, as in cpu_sensitivity (and against one pinned to
   fewer CPUs than the command kept busy, what the lost cores explain): a quota's share of
   a slowdown is physics, and would otherwise send every test that computes on;
-- a run at or past ``--stall-after``.
+- a run at or past ``--stall-after``;
+- a finding in the project's previous job of the same command: one run per configuration
+  clears a test that is slow in half its runs a quarter of the time (all three runs in
+  its fast mode), and a finding once made is worth its reruns until it is gone.
 
 ``survey_ratio`` is well below ``cpu_sensitivity_ratio``: one run per configuration is
 noisy, and a test sent on needlessly costs a few reruns, while a test cleared wrongly is
@@ -27,9 +30,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.configs import parse_cpulist
-from services.models import JobConfig, Run
+from services.models import Finding, Job, JobConfig, JobStatus, Run
 from services.thresholds import Thresholds
 
 PASSED = ("passed", "skipped")
@@ -41,6 +47,28 @@ def survey_tests(runs: dict[str, Run]) -> list[str]:
     ids = [result.test_id for result in ordered.test_results] if ordered else []
     others = [r.test_id for run in runs.values() for r in run.test_results]
     return list(dict.fromkeys([*ids, *others]))
+
+
+def previous_job(session: Session, job: Job) -> Job | None:
+    """The project's latest finished job of the same command before ``job``: what its
+    tests cost (shard balancing) and which of them it flagged (the survey)."""
+    candidates = session.scalars(
+        select(Job)
+        .where(Job.project_id == job.project_id, Job.id < job.id, Job.status == JobStatus.done)
+        .order_by(Job.id.desc())
+        .limit(20)
+    )
+    return next((other for other in candidates if other.command == job.command), None)
+
+
+def flagged_before(session: Session, job: Job) -> set[str]:
+    """The tests with a finding in the previous job of the same command (any kind: each is
+    about the test's latency or its outcome)."""
+    previous = previous_job(session, job)
+    if previous is None:
+        return set()
+    found = session.scalars(select(Finding.test_id).where(Finding.job_id == previous.id, Finding.test_id.is_not(None)))
+    return {test_id for test_id in found if test_id}
 
 
 def candidates(
@@ -57,11 +85,16 @@ CERTAIN = math.inf
 
 
 def suspicion(
-    runs: dict[str, Run], configs: list[JobConfig], thresholds: Thresholds, stall_after_s: float | None = None
+    runs: dict[str, Run],
+    configs: list[JobConfig],
+    thresholds: Thresholds,
+    stall_after_s: float | None = None,
+    flagged: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, float]:
     """The tests the survey cannot clear, in suite order, each with how suspicious it looks:
     CERTAIN for a failure, a missing result or a stall, else its slowest configuration over
-    the time to beat (what a quota or lost cores explain). A budget reruns the most
+    the time to beat (what a quota or lost cores explain), at least ``survey_ratio`` for a
+    test ``flagged`` by the previous job (flagged_before). A budget reruns the most
     suspicious first."""
     quotas = {config.label: config.cpus for config in configs if config.cpus is not None}
     pinned = {config.label: len(parse_cpulist(config.cpuset)) for config in configs if config.cpuset}
@@ -85,8 +118,8 @@ def suspicion(
             kept[test_id] = CERTAIN
         elif per_config:
             stretch = _stretch(per_config, quotas, pinned, shares, thresholds)
-            if stretch is not None:
-                kept[test_id] = stretch
+            if stretch is not None or test_id in flagged:
+                kept[test_id] = max(stretch or 0.0, thresholds.survey_ratio if test_id in flagged else 0.0)
     return kept
 
 

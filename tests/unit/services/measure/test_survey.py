@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.measure.samples import collect
-from services.measure.survey import candidates
+from services.measure.survey import candidates, suspicion
 from services.models import RunKind
 from services.thresholds import Thresholds
 from tests.unit.jobs import job, run
@@ -81,3 +81,13 @@ def test_a_surveyed_job_times_its_command_by_the_survey_and_its_tests_by_the_foc
     samples = collect(built)
     assert samples.wall == {"cpuset=0": [9.0]}
     assert samples.tests == {"t.py::a": {"cpuset=0": [0.4] * 5}}
+
+
+def test_a_test_the_previous_job_flagged_is_kept_even_when_its_runs_agree():
+    # A test slow in half its runs is cleared when all three survey runs fall in its fast
+    # mode (a quarter of the time): its finding in the previous job keeps it.
+    built, runs = surveyed({"cpuset=0": HEALTHY, "cpuset=0-1": HEALTHY, "cpus=0.5": HEALTHY})
+    flagged = {"t.py::test_5", "t.py::gone"}
+    scores = suspicion(runs, built.configs, LIMITS, flagged=flagged)
+    assert scores == {"t.py::test_5": LIMITS.survey_ratio}  # a test no longer in the suite costs nothing
+    assert suspicion(runs, built.configs, LIMITS) == {}
