@@ -190,7 +190,7 @@ class Thresholds(BaseModel):
     # ... and where the waits are compared between the slow and the fast configuration and
     # account for that share of the slowdown, a smaller share of looks is enough (what they
     # cost decides, not how often they were seen): 9 of 20 looks in a 1.2 s hand-off run
-    # are 0.5 s of waiting. Below this, twenty looks cannot tell a wait from noise.
+    # are 0.5 s of waiting. Below this, the looks (forty, 5 ms apart) cannot tell a wait from noise.
     gil_compared_min_share: float = Field(0.25, gt=0, le=1)
 
     # The stall trigger of evidence runs, when --stall-after is not given: this many times

@@ -1,7 +1,7 @@
 """gil_contention: Python threads wait for the GIL while another thread holds it.
 
 The first witness works on any interpreter: just before the stall deadline the clock
-looks at every thread about twenty times, and a thread blocked in futex on an address
+looks at every thread about forty times, and a thread blocked in futex on an address
 inside the interpreter's ``_PyRuntime`` waits for the GIL (container_timer.py
 ``gil_samples``: no debug symbols, no gdb extension). Read in the slow and in the fast
 configuration, it says how much of the slowdown the waits account for: three threads on
