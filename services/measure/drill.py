@@ -367,6 +367,10 @@ def _iterations(target: Target, label: str, probe: str) -> int:
     # The upper end of its interval, not the median: a test slow in some runs (two modes,
     # 0.04 s and 0.4 s) repeated to fill TARGET_S at its fast median took 25 x its mean,
     # 6 s per probe instead of about one.
+    if probe == "pyspy":
+        return amplify.iterations(
+            max(summary.median, summary.ci_high), amplify.PROFILE_TARGET_S, amplify.PROFILE_MAX_ITERATIONS
+        )
     return amplify.iterations(max(summary.median, summary.ci_high))
 
 

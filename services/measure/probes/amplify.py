@@ -28,6 +28,13 @@ TARGET_S = 1.0
 # ... at most this many times: a 1 ms test repeated 1,000 times would mostly measure the
 # plugin's own loop.
 MAX_ITERATIONS = 50
+# py-spy's profile is compared between two configurations function by function (hot_path's
+# differential), and at 100 Hz one second holds 100 samples: a function's share of them
+# moved by more than the slowdown between two runs of one starlette test (issue 22: the
+# named frame went from the test client's to a middleware's). Three seconds, and up to 200
+# repetitions, since a profile's sampler does not slow the loop it samples.
+PROFILE_TARGET_S = 3.0
+PROFILE_MAX_ITERATIONS = 200
 
 SOURCE = '''"""lagtrace: the selected test, run LAGTRACE_AMPLIFY times in this process (only the
 last run reported), so that lagtrace's tracers see the test rather than pytest starting."""
@@ -54,11 +61,11 @@ def pytest_runtest_protocol(item, nextitem):
 '''
 
 
-def iterations(median_s: float) -> int:
+def iterations(median_s: float, target_s: float = TARGET_S, most: int = MAX_ITERATIONS) -> int:
     """How many times a test of this timing median runs in its evidence runs."""
     if median_s <= 0:
-        return MAX_ITERATIONS
-    return max(1, min(MAX_ITERATIONS, math.ceil(TARGET_S / median_s)))
+        return most
+    return max(1, min(most, math.ceil(target_s / median_s)))
 
 
 def amplified(
