@@ -112,6 +112,12 @@ class ProfiledThread(_Model):
     top_frames: list[TopFrame]
 
 
+class PythonFrame(_Model):
+    function: str
+    file: str
+    line: int | None = None
+
+
 class ProfiledFunction(_Model):
     """A function's share of one thread's samples: own (innermost frame) and cumulative
     (anywhere on the stack); ``line`` is where most of its own samples were."""
@@ -127,6 +133,8 @@ class ProfiledFunction(_Model):
     # (slow_startup's subject), not the program at work.
     importing_samples: int = 0
     waiting: bool = False  # a known blocking wait (a lock, a selector): samples, not CPU
+    # The frame that calls it most often (where it was innermost-but-one on the stack).
+    caller: PythonFrame | None = None
 
 
 class ThreadFunctions(_Model):
@@ -149,12 +157,6 @@ class PySpyRecordContent(EvidenceContent):
 
 
 # --- stacks at the stall ------------------------------------------------------------
-
-
-class PythonFrame(_Model):
-    function: str
-    file: str
-    line: int | None = None
 
 
 class DumpedThread(_Model):

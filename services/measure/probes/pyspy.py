@@ -166,6 +166,9 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
         cumulative: Counter = Counter()
         importing: Counter = Counter()
         lines: dict[tuple[str, str], Counter] = {}
+        # Who calls each function (the frame above its innermost occurrence): where a
+        # library's primitive (a sleep, a lock) sits in a loop, the loop is the caller's.
+        callers: dict[tuple[str, str], Counter] = {}
         for full_stack in thread["samples"]:
             # --threads and --subprocesses add "process N" and "thread (N)" frames with no
             # file at the root of every stack: they are labels, not code.
@@ -181,6 +184,10 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                 importing[key] += during_import
             for index in stack:
                 lines.setdefault(keys[index], Counter())
+            innermost = {keys[index]: position for position, index in enumerate(stack)}
+            for key, position in innermost.items():
+                if position:
+                    callers.setdefault(key, Counter())[stack[position - 1]] += 1
         ranked = sorted(cumulative, key=lambda key: (-own[key], -cumulative[key]))[:top]
         by_cumulative = sorted(cumulative, key=lambda key: -cumulative[key])
         chosen = list(dict.fromkeys(ranked + [key for key in by_cumulative if key not in ranked][:top]))
@@ -201,12 +208,20 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                         "cumulative_pct": round(100.0 * cumulative[(name, file)] / total, 1),
                         "importing_samples": importing[(name, file)],
                         "waiting": is_waiting(name, file),
+                        "caller": _caller(callers.get((name, file)), frames),
                     }
                     for name, file in chosen
                 ],
             }
         )
     return tables
+
+
+def _caller(counted: Counter | None, frames: list[dict]) -> dict | None:
+    if not counted:
+        return None
+    frame = frames[counted.most_common(1)[0][0]]
+    return {"function": frame.get("name", "?"), "file": frame.get("file", "?"), "line": frame.get("line")}
 
 
 def _hottest_line(counted: Counter | None, frames: list[dict], keys: list, key: tuple[str, str]) -> int | None:
