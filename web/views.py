@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from services.accounts.ratelimit import TooManyRequests
-from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in, visible_projects
+from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
@@ -268,7 +268,7 @@ def inbox():
         page=page,
         args=request.args.to_dict(),
         filters=filters,
-        projects=visible_projects(db(), g.user),
+        projects=auth.projects(),
         kinds=dashboard.finding_kinds(db(), ids),
         statuses=list(TriageStatus.__members__),
         severities=SEVERITIES,
@@ -289,7 +289,7 @@ def jobs():
         rows=rows,
         status=status,
         project_id=project_id,
-        projects=visible_projects(db(), g.user),
+        projects=auth.projects(),
         statuses=list(JobStatus.__members__),
         next_before=rows[-1].job.id if len(rows) == 50 else None,
     )
@@ -318,7 +318,7 @@ def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]
 
 @bp.route("/jobs/new", methods=["GET", "POST"])
 def new_job():
-    projects = visible_projects(db(), g.user)
+    projects = auth.projects()
     if request.method == "GET":
         return render_template(
             "new_job.html",
@@ -484,7 +484,7 @@ def tests():
         page=page,
         filters=filters,
         args=request.args.to_dict(),
-        projects=visible_projects(db(), g.user),
+        projects=auth.projects(),
         choices=catalogue.choices(db(), ids),
         no_branch=NO_BRANCH,
     )
