@@ -88,6 +88,17 @@ def csrf_token() -> str:
     return auth.csrf_token()
 
 
+@bp.app_template_global()
+def path_to(endpoint: str, key: str) -> str:
+    """The path of ``endpoint`` without its last part, an integer ``key``: a list appends each
+    row's id to it. One url_for a page, not one a row (25 µs each: a 50-row list's links
+    cost more than the rest of its rendering)."""
+    path = url_for(endpoint, **{key: 0})
+    if not path.endswith("/0"):
+        raise ValueError(f"{endpoint}: {key} is not the last part of its path ({path})")
+    return path[:-1]
+
+
 @bp.app_template_filter()
 def seconds(value: float | None) -> str:
     if value is None:
@@ -291,7 +302,7 @@ def jobs():
         project_id=project_id,
         projects=auth.projects(),
         statuses=list(JobStatus.__members__),
-        next_before=rows[-1].job.id if len(rows) == 50 else None,
+        next_before=rows[-1].id if len(rows) == 50 else None,
     )
 
 
