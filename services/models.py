@@ -557,3 +557,6 @@ class ProblemSummary(Base):
     recurrence: Mapped[int] = mapped_column(Integer)
     first_seen: Mapped[dt.datetime] = mapped_column()
     last_seen: Mapped[dt.datetime] = mapped_column()
+    # The newest finding's slowdown ratio, at least 1 (1 for kinds without one): the inbox
+    # orders by ratio x recurrence without parsing every problem's metrics (JSON) per view.
+    ratio: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, delete, distinct, func, select, text
+from sqlalchemy import case, delete, distinct, func, select, text, update
 from sqlalchemy.orm import Session
 
 from services.models import (
@@ -59,9 +59,7 @@ class FindingGroup:
     """One problem (fingerprint) across jobs, represented by its newest finding."""
 
     latest: InboxFinding
-    # The newest finding's slowdown ratio, at least 1: cpu_sensitivity and latency_flaky
-    # carry one; the other kinds count as 1x so that frequency alone orders them.
-    ratio: float
+    ratio: float  # the newest finding's (finding_ratio)
     project: str
     recurrence: int  # jobs it was found in
     first_seen: dt.datetime
@@ -111,29 +109,30 @@ def inbox(
     """
     visible = _narrowed(project_ids, project_id)
     # Impact in SQL: only the page's groups are read.
-    metric = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
-    ratio = case((metric > 1.0, metric), else_=1.0)
     if not severity:
-        summary = (
-            select(
-                *_SHOWN,
-                ratio,
-                Project.name,
-                ProblemSummary.recurrence,
-                ProblemSummary.first_seen,
-                ProblemSummary.last_seen,
+        problems = select(ProblemSummary).where(ProblemSummary.project_id.in_(visible))
+        if kind:
+            problems = problems.where(ProblemSummary.kind == kind)
+        if status:
+            # The state is the newest finding's: join before the page is cut.
+            problems = problems.join(Finding, Finding.id == ProblemSummary.latest_id).where(
+                Finding.status == TriageStatus(status)
             )
-            .join(ProblemSummary, Finding.id == ProblemSummary.latest_id)
-            .join(Project, Project.id == ProblemSummary.project_id)
-            .where(ProblemSummary.project_id.in_(visible))
-            .order_by((ratio * ProblemSummary.recurrence).desc(), Finding.id.desc())
+        # The page of problems first, then their newest findings: not every problem's.
+        page = (
+            problems.order_by(
+                (ProblemSummary.ratio * ProblemSummary.recurrence).desc(), ProblemSummary.latest_id.desc()
+            )
             .offset(offset)
             .limit(limit)
+            .subquery()
         )
-        if kind:
-            summary = summary.where(ProblemSummary.kind == kind)
-        if status:
-            summary = summary.where(Finding.status == TriageStatus(status))
+        summary = (
+            select(*_SHOWN, page.c.ratio, Project.name, page.c.recurrence, page.c.first_seen, page.c.last_seen)
+            .join(page, Finding.id == page.c.latest_id)
+            .join(Project, Project.id == page.c.project_id)
+            .order_by((page.c.ratio * page.c.recurrence).desc(), Finding.id.desc())
+        )
         return [_group(row) for row in session.execute(summary)]
     groups = (
         select(
@@ -152,6 +151,7 @@ def inbox(
     if severity:
         groups = groups.where(Finding.severity == severity)
     groups = groups.subquery()
+    ratio = _ratio_in_sql()
     query = (
         select(*_SHOWN, ratio, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
         .join(groups, Finding.id == groups.c.latest_id)
@@ -192,9 +192,26 @@ JOIN jobs j ON j.id = f.job_id
 """
 
 
+def _ratio_in_sql() -> Any:
+    """A finding's ratio as ``finding_ratio`` computes it, in SQL."""
+    metric = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
+    return case((metric > 1.0, metric), else_=1.0)
+
+
+def finding_ratio(metrics: dict[str, Any]) -> float:
+    """A finding's slowdown ratio, at least 1: cpu_sensitivity and latency_flaky carry
+    one; the other kinds count as 1x, so that frequency alone orders them."""
+    try:
+        return max(1.0, float(metrics.get("ratio") or 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+
+
 def rebuild_groups(session: Session) -> None:
     session.execute(delete(ProblemSummary))
     session.execute(text(REBUILD_GROUPS))
+    newest = select(_ratio_in_sql()).where(Finding.id == ProblemSummary.latest_id).scalar_subquery()
+    session.execute(update(ProblemSummary).values(ratio=newest))
 
 
 def refresh_groups(session: Session, fingerprints: set[str]) -> None:
@@ -245,6 +262,7 @@ def refresh_groups(session: Session, fingerprints: set[str]) -> None:
             group.kind = finding.kind
             group.test_id = finding.test_id
             group.latest_id = latest_id
+            group.ratio = finding_ratio(finding.metrics)
             group.recurrence = recurrence
             group.first_seen = first
             group.last_seen = last
