@@ -253,23 +253,11 @@ def migrate(check: bool) -> None:
     _progress("database schema is at head")
 
 
-# Enough threads to keep a process's CPU busy while others wait on the database, not more:
-# a process runs Python on one CPU at a time (the GIL), and 8 threads took turns on it in
-# 5 ms slices, so a page waited for every other page in the process (dashboard p95 about
-# 1.6x lower with 4, at more pages a second: tests/bench/bench_service.py).
-WEB_THREADS = 4
-
-
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, envvar="LAGTRACE_HOST")
 @click.option("--port", type=int, default=8080, show_default=True, envvar="LAGTRACE_PORT")
 @click.option(
-    "--threads",
-    type=int,
-    default=WEB_THREADS,
-    show_default=True,
-    help="Request threads per process.",
-    envvar="LAGTRACE_THREADS",
+    "--threads", type=int, default=8, show_default=True, help="Request threads per process.", envvar="LAGTRACE_THREADS"
 )
 @click.option(
     "--processes",
