@@ -505,6 +505,17 @@ class CatalogueEntry(Base):
     last_seen_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+# The list reads entries newest first, then by name, a page's worth at a time
+# (web/catalogue.py _page_tests), scanning this index backwards: a suite's newest job has
+# thousands of entries, which it would otherwise sort by name on every view.
+Index(
+    "ix_test_catalogue_newest",
+    CatalogueEntry.last_job_id,
+    CatalogueEntry.test_id.desc(),
+    CatalogueEntry.project_id.desc(),
+)
+
+
 class CataloguedJob(Base):
     """A finished job whose test results are in the catalogue (read once)."""
 
@@ -546,3 +557,6 @@ class ProblemSummary(Base):
     recurrence: Mapped[int] = mapped_column(Integer)
     first_seen: Mapped[dt.datetime] = mapped_column()
     last_seen: Mapped[dt.datetime] = mapped_column()
+    # The newest finding's slowdown ratio, at least 1 (1 for kinds without one): the inbox
+    # orders by ratio x recurrence without parsing every problem's metrics (JSON) per view.
+    ratio: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")

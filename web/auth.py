@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
 
-from services.accounts.users import session_is_current, visible_project_ids
+from services.accounts.users import session_is_current, visible_projects
 from services.context import db
 from services.errors import NotFound
-from services.models import Finding, Job, User
+from services.models import Finding, Job, Project, User
 
 CSRF_FIELD = "csrf_token"
 SESSION_EPOCH = "epoch"
@@ -64,10 +64,16 @@ def start_session(user: User) -> None:
     csrf_token()
 
 
+def projects() -> list[Project]:
+    """The projects the user may see, by name: read once a request (the filters list them
+    and every query is narrowed to their ids)."""
+    if "projects" not in g:
+        g.projects = visible_projects(db(), g.user)
+    return g.projects
+
+
 def project_ids() -> list[int]:
-    if "project_ids" not in g:
-        g.project_ids = visible_project_ids(db(), g.user)
-    return g.project_ids
+    return [project.id for project in projects()]
 
 
 def visible_job(job_id: int) -> Job:

@@ -57,18 +57,27 @@ class ConfigLatest:
 
 
 @dataclass
+class OpenFinding:
+    """What the list shows of an open problem's newest finding."""
+
+    id: int
+    severity: str
+    kind: str
+
+
+@dataclass
 class CatalogueRow:
     project_id: int
     project: str
     test_id: str
-    runs: int
-    last_job_id: int
-    last_seen_at: dt.datetime
+    runs: int = 0
+    last_job_id: int = 0
+    last_seen_at: dt.datetime | None = None
     jobs: int = 0
     configs: list[ConfigLatest] = field(default_factory=list)
     branches: list[str] = field(default_factory=list)
     flaky_jobs: int = 0
-    open_findings: list[Finding] = field(default_factory=list)
+    open_findings: list[OpenFinding] = field(default_factory=list)
 
     @property
     def flaky_share(self) -> float:
@@ -88,6 +97,10 @@ def _open_tests(project_ids: list[int]):
         .distinct()
         .subquery()
     )
+
+
+# Entries first read per test a page lists, while looking for its tests newest first.
+ENTRIES_PER_TEST = 4
 
 
 def catalogue(
@@ -112,54 +125,49 @@ def catalogue(
     if search:
         escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         conditions.append(CatalogueEntry.test_id.ilike(f"%{escaped}%", escape="\\"))
-    query = (
+    keys = _page_tests(session, conditions, visible, open_only, (page + 1) * per_page + 1)
+    more = len(keys) > (page + 1) * per_page
+    keys = keys[page * per_page : (page + 1) * per_page]
+    if not keys:
+        return [], False
+    names = dict(session.execute(select(Project.id, Project.name).where(Project.id.in_({p for p, _ in keys}))).all())
+    rows = {(p, t): CatalogueRow(p, names[p], t) for p, t in keys}
+    jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    latest: dict[tuple[int, str], dict[str, Any]] = defaultdict(dict)
+    # Every entry of the page's tests the filters keep (columns, not objects): a row sums them.
+    for entry in session.execute(
         select(
             CatalogueEntry.project_id,
-            Project.name,
             CatalogueEntry.test_id,
-            func.sum(CatalogueEntry.runs),
-            func.max(CatalogueEntry.last_job_id).label("last_job_id"),
-            func.max(CatalogueEntry.last_seen_at),
+            CatalogueEntry.config_label,
+            CatalogueEntry.branch,
+            CatalogueEntry.runs,
+            CatalogueEntry.jobs,
+            CatalogueEntry.last_job_id,
+            CatalogueEntry.last_p50_s,
+            CatalogueEntry.last_p95_s,
+            CatalogueEntry.last_seen_at,
+        ).where(
+            CatalogueEntry.project_id.in_({p for p, _ in rows}),
+            CatalogueEntry.test_id.in_(sorted({t for _, t in rows})),
+            *conditions[1:],
         )
-        .join(Project, Project.id == CatalogueEntry.project_id)
-        .where(*conditions)
-        .group_by(CatalogueEntry.project_id, Project.name, CatalogueEntry.test_id)
-        .order_by(func.max(CatalogueEntry.last_job_id).desc(), CatalogueEntry.test_id)
-        .offset(page * per_page)
-        .limit(per_page + 1)
-    )
-    if open_only:
-        opened = _open_tests(visible)
-        query = query.join(
-            opened,
-            and_(opened.c.project_id == CatalogueEntry.project_id, opened.c.test_id == CatalogueEntry.test_id),
-        )
-    found = session.execute(query).all()
-    more = len(found) > per_page
-    rows = {
-        (p, t): CatalogueRow(p, name, t, int(runs), last, seen) for p, name, t, runs, last, seen in found[:per_page]
-    }
-    if not rows:
-        return [], False
-    tests = sorted({t for _, t in rows})
-    entries = session.scalars(
-        select(CatalogueEntry).where(
-            CatalogueEntry.project_id.in_({p for p, _ in rows}), CatalogueEntry.test_id.in_(tests), *conditions[1:]
-        )
-    )
-    jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    latest: dict[tuple[int, str], dict[str, CatalogueEntry]] = defaultdict(dict)
-    for entry in entries:
+    ):
         key = (entry.project_id, entry.test_id)
-        if key not in rows:
+        row = rows.get(key)
+        if row is None:
             continue
+        row.runs += entry.runs
+        row.last_job_id = max(row.last_job_id, entry.last_job_id)
+        if row.last_seen_at is None or entry.last_seen_at > row.last_seen_at:
+            row.last_seen_at = entry.last_seen_at
         # A job runs every configuration: its count per branch is the largest over them.
         jobs[key][entry.branch] = max(jobs[key][entry.branch], entry.jobs)
         newest = latest[key].get(entry.config_label)
         if newest is None or entry.last_job_id > newest.last_job_id:
             latest[key][entry.config_label] = entry
-        if entry.branch not in rows[key].branches:
-            rows[key].branches.append(entry.branch)
+        if entry.branch not in row.branches:
+            row.branches.append(entry.branch)
     for key, row in rows.items():
         row.jobs = sum(jobs[key].values())
         row.configs = [
@@ -170,6 +178,41 @@ def catalogue(
     return list(rows.values()), more
 
 
+def _page_tests(
+    session: Session, conditions: list[ColumnElement[bool]], visible: list[int], open_only: bool, wanted: int
+) -> list[tuple[int, str]]:
+    """The first ``wanted`` (project, test) pairs the filters keep, most recently run first
+    (then by name).
+
+    Entries are read newest first through the index on (last_job_id DESC, test_id), a
+    batch at a time: a test first appears at its newest job, and the tests of one job in
+    name order, so the order of first appearances is the list's. No view groups the whole
+    table (10,000 entries: 10 ms of the database's CPU a view, most of the page's cost)."""
+    scan = (
+        select(CatalogueEntry.project_id, CatalogueEntry.test_id)
+        .where(*conditions)
+        .order_by(CatalogueEntry.last_job_id.desc(), CatalogueEntry.test_id, CatalogueEntry.project_id)
+    )
+    if open_only:
+        opened = _open_tests(visible)
+        scan = scan.join(
+            opened,
+            and_(opened.c.project_id == CatalogueEntry.project_id, opened.c.test_id == CatalogueEntry.test_id),
+        )
+    found: dict[tuple[int, str], None] = {}
+    # A test has an entry per configuration and branch: a few per test, then more.
+    offset, batch = 0, ENTRIES_PER_TEST * wanted
+    while len(found) < wanted:
+        entries = session.execute(scan.offset(offset).limit(batch)).all()
+        for project_id, test_id in entries:
+            found.setdefault((project_id, test_id))
+        if len(entries) < batch:
+            break
+        offset += batch
+        batch *= 2
+    return list(found)[:wanted]
+
+
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
     read from the problems' summary (a test seen in every job has thousands of findings)."""
@@ -177,15 +220,15 @@ def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None
         ProblemSummary.project_id.in_({p for p, _ in rows}),
         ProblemSummary.test_id.in_({t for _, t in rows}),
     )
-    for project_id, finding in session.execute(
-        select(ProblemSummary.project_id, Finding)
+    for project_id, test_id, finding_id, severity, kind in session.execute(
+        select(ProblemSummary.project_id, Finding.test_id, Finding.id, Finding.severity, Finding.kind)
         .join(Finding, Finding.id == ProblemSummary.latest_id)
         .where(*scope, Finding.status.in_(OPEN))
         .order_by(Finding.id)
     ):
-        key = (project_id, finding.test_id or "")
+        key = (project_id, test_id or "")
         if key in rows:
-            rows[key].open_findings.append(finding)
+            rows[key].open_findings.append(OpenFinding(finding_id, severity, kind))
     # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
     for project_id, test_id, count in session.execute(
         select(ProblemSummary.project_id, ProblemSummary.test_id, ProblemSummary.recurrence).where(

@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, delete, distinct, func, select, text
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import case, delete, distinct, func, select, text, update
+from sqlalchemy.orm import Session
 
 from services.models import (
     COMMAND_KINDS,
@@ -39,27 +39,53 @@ def _narrowed(project_ids: list[int], project_id: int | None) -> list[int]:
 
 
 @dataclass
+class InboxFinding:
+    """What the inbox shows of a problem's newest finding (no metrics, detail or evidence
+    to load and parse: its ratio comes from SQL)."""
+
+    id: int
+    job_id: int
+    kind: str
+    severity: str
+    title: str
+    test_id: str | None
+    status: TriageStatus
+    assignee: str | None
+    regression: bool
+
+
+@dataclass
 class FindingGroup:
     """One problem (fingerprint) across jobs, represented by its newest finding."""
 
-    latest: Finding
+    latest: InboxFinding
+    ratio: float  # the newest finding's (finding_ratio)
     project: str
     recurrence: int  # jobs it was found in
     first_seen: dt.datetime
     last_seen: dt.datetime
 
     @property
-    def ratio(self) -> float:
-        # cpu_sensitivity and latency_flaky carry a slowdown ratio; the
-        # other kinds count as 1x so that frequency alone orders them.
-        try:
-            return max(1.0, float(self.latest.metrics.get("ratio") or 1.0))
-        except (TypeError, ValueError):
-            return 1.0
-
-    @property
     def impact(self) -> float:
         return self.ratio * self.recurrence
+
+
+_SHOWN = (
+    Finding.id,
+    Finding.job_id,
+    Finding.kind,
+    Finding.severity,
+    Finding.title,
+    Finding.test_id,
+    Finding.status,
+    Finding.assignee,
+    Finding.regression,
+)
+
+
+def _group(row: Any) -> FindingGroup:
+    *shown, ratio, project, recurrence, first_seen, last_seen = row
+    return FindingGroup(InboxFinding(*shown), float(ratio), project, recurrence, first_seen, last_seen)
 
 
 def inbox(
@@ -79,28 +105,35 @@ def inbox(
     group, because triage state follows the fingerprint into later jobs. Without a
     severity the groups are read from their summary (models.ProblemSummary; the kind is
     part of the fingerprint); a severity (a problem's findings may differ in it) groups
-    the findings of that severity.
+    the findings of that severity. Only the columns the page shows are read.
     """
     visible = _narrowed(project_ids, project_id)
-    # Impact as FindingGroup computes it, in SQL: only the page's groups become objects.
-    ratio = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
+    # Impact in SQL: only the page's groups are read.
     if not severity:
-        summary = (
-            select(
-                Finding, Project.name, ProblemSummary.recurrence, ProblemSummary.first_seen, ProblemSummary.last_seen
+        problems = select(ProblemSummary).where(ProblemSummary.project_id.in_(visible))
+        if kind:
+            problems = problems.where(ProblemSummary.kind == kind)
+        if status:
+            # The state is the newest finding's: join before the page is cut.
+            problems = problems.join(Finding, Finding.id == ProblemSummary.latest_id).where(
+                Finding.status == TriageStatus(status)
             )
-            .join(ProblemSummary, Finding.id == ProblemSummary.latest_id)
-            .join(Project, Project.id == ProblemSummary.project_id)
-            .where(ProblemSummary.project_id.in_(visible))
-            .order_by((case((ratio > 1.0, ratio), else_=1.0) * ProblemSummary.recurrence).desc(), Finding.id.desc())
+        # The page of problems first, then their newest findings: not every problem's.
+        page = (
+            problems.order_by(
+                (ProblemSummary.ratio * ProblemSummary.recurrence).desc(), ProblemSummary.latest_id.desc()
+            )
             .offset(offset)
             .limit(limit)
+            .subquery()
         )
-        if kind:
-            summary = summary.where(ProblemSummary.kind == kind)
-        if status:
-            summary = summary.where(Finding.status == TriageStatus(status))
-        return [FindingGroup(*row) for row in session.execute(summary)]
+        summary = (
+            select(*_SHOWN, page.c.ratio, Project.name, page.c.recurrence, page.c.first_seen, page.c.last_seen)
+            .join(page, Finding.id == page.c.latest_id)
+            .join(Project, Project.id == page.c.project_id)
+            .order_by((page.c.ratio * page.c.recurrence).desc(), Finding.id.desc())
+        )
+        return [_group(row) for row in session.execute(summary)]
     groups = (
         select(
             Finding.fingerprint,
@@ -118,22 +151,19 @@ def inbox(
     if severity:
         groups = groups.where(Finding.severity == severity)
     groups = groups.subquery()
-    impact = case((ratio > 1.0, ratio), else_=1.0) * groups.c.recurrence
+    ratio = _ratio_in_sql()
     query = (
-        select(Finding, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
+        select(*_SHOWN, ratio, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
         .join(groups, Finding.id == groups.c.latest_id)
         .join(Job, Job.id == Finding.job_id)
         .join(Project, Project.id == Job.project_id)
-        .order_by(impact.desc(), Finding.id.desc())
+        .order_by((ratio * groups.c.recurrence).desc(), Finding.id.desc())
         .offset(offset)
         .limit(limit)
     )
     if status:
         query = query.where(Finding.status == TriageStatus(status))
-    return [
-        FindingGroup(finding, project, recurrence, first, last)
-        for finding, project, recurrence, first, last in session.execute(query)
-    ]
+    return [_group(row) for row in session.execute(query)]
 
 
 def finding_kinds(session: Session, project_ids: list[int]) -> list[str]:
@@ -162,9 +192,26 @@ JOIN jobs j ON j.id = f.job_id
 """
 
 
+def _ratio_in_sql() -> Any:
+    """A finding's ratio as ``finding_ratio`` computes it, in SQL."""
+    metric = func.coalesce(Finding.metrics["ratio"].as_float(), 1.0)
+    return case((metric > 1.0, metric), else_=1.0)
+
+
+def finding_ratio(metrics: dict[str, Any]) -> float:
+    """A finding's slowdown ratio, at least 1: cpu_sensitivity and latency_flaky carry
+    one; the other kinds count as 1x, so that frequency alone orders them."""
+    try:
+        return max(1.0, float(metrics.get("ratio") or 1.0))
+    except (TypeError, ValueError):
+        return 1.0
+
+
 def rebuild_groups(session: Session) -> None:
     session.execute(delete(ProblemSummary))
     session.execute(text(REBUILD_GROUPS))
+    newest = select(_ratio_in_sql()).where(Finding.id == ProblemSummary.latest_id).scalar_subquery()
+    session.execute(update(ProblemSummary).values(ratio=newest))
 
 
 def refresh_groups(session: Session, fingerprints: set[str]) -> None:
@@ -215,6 +262,7 @@ def refresh_groups(session: Session, fingerprints: set[str]) -> None:
             group.kind = finding.kind
             group.test_id = finding.test_id
             group.latest_id = latest_id
+            group.ratio = finding_ratio(finding.metrics)
             group.recurrence = recurrence
             group.first_seen = first
             group.last_seen = last
@@ -223,10 +271,17 @@ def refresh_groups(session: Session, fingerprints: set[str]) -> None:
 
 @dataclass
 class JobRow:
-    job: Job
+    """What the job list shows of a job."""
+
+    id: int
+    parent_id: int | None
+    status: JobStatus
+    command: list[Any]
+    created_at: dt.datetime
     project: str
     runs: int
     findings: int
+    configs: list[str] = field(default_factory=list)  # labels, in the job's order
 
 
 def job_list(
@@ -238,14 +293,21 @@ def job_list(
     limit: int = 50,
     before_id: int | None = None,
 ) -> list[JobRow]:
-    """Newest jobs first (keyset pagination on the id), with their run and finding counts."""
+    """Newest jobs first (keyset pagination on the id), with their run and finding counts:
+    the columns the page shows and the counts in one query, the configurations' labels in
+    a second (no Job objects: their JSON columns are not shown)."""
     visible = _narrowed(project_ids, project_id)
-    # The page lists each job's configurations: load them in one query, not one per row.
+    runs = (
+        select(func.count(Run.id))
+        .join(JobConfig, JobConfig.id == Run.config_id)
+        .where(JobConfig.job_id == Job.id)
+        .scalar_subquery()
+    )
+    findings = select(func.count(Finding.id)).where(Finding.job_id == Job.id).scalar_subquery()
     query = (
-        select(Job, Project.name)
-        .join(Project)
+        select(Job.id, Job.parent_id, Job.status, Job.command, Job.created_at, Project.name, runs, findings)
+        .join(Project, Project.id == Job.project_id)
         .where(Job.project_id.in_(visible))
-        .options(selectinload(Job.configs))
         .order_by(Job.id.desc())
         .limit(limit)
     )
@@ -253,22 +315,16 @@ def job_list(
         query = query.where(Job.status == JobStatus(status))
     if before_id:
         query = query.where(Job.id < before_id)
-    rows = session.execute(query).all()
-    ids = [job.id for job, _ in rows]
-    runs = dict(
-        session.execute(
-            select(JobConfig.job_id, func.count(Run.id))
-            .join(Run)
-            .where(JobConfig.job_id.in_(ids))
-            .group_by(JobConfig.job_id)
-        ).all()
-    )
-    findings = dict(
-        session.execute(
-            select(Finding.job_id, func.count(Finding.id)).where(Finding.job_id.in_(ids)).group_by(Finding.job_id)
-        ).all()
-    )
-    return [JobRow(job, project, runs.get(job.id, 0), findings.get(job.id, 0)) for job, project in rows]
+    rows = [JobRow(*row) for row in session.execute(query)]
+    if rows:
+        by_id = {row.id: row for row in rows}
+        for job_id, label in session.execute(
+            select(JobConfig.job_id, JobConfig.label)
+            .where(JobConfig.job_id.in_(by_id))
+            .order_by(JobConfig.job_id, JobConfig.position)
+        ):
+            by_id[job_id].configs.append(label)
+    return rows
 
 
 HISTORY_JOBS = 20

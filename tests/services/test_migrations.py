@@ -42,3 +42,48 @@ def test_a_shared_database_is_not_migrated_behind_the_operators_back(postgres_ur
         assert inspect(engine).get_table_names() == []
     finally:
         engine.dispose()
+
+
+def test_0017_fills_each_problems_ratio_from_its_newest_finding(database_url):
+    """The inbox orders by the ratio kept with each problem: problems summed before 0017
+    get their newest finding's (at least 1; none or a kind without one: 1)."""
+    from sqlalchemy import text
+
+    settings = Settings(database_url=database_url)
+    migrate.upgrade(settings, "0016_job_shards")
+    engine = make_engine(settings)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO projects (id, name, created_at, allow_fork_pull_requests, allowed_images) VALUES (1, 'demo', CURRENT_TIMESTAMP, false, '[]')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO jobs (id, project_id, status, source, command, executor, repeat, notes, created_at) VALUES (1, 1, 'done', 'cli', '[]', 'local', 5, '[]', CURRENT_TIMESTAMP)"
+                )
+            )
+            for finding_id, metrics in ((1, '{"ratio": 2.0}'), (2, '{"ratio": 7.5}'), (3, '{"ratio": 0.5}'), (4, "{}")):
+                connection.execute(
+                    text(
+                        "INSERT INTO findings (id, job_id, kind, severity, title, detail, metrics, evidence_ids, "
+                        "fingerprint, status, regression, created_at) VALUES (:id, 1, 'k', 'low', 't', 'd', :metrics, "
+                        "'[]', :fp, 'new', false, CURRENT_TIMESTAMP)"
+                    ),
+                    {"id": finding_id, "metrics": metrics, "fp": "a" if finding_id <= 2 else f"f{finding_id}"},
+                )
+            for fingerprint, latest in (("a", 2), ("f3", 3), ("f4", 4)):
+                connection.execute(
+                    text(
+                        "INSERT INTO finding_groups (fingerprint, project_id, kind, latest_id, recurrence, first_seen, "
+                        "last_seen) VALUES (:fp, 1, 'k', :latest, 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+                    ),
+                    {"fp": fingerprint, "latest": latest},
+                )
+        migrate.upgrade(settings)
+        with engine.connect() as connection:
+            ratios = dict(connection.execute(text("SELECT fingerprint, ratio FROM finding_groups")).all())
+        assert ratios == {"a": 7.5, "f3": 1.0, "f4": 1.0}
+    finally:
+        engine.dispose()

@@ -168,3 +168,70 @@ def test_the_trend_chart_marks_a_step_on_its_branch(dashboard):
     page = dashboard.page(f"/findings/{finding.id}")
     assert "last fast push" in page and "interleaved" in page
     assert "slower on main since" in dashboard.page("/")
+
+
+def test_the_list_order_and_sums_match_grouping_every_entry(db_session):
+    """The list reads entries newest first until it has a page's tests (through an index)
+    instead of grouping the table: the same tests in the same order, with the same sums,
+    as grouping every entry the filters keep; ties (a suite's tests all last ran in one
+    job) by name, pages apart, across more than one batch of entries."""
+    from services.jobs.lifecycle import get_or_create_project
+    from web import catalogue
+
+    projects = [get_or_create_project(db_session, name).id for name in ("alpha", "beta")]
+    rng = random.Random(17)
+    seen = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+    for n in range(40):
+        project = projects[n % 2]
+        test = f"tests/test_{rng.randrange(1000):03d}.py::test_{n}"
+        for config in ("cpuset=0", "cpuset=0-1", "cpus=0.5"):
+            for branch in ("main", "feature"):
+                last = rng.choice((90, 90, 90, rng.randrange(1, 90)))  # most last ran in the newest job
+                db_session.add(
+                    CatalogueEntry(
+                        project_id=project,
+                        test_id=test,
+                        config_label=config,
+                        branch=branch,
+                        runs=rng.randrange(1, 9),
+                        jobs=rng.randrange(1, 5),
+                        first_job_id=1,
+                        last_job_id=last,
+                        last_p50_s=rng.random(),
+                        last_p95_s=rng.random(),
+                        last_seen_at=seen + dt.timedelta(hours=last),
+                    )
+                )
+    db_session.flush()
+    entries = db_session.query(CatalogueEntry).all()
+
+    def expected(keep) -> list[tuple]:
+        groups: dict[tuple[int, str], list[CatalogueEntry]] = {}
+        for e in entries:
+            if keep(e):
+                groups.setdefault((e.project_id, e.test_id), []).append(e)
+        rows = [
+            (-max(e.last_job_id for e in es), t, p, sum(e.runs for e in es), max(e.last_seen_at for e in es))
+            for (p, t), es in groups.items()
+        ]
+        return [(p, t, -last, runs, at) for last, t, p, runs, at in sorted(rows)]
+
+    def listed(**filters) -> list[tuple]:
+        out, page = [], 0
+        while True:
+            rows, more = catalogue.catalogue(db_session, projects, per_page=7, page=page, **filters)
+            out += [(r.project_id, r.test_id, r.last_job_id, r.runs, r.last_seen_at) for r in rows]
+            if not more:
+                return out
+            page += 1
+
+    def same(got, want):
+        # SQLite gives naive datetimes back: compare the instants.
+        assert [g[:4] for g in got] == [w[:4] for w in want]
+        assert [g[4].replace(tzinfo=None) for g in got] == [w[4].replace(tzinfo=None) for w in want]
+
+    same(listed(), expected(lambda e: True))
+    same(listed(branch="feature"), expected(lambda e: e.branch == "feature"))
+    same(listed(config="cpus=0.5"), expected(lambda e: e.config_label == "cpus=0.5"))
+    same(listed(project_id=projects[1]), expected(lambda e: e.project_id == projects[1]))
+    same(listed(search="TEST_0"), expected(lambda e: "test_0" in e.test_id))

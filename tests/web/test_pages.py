@@ -289,3 +289,41 @@ def test_a_sharded_jobs_page_shows_each_shard_with_its_worker(dashboard):
     assert [(s["index"], s["tests"], s["state"]) for s in progress["shards"]] == [(1, 41, "running"), (2, 42, "done")]
     # The first shard still screens, though the last one is done: the job is not diagnosing yet.
     assert progress["phase"] == "screening"
+
+
+def test_the_job_list_shows_each_jobs_counts_and_pages_by_id(database_url, tmp_path):
+    """Both databases: the list reads columns and counts in SQL (no Job objects)."""
+    from tests.web.conftest import build_dashboard
+
+    made = build_dashboard(database_url, tmp_path, run_jobs=False)
+    try:
+        ids = _signed_in_with_jobs(made, count=3)
+        with made.session_factory() as session:
+            rerun = session.get(Job, ids[2])
+            rerun.parent_id = ids[1]
+            session.add(Finding(job_id=ids[0], kind="x", severity="low", title="t", detail="d", fingerprint="f"))
+            session.flush()
+            expected = {
+                job_id: (
+                    len([r for c in session.get(Job, job_id).configs for r in c.runs]),
+                    len(session.get(Job, job_id).findings),
+                )
+                for job_id in ids
+            }
+            session.commit()
+        html = made.page("/jobs")
+        rows = re.findall(r'<tr>\s*<td><a href="/jobs/(\d+)">.*?</tr>', html, re.S)
+        assert [int(r) for r in rows] == ids[::-1]  # newest first
+        for job_id in ids:
+            row = re.search(rf'<tr>\s*<td><a href="/jobs/{job_id}">.*?</tr>', html, re.S).group(0)
+            runs, findings = expected[job_id]
+            assert f'<td class="num">{runs}</td>\n      <td class="num">{findings}</td>' in row
+            assert "<code>cpuset=0</code> <code>cpuset=0-1</code>" in row  # in the job's order
+            assert "<code>python3 -m pytest tests/test_ws.py</code>" in row and "status-done" in row
+        assert f"rerun of #{ids[1]}" in html
+        assert expected[ids[0]][1] == expected[ids[1]][1] + 1  # the added finding is counted
+        older = made.page(f"/jobs?before={ids[2]}")
+        assert f'href="/jobs/{ids[2]}"' not in older and f'href="/jobs/{ids[1]}"' in older
+        assert "No jobs yet" in made.page("/jobs?project=999")
+    finally:
+        made.engine.dispose()

@@ -52,7 +52,7 @@ def test_the_sums_rebuilt_from_scratch_equal_the_ones_kept_job_by_job(db_session
 
     def sums() -> set[tuple]:
         return {
-            (g.fingerprint, g.project_id, g.kind, g.test_id, g.latest_id, g.recurrence)
+            (g.fingerprint, g.project_id, g.kind, g.test_id, g.latest_id, g.recurrence, round(g.ratio, 9))
             for g in db_session.scalars(select(ProblemSummary))
         }
 
