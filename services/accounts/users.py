@@ -90,13 +90,6 @@ def session_is_current(user: User, epoch: object) -> bool:
     return isinstance(epoch, int) and epoch == (user.session_epoch or 0)
 
 
-def visible_project_ids(session: Session, user: User) -> list[int]:
-    """The projects this user may see: all for an admin, otherwise their memberships."""
-    if user.is_admin:
-        return list(session.scalars(select(Project.id).order_by(Project.name)))
-    return [project.id for project in user.projects]
-
-
 def visible_projects(session: Session, user: User) -> list[Project]:
     if user.is_admin:
         return list(session.scalars(select(Project).order_by(Project.name)))
