@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
-from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind
+from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind, EvidenceStatus
 from services.measure.samples import JobSamples, collect, succeeded, surveyed
 from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
 from services.thresholds import Thresholds
@@ -51,15 +51,18 @@ class RuleContext:
         look are left out: they support no finding)."""
         return [e for e in self.job.evidence if e.kind == kind and e.parsed.ok]
 
-    def evidence_of(self, model: type[Content]) -> list[tuple[Evidence, Content]]:
-        """Usable evidence with its content typed: ``evidence_of(GdbContent)``."""
+    def evidence_of(
+        self, model: type[Content], *, also: tuple[EvidenceStatus, ...] = ()
+    ) -> list[tuple[Evidence, Content]]:
+        """Usable evidence with its content typed: ``evidence_of(GdbContent)``; ``also``
+        admits other statuses (a stall run that ended early still carries its looks)."""
         kind = next(kind for kind, known in CONTENT.items() if known is model)
         found = []
         for entry in self.job.evidence:
             if entry.kind != kind:
                 continue
             content = entry.parsed
-            if content.ok and isinstance(content, model):
+            if (content.ok or content.status in also) and isinstance(content, model):
                 found.append((entry, content))
         return found
 

@@ -21,6 +21,7 @@ from services.diagnose.findings import format_seconds as _s
 from services.measure.evidence import (
     CoreThread,
     DumpedThread,
+    EvidenceStatus,
     GdbContent,
     GilSamples,
     PySpyDumpContent,
@@ -52,7 +53,8 @@ def _sampled(samples: GilSamples) -> str:
 def check(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     found: dict[str | None, _Witnesses] = {}
-    for evidence, stall in context.evidence_of(StallContent):
+    # A run that ended before its deadline was still looked at while it ran.
+    for evidence, stall in context.evidence_of(StallContent, also=(EvidenceStatus.no_stall,)):
         samples = stall.gil_samples
         if samples is not None and samples.samples and evidence.config is not None:
             found.setdefault(evidence.test_id, _Witnesses()).samples[evidence.config.label] = (evidence, samples)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from services.errors import BadInput
 from services.measure import budget, pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
-from services.measure.evidence import CensusContent, EvidenceRunTiming, StallAttempt, StallContent, dump
+from services.measure.evidence import CensusContent, EvidenceRunTiming, GilSamples, StallAttempt, StallContent, dump
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
@@ -202,6 +202,7 @@ def _evidence_run(
     # any one of a whole-command run), not from pytest's own start-up.
     context = replace(context, per_test=pytest_command.is_pytest(target.command))
     earlier: list[StallAttempt] = []
+    looked: list[tuple[float, int, GilSamples]] = []  # each attempt's looks at the threads
     while True:
         probe = PROBES[name](context)
         missing = probe.unavailable()
@@ -249,6 +250,8 @@ def _evidence_run(
             stall = None
             break
         stall = next((d for d in drafts if d.kind == "stall"), None)
+        if stall is not None and isinstance(stall.content, StallContent) and stall.content.gil_samples is not None:
+            looked.append((observed, len(earlier) + 1, stall.content.gil_samples))
         if stall is None or stall.status != NO_STALL or len(earlier) + 1 >= MAX_STALL_ATTEMPTS:
             break
         if context.comparison:
@@ -270,6 +273,11 @@ def _evidence_run(
     if stall is not None and isinstance(stall.content, StallContent):
         stall.content.attempts = len(earlier) + 1
         stall.content.earlier_attempts = earlier
+        if stall.status == NO_STALL and len(looked) > 1:
+            # No attempt reached the deadline: the looks of the one that ran slowest are
+            # the closest to the symptom (the last one may have been the quickest).
+            _, attempt, samples = max(looked, key=lambda entry: entry[0])
+            stall.content.gil_samples = samples.model_copy(update={"attempt": attempt})
     timing_median = target.summaries[job_config.label].median if job_config.label in target.summaries else None
     observer = EvidenceRunTiming(
         run_id=run.id,

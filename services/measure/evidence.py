@@ -245,6 +245,8 @@ class GilSamples(_Model):
     window_s: float | None = None
     test: str | None = None
     processes: list[GilSampledProcess] = []
+    # No attempt reached the stall deadline: the looks of the attempt that ran slowest.
+    attempt: int | None = None
 
     @property
     def samples(self) -> int:

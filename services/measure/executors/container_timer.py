@@ -233,11 +233,22 @@ def gil_range(pid):
 
 # x86_64 and aarch64 futex syscall numbers (the other is never seen on one machine)
 FUTEX_SYSCALLS = (202, 98)
-# 40 looks 5 ms apart before the stall deadline: the share of looks with a waiter is what
+# 40 looks before the stall deadline: the share of looks with a waiter is what
 # gil_contention prices, and with 20 a hand-off waiting in 40 % of the time was seen in
 # only 4 of them once in 10 jobs (issue 22), under the 25 % the rule needs.
 GIL_SAMPLES = 40
-GIL_SAMPLE_INTERVAL_S = 0.005
+GIL_SAMPLE_INTERVAL_S = 0.005  # the closest two looks come
+# The looks are spread over the last three quarters of the time to the deadline (at least
+# the 40 looks' 0.2 s), not bunched just before it: a run that is slow, but not slow
+# enough to reach the deadline, was still looked at (a hand-off run that took 0.37 s
+# against a 0.5 s deadline had no look at all in issue 22's tenth local job).
+GIL_LOOKS_FROM = 0.25
+
+
+def look_window(after):
+    """How long before the deadline the looks begin, for a deadline ``after`` seconds
+    from the start (of the run, or of the test)."""
+    return max(GIL_SAMPLES * GIL_SAMPLE_INTERVAL_S, (1.0 - GIL_LOOKS_FROM) * after)
 
 
 def thread_waits(pid, gil):
@@ -262,27 +273,55 @@ def thread_waits(pid, gil):
     return states
 
 
-def gil_samples(pids, count=GIL_SAMPLES, interval_s=GIL_SAMPLE_INTERVAL_S):
-    """Repeated looks at each process's threads while it runs (one instant can fall
-    between two hand-offs): by pid, how many samples saw a thread waiting for the GIL,
-    and per thread how often it waited."""
-    ranges = {pid: gil_range(pid) for pid in pids}
-    found = {pid: {"samples": 0, "with_waiter": 0, "threads": {}, "gil_found": ranges[pid] is not None} for pid in pids}
-    for index in range(count):
-        if index:
-            time.sleep(interval_s)
-        for pid in pids:
-            states = thread_waits(pid, ranges[pid])
+class GilLooks:
+    """Repeated looks at each Python process's threads while it runs (one instant can fall
+    between two hand-offs): by pid, how many looks saw a thread waiting for the GIL, and
+    per thread how often it waited. The processes are those of the first look that finds
+    Python in ``root``'s tree (the tester first), or the ``pids`` given."""
+
+    def __init__(self, root=None, tester=None, pids=None):
+        self.root, self.tester = root, tester
+        self.ranges = {}
+        self.found = {}
+        self.looks = 0
+        if pids is not None:
+            self._watch(pids)
+
+    def _watch(self, pids):
+        self.ranges = {pid: gil_range(pid) for pid in pids}
+        self.found = {
+            pid: {"samples": 0, "with_waiter": 0, "threads": {}, "gil_found": self.ranges[pid] is not None}
+            for pid in pids
+        }
+
+    def look(self):
+        self.looks += 1
+        if not self.ranges and self.root is not None:
+            tree = descendants(self.root)
+            python = [pid for pid in tree if describe(pid)["python"]]
+            python.sort(key=lambda pid: (pid != self.tester, -tree.index(pid)))
+            self._watch(python[:MAX_PROCESSES])  # none yet: the next look tries again
+        for pid, gil in self.ranges.items():
+            states = thread_waits(pid, gil)
             if not states:
                 continue
-            entry = found[pid]
+            entry = self.found[pid]
             entry["samples"] += 1
             waiting = [tid for tid, state in states.items() if state == "gil"]
             if waiting:
                 entry["with_waiter"] += 1
             for tid in waiting:
                 entry["threads"][tid] = entry["threads"].get(tid, 0) + 1
-    return found
+
+
+def gil_samples(pids, count=GIL_SAMPLES, interval_s=GIL_SAMPLE_INTERVAL_S):
+    """``count`` looks at these processes, ``interval_s`` apart: GilLooks.found."""
+    looks = GilLooks(pids=pids)
+    for index in range(count):
+        if index:
+            time.sleep(interval_s)
+        looks.look()
+    return looks.found
 
 
 def wait_stopped(pids, limit_s=0.25):
@@ -393,14 +432,17 @@ class StallClock:
         deadline = None if self.per_test else after  # per test: armed by its start
         current = None  # the test whose clock runs: (pid, node id, started_s)
         stalled = False
-        sampled = False
+        looks, next_look, interval = None, None, GIL_SAMPLE_INTERVAL_S
         while True:
-            # Just before the deadline, repeated looks at which threads wait for the GIL
-            # (services/measure/probes/core.py reads them): the freeze then comes on time.
-            sample_at = None if deadline is None or sampled else deadline - GIL_SAMPLES * GIL_SAMPLE_INTERVAL_S
-            if current is not None and sample_at is not None:
-                sample_at = max(sample_at, current[2])
-            due = [t for t in (sample_at, deadline, last_at) if t is not None]
+            if deadline is not None and looks is None and not stalled:
+                # Toward the deadline, repeated looks at which threads wait for the GIL
+                # (services/measure/probes/core.py reads them), between which the clock
+                # still reads test starts and ends: the freeze then comes on time.
+                begun = current[2] if current is not None else 0.0
+                looks = GilLooks(self.pid, current[0] if current is not None else None)
+                next_look = max(begun, deadline - look_window(after))
+                interval = max(GIL_SAMPLE_INTERVAL_S, (deadline - next_look) / GIL_SAMPLES)
+            due = [t for t in (next_look, deadline, last_at) if t is not None]
             lines = self._wait(min(due) if due else None)
             if lines is None:
                 return
@@ -417,20 +459,22 @@ class StallClock:
                     self.record["tests"].append({"pid": int(pid), "test": node, "started_s": round(now, 4)})
                     if not stalled:
                         deadline = now + after
+                        looks, next_look = None, None  # a new test: new looks
                 elif event == "end" and current is not None and current[1] == node:
                     self.record["tests"][-1]["ended_s"] = round(now, 4)
                     current = None
                     if not stalled:
                         deadline = None  # the test ended in time: no stall
+                        next_look = None  # its looks stay in the record
             if lines:
                 continue
-            if sample_at is not None and deadline is not None and sample_at <= now < deadline:
-                sampled = True
-                self._sample_gil(deadline, current)
+            if next_look is not None and deadline is not None and next_look <= now < deadline:
+                self._look(looks, current)
+                next_look = now + interval if looks.looks < GIL_SAMPLES else None
                 continue
             if deadline is not None and now >= deadline:
                 self._snapshot(STALL, deadline, current)
-                stalled, deadline = True, None
+                stalled, deadline, next_look = True, None, None
                 if last_at is None:
                     return
             elif last_at is not None and now >= last_at:
@@ -438,24 +482,17 @@ class StallClock:
                 self._snapshot(BEFORE_TIMEOUT if stalled else STALL, last_at, current)
                 return
 
-    def _sample_gil(self, deadline, current):
-        """Looks at the Python processes' threads until the deadline, without stopping
-        them. Test starts and ends reported meanwhile are read after it (at most the
-        window late); an end reported before the deadline still cancels the stall."""
-        tree = descendants(self.pid)
-        python = [pid for pid in tree if describe(pid)["python"]]
-        tester = current[0] if current else None
-        python.sort(key=lambda pid: (pid != tester, -tree.index(pid)))
-        window = max(0.0, deadline - self._now())
-        count = max(1, min(GIL_SAMPLES, int(window / GIL_SAMPLE_INTERVAL_S) + 1))
-        started = self._now()
-        found = gil_samples(python[:MAX_PROCESSES], count, GIL_SAMPLE_INTERVAL_S)
-        self.record["gil_samples"] = {
-            "started_s": round(started, 4),
-            "window_s": round(self._now() - started, 4),
-            "test": current[1] if current else None,
-            "processes": {str(pid): entry for pid, entry in found.items()},
-        }
+    def _look(self, looks, current):
+        """One look at the Python processes' threads, without stopping them; the record
+        holds the looks so far, so a run that ends before its deadline keeps them."""
+        now = round(self._now(), 4)
+        looks.look()
+        if looks.looks == 1:
+            self.record["gil_samples"] = {"started_s": now, "test": current[1] if current else None}
+        self.record["gil_samples"].update(
+            window_s=round(now - self.record["gil_samples"]["started_s"], 4),
+            processes={str(pid): entry for pid, entry in looks.found.items()},
+        )
 
     def _phases(self, phase):
         return any(s["phase"] == phase for s in self.record["snapshots"])

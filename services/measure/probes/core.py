@@ -463,8 +463,12 @@ class CoreProbe(Probe):
             )
             extra = {**base, "crash_signal": signal_name, "elapsed_s": crash["elapsed_s"], **self._captured(crash)}
             return [unavailable(STALL_KIND, reason, NO_STALL, **extra), *drafts]
+        samples = gil_samples(record)
         if stall is None:
-            return [unavailable(STALL_KIND, self._no_stall_reason(result, tests), NO_STALL, **base)]
+            # The looks at the threads taken before the run ended are kept: the drill
+            # may keep them when no attempt reaches the deadline.
+            looked = {"gil_samples": samples} if samples is not None else {}
+            return [unavailable(STALL_KIND, self._no_stall_reason(result, tests), NO_STALL, **base, **looked)]
         content = {
             **base,
             "status": "ok",
@@ -484,7 +488,6 @@ class CoreProbe(Probe):
             ],
             **self._captured(stall),
         }
-        samples = gil_samples(record)
         if samples is not None:
             content["gil_samples"] = samples
             content["captured"] = [*content["captured"], describe_gil_samples(samples)]

@@ -82,6 +82,25 @@ def test_fast_run_has_nothing_to_snapshot(executor, tmp_path):
     assert "before the stall threshold of 2.000 s" in stored(drafts["stall"].content)["reason"]
 
 
+@pytest.mark.latency
+def test_a_run_that_ends_before_its_deadline_keeps_its_looks_at_the_gil(executor, tmp_path):
+    # The hand-off for 1.5 s, then an exit: well before the 4 s deadline, but after the
+    # looks begin (a quarter of the way, at 1 s). A slow run that does not reach the
+    # deadline is still evidence of where its time went.
+    program = python_program(
+        tmp_path,
+        f"import os, runpy, sys, threading\nsys.argv = ['handoff.py', '100000000']\n"
+        f"threading.Timer(1.5, os._exit, (0,)).start()\n"
+        f"runpy.run_path({HANDOFF_FOREVER[1]!r}, run_name='__main__')\n",
+    )
+    _, result, drafts = run_probe(executor, "core", program, tmp_path / "run", stall_after_s=4.0, timeout_s=10.0)
+    stall = stored(drafts["stall"].content)
+    assert stall["status"] == "no_stall" and result.wall_s < 4.0, stall
+    [looked] = stall["gil_samples"]["processes"]
+    assert 1.0 <= stall["gil_samples"]["started_s"] < 1.5, stall["gil_samples"]
+    assert looked["gil_found"] and 1 <= looked["samples"] < clock.GIL_SAMPLES, looked
+
+
 def test_missing_gcore_still_gives_the_pyspy_dump(tmp_path):
     executor = WithoutTools(Settings(), {"gcore": None})
     require_tool(executor, "py-spy")

@@ -55,9 +55,9 @@ def test_threads_queueing_for_the_gil_are_seen_without_a_debug_extension(interpr
     assert found["with_waiter"] >= 1
 
 
-def _stall(built, config, waiting: int, samples: int = 20, test_id=None):
+def _stall(built, config, waiting: int, samples: int = 20, test_id=None, status="ok"):
     content = {
-        "status": "ok",
+        "status": status,
         "stall_after_s": 0.5,
         "gil_samples": {"processes": [{"pid": 7, "samples": samples, "with_waiter": waiting, "threads": {}}]},
     }
@@ -81,6 +81,26 @@ def test_waits_present_in_the_slow_configuration_only_are_the_cause():
         "in cpuset=0-1 a thread waited for the GIL in 19 of 20 looks; in cpuset=0, 0 of 20 looks"
     )
     assert finding.metrics["accounts_s"] == pytest.approx(0.95 * 0.5)
+
+
+def test_looks_from_a_slow_run_that_ended_before_its_deadline_count():
+    # Issue 22's tenth local job: no evidence run on two cores reached the deadline, so
+    # only the looks taken while they ran can say where the time went.
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.05] * 5)
+    jobs.timing_runs(slow, [0.7] * 5)
+    _stall(built, slow, waiting=18, samples=26, status="no_stall")
+    _stall(built, fast, waiting=0, samples=5)
+    [finding] = gil_contention.check(jobs.context(built))
+    assert finding.severity == "high" and "18 of 26 looks" in finding.metrics["slow_vs_fast"]
+    # A run that could not be looked at at all (the tool failed) is still no witness.
+    built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
+    fast, slow = built.configs
+    jobs.timing_runs(fast, [0.05] * 5)
+    jobs.timing_runs(slow, [0.7] * 5)
+    _stall(built, slow, waiting=18, samples=26, status="failed")
+    assert gil_contention.check(jobs.context(built)) == []
 
 
 def _recorded_docker_handoff(slow_waiting: int):
