@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import ColumnElement, and_, func, literal, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
@@ -124,7 +124,11 @@ def catalogue(
         conditions.append(CatalogueEntry.config_label == config)
     if search:
         escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        conditions.append(CatalogueEntry.test_id.ilike(f"%{escaped}%", escape="\\"))
+        # The pattern goes into the statement as a quoted literal, not a parameter: the
+        # planner must see it to use the trigram index (migration 0018), and a prepared
+        # statement's generic plan (psycopg prepares a statement run 5 times) would not.
+        pattern = literal(f"%{escaped}%", literal_execute=True)
+        conditions.append(CatalogueEntry.test_id.ilike(pattern, escape="\\"))
     keys = _page_tests(session, conditions, visible, open_only, (page + 1) * per_page + 1)
     more = len(keys) > (page + 1) * per_page
     keys = keys[page * per_page : (page + 1) * per_page]
