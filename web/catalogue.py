@@ -418,26 +418,28 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
             point.n[label] = len(durations)
         points.append(point)
     branches = list(dict.fromkeys(p.branch for p in reversed(points)))
-    newest: dict[str, dict[str, Any]] = {}
+    # A test seen in every job has a finding in most: their columns, then only each
+    # problem's newest finding as an object (its metrics are parsed, its title shown).
+    newest: dict[str, int] = {}
+    jobs_of: dict[str, set[int]] = defaultdict(set)
     flaky: set[int] = set()
-    for finding in session.scalars(
-        select(Finding)
+    for finding_id, fingerprint, job_id, kind in session.execute(
+        select(Finding.id, Finding.fingerprint, Finding.job_id, Finding.kind)
         .join(Job, Job.id == Finding.job_id)
         .where(Job.project_id == project.id, Finding.test_id == test_id)
         .order_by(Finding.id)
     ):
-        group = newest.setdefault(finding.fingerprint, {"jobs": set()})
-        group["finding"] = finding
-        group["jobs"].add(finding.job_id)
-        if finding.kind == FLAKY_KIND and finding.job_id in values:
-            flaky.add(finding.job_id)
-    findings = sorted(
-        (
-            {"finding": g["finding"], "jobs": len(g["jobs"]), "open": g["finding"].status in OPEN}
-            for g in newest.values()
-        ),
-        key=lambda g: (not g["open"], -g["finding"].id),
-    )
+        newest[fingerprint] = finding_id
+        jobs_of[fingerprint].add(job_id)
+        if kind == FLAKY_KIND and job_id in values:
+            flaky.add(job_id)
+    loaded = {f.id: f for f in session.scalars(select(Finding).where(Finding.id.in_(newest.values())))}
+    # Open problems first, then the newest.
+    order = sorted(newest.items(), key=lambda item: (loaded[item[1]].status not in OPEN, -item[1]))
+    findings = [
+        {"finding": loaded[latest], "jobs": len(jobs_of[fp]), "open": loaded[latest].status in OPEN}
+        for fp, latest in order
+    ]
     return TestEntry(
         project, test_id, points, sorted(labels, key=lambda lab: labels[lab]), branches, findings, len(flaky)
     )

@@ -269,3 +269,18 @@ def test_a_search_is_a_quoted_literal_matched_as_typed(db_session):
     assert found("50%") == [odd[1]]
     assert found("' OR '1'='1") == []
     assert found("%") == [odd[1]]
+
+
+def test_a_rows_link_made_from_one_path_a_page_is_url_fors(dashboard):
+    """Lists build a row's link from parts made once a page (path_around, query_value):
+    the same link as url_for's, whatever the test id holds."""
+    from flask import url_for
+
+    from web.views import path_around, query_value
+
+    odd = "tests/a b.py::test_x[1-&é'\"%/?#]"
+    with dashboard.client.application.test_request_context():
+        before, after = path_around("web.test", "job_id", id=odd)
+        assert f"{before}42{after}" == url_for("web.test", job_id=42, id=odd)
+        entry = url_for("web.test_entry")
+        assert f"{entry}?project=3&id={query_value(odd)}" == url_for("web.test_entry", project=3, id=odd)
