@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, literal, select
+from sqlalchemy import ColumnElement, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
@@ -219,28 +219,34 @@ def _page_tests(
 
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
-    read from the problems' summary (a test seen in every job has thousands of findings)."""
-    scope = (
-        ProblemSummary.project_id.in_({p for p, _ in rows}),
-        ProblemSummary.test_id.in_({t for _, t in rows}),
-    )
-    for project_id, test_id, finding_id, severity, kind in session.execute(
-        select(ProblemSummary.project_id, Finding.test_id, Finding.id, Finding.severity, Finding.kind)
+    read from the problems' summary (a test seen in every job has thousands of findings),
+    in one query: a page's every query costs the database more than its rows do."""
+    for project_id, test_id, kind, recurrence, finding_id, severity, status in session.execute(
+        select(
+            ProblemSummary.project_id,
+            ProblemSummary.test_id,
+            ProblemSummary.kind,
+            ProblemSummary.recurrence,
+            Finding.id,
+            Finding.severity,
+            Finding.status,
+        )
         .join(Finding, Finding.id == ProblemSummary.latest_id)
-        .where(*scope, Finding.status.in_(OPEN))
+        .where(
+            ProblemSummary.project_id.in_({p for p, _ in rows}),
+            ProblemSummary.test_id.in_({t for _, t in rows}),
+            or_(Finding.status.in_(OPEN), ProblemSummary.kind == FLAKY_KIND),
+        )
         .order_by(Finding.id)
     ):
-        key = (project_id, test_id or "")
-        if key in rows:
-            rows[key].open_findings.append(OpenFinding(finding_id, severity, kind))
-    # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
-    for project_id, test_id, count in session.execute(
-        select(ProblemSummary.project_id, ProblemSummary.test_id, ProblemSummary.recurrence).where(
-            *scope, ProblemSummary.kind == FLAKY_KIND
-        )
-    ):
-        if (project_id, test_id or "") in rows:
-            rows[(project_id, test_id or "")].flaky_jobs += count
+        row = rows.get((project_id, test_id or ""))
+        if row is None:
+            continue
+        if status in OPEN:
+            row.open_findings.append(OpenFinding(finding_id, severity, kind))
+        # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
+        if kind == FLAKY_KIND:
+            row.flaky_jobs += recurrence
 
 
 # The filters' choices change when a new branch or configuration first finishes a job:
@@ -384,7 +390,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[int, tuple[str, dt.datetime]] = {}
     labels: dict[str, int] = {}
-    for job_id, created_at, ref, branch, label, position, duration in session.execute(
+    results = (
         select(
             Job.id,
             Job.created_at,
@@ -405,7 +411,9 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
             Run.kind.in_(TEST_HISTORY_KINDS),
             TestResult.outcome != "skipped",
         )
-    ):
+    )
+    # No finished job ran it (a test known from its findings only): nothing to read.
+    for job_id, created_at, ref, branch, label, position, duration in session.execute(results) if recent else ():
         values[job_id][label].append(duration)
         meta[job_id] = (branch_of(ref, branch), created_at)
         labels.setdefault(label, position)
