@@ -8,6 +8,7 @@ from sqlalchemy import text
 
 from services.db import make_engine
 from services.errors import MigrationLocked
+from services.migrate import compared
 from services.models import Base
 from services.settings import Settings
 
@@ -33,6 +34,7 @@ def run_migrations_online() -> None:
                 target_metadata=Base.metadata,
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
+                include_object=compared,
             )
             with context.begin_transaction():
                 context.run_migrations()

@@ -273,7 +273,8 @@ class Finding(Base):
     title: Mapped[str] = mapped_column(Text)
     detail: Mapped[str] = mapped_column(Text)
     config_label: Mapped[str | None] = mapped_column(String(200))
-    test_id: Mapped[str | None] = mapped_column(Text)
+    # Indexed: a test's page and change-point search read a test's findings among all of them.
+    test_id: Mapped[str | None] = mapped_column(Text, index=True)
     # The numbers the finding rests on, for the report, the dashboard and later rules.
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     evidence_ids: Mapped[list[Any]] = mapped_column(default=list)

@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import ColumnElement, and_, func, literal, or_, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
@@ -124,7 +124,11 @@ def catalogue(
         conditions.append(CatalogueEntry.config_label == config)
     if search:
         escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        conditions.append(CatalogueEntry.test_id.ilike(f"%{escaped}%", escape="\\"))
+        # The pattern goes into the statement as a quoted literal, not a parameter: the
+        # planner must see it to use the trigram index (migration 0018), and a prepared
+        # statement's generic plan (psycopg prepares a statement run 5 times) would not.
+        pattern = literal(f"%{escaped}%", literal_execute=True)
+        conditions.append(CatalogueEntry.test_id.ilike(pattern, escape="\\"))
     keys = _page_tests(session, conditions, visible, open_only, (page + 1) * per_page + 1)
     more = len(keys) > (page + 1) * per_page
     keys = keys[page * per_page : (page + 1) * per_page]
@@ -215,28 +219,34 @@ def _page_tests(
 
 def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
-    read from the problems' summary (a test seen in every job has thousands of findings)."""
-    scope = (
-        ProblemSummary.project_id.in_({p for p, _ in rows}),
-        ProblemSummary.test_id.in_({t for _, t in rows}),
-    )
-    for project_id, test_id, finding_id, severity, kind in session.execute(
-        select(ProblemSummary.project_id, Finding.test_id, Finding.id, Finding.severity, Finding.kind)
+    read from the problems' summary (a test seen in every job has thousands of findings),
+    in one query: a page's every query costs the database more than its rows do."""
+    for project_id, test_id, kind, recurrence, finding_id, severity, status in session.execute(
+        select(
+            ProblemSummary.project_id,
+            ProblemSummary.test_id,
+            ProblemSummary.kind,
+            ProblemSummary.recurrence,
+            Finding.id,
+            Finding.severity,
+            Finding.status,
+        )
         .join(Finding, Finding.id == ProblemSummary.latest_id)
-        .where(*scope, Finding.status.in_(OPEN))
+        .where(
+            ProblemSummary.project_id.in_({p for p, _ in rows}),
+            ProblemSummary.test_id.in_({t for _, t in rows}),
+            or_(Finding.status.in_(OPEN), ProblemSummary.kind == FLAKY_KIND),
+        )
         .order_by(Finding.id)
     ):
-        key = (project_id, test_id or "")
-        if key in rows:
-            rows[key].open_findings.append(OpenFinding(finding_id, severity, kind))
-    # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
-    for project_id, test_id, count in session.execute(
-        select(ProblemSummary.project_id, ProblemSummary.test_id, ProblemSummary.recurrence).where(
-            *scope, ProblemSummary.kind == FLAKY_KIND
-        )
-    ):
-        if (project_id, test_id or "") in rows:
-            rows[(project_id, test_id or "")].flaky_jobs += count
+        row = rows.get((project_id, test_id or ""))
+        if row is None:
+            continue
+        if status in OPEN:
+            row.open_findings.append(OpenFinding(finding_id, severity, kind))
+        # One latency_flaky problem per test: its recurrence is the jobs that found it flaky.
+        if kind == FLAKY_KIND:
+            row.flaky_jobs += recurrence
 
 
 # The filters' choices change when a new branch or configuration first finishes a job:
@@ -380,7 +390,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     meta: dict[int, tuple[str, dt.datetime]] = {}
     labels: dict[str, int] = {}
-    for job_id, created_at, ref, branch, label, position, duration in session.execute(
+    results = (
         select(
             Job.id,
             Job.created_at,
@@ -401,7 +411,9 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
             Run.kind.in_(TEST_HISTORY_KINDS),
             TestResult.outcome != "skipped",
         )
-    ):
+    )
+    # No finished job ran it (a test known from its findings only): nothing to read.
+    for job_id, created_at, ref, branch, label, position, duration in session.execute(results) if recent else ():
         values[job_id][label].append(duration)
         meta[job_id] = (branch_of(ref, branch), created_at)
         labels.setdefault(label, position)
@@ -414,26 +426,28 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
             point.n[label] = len(durations)
         points.append(point)
     branches = list(dict.fromkeys(p.branch for p in reversed(points)))
-    newest: dict[str, dict[str, Any]] = {}
+    # A test seen in every job has a finding in most: their columns, then only each
+    # problem's newest finding as an object (its metrics are parsed, its title shown).
+    newest: dict[str, int] = {}
+    jobs_of: dict[str, set[int]] = defaultdict(set)
     flaky: set[int] = set()
-    for finding in session.scalars(
-        select(Finding)
+    for finding_id, fingerprint, job_id, kind in session.execute(
+        select(Finding.id, Finding.fingerprint, Finding.job_id, Finding.kind)
         .join(Job, Job.id == Finding.job_id)
         .where(Job.project_id == project.id, Finding.test_id == test_id)
         .order_by(Finding.id)
     ):
-        group = newest.setdefault(finding.fingerprint, {"jobs": set()})
-        group["finding"] = finding
-        group["jobs"].add(finding.job_id)
-        if finding.kind == FLAKY_KIND and finding.job_id in values:
-            flaky.add(finding.job_id)
-    findings = sorted(
-        (
-            {"finding": g["finding"], "jobs": len(g["jobs"]), "open": g["finding"].status in OPEN}
-            for g in newest.values()
-        ),
-        key=lambda g: (not g["open"], -g["finding"].id),
-    )
+        newest[fingerprint] = finding_id
+        jobs_of[fingerprint].add(job_id)
+        if kind == FLAKY_KIND and job_id in values:
+            flaky.add(job_id)
+    loaded = {f.id: f for f in session.scalars(select(Finding).where(Finding.id.in_(newest.values())))}
+    # Open problems first, then the newest.
+    order = sorted(newest.items(), key=lambda item: (loaded[item[1]].status not in OPEN, -item[1]))
+    findings = [
+        {"finding": loaded[latest], "jobs": len(jobs_of[fp]), "open": loaded[latest].status in OPEN}
+        for fp, latest in order
+    ]
     return TestEntry(
         project, test_id, points, sorted(labels, key=lambda lab: labels[lab]), branches, findings, len(flaky)
     )

@@ -6,6 +6,7 @@ import json
 import math
 import shlex
 from typing import Any
+from urllib.parse import quote_plus
 
 from flask import (
     Blueprint,
@@ -46,6 +47,8 @@ from web.plots import percentile_trend_plot, strip_plot, trend_plot
 bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
 bp.before_request(auth.load_user)
 
+# What url_for leaves unquoted in a query string (werkzeug: the URL standard's safe bytes).
+QUERY_SAFE = "!$'()*,/:;?@"
 # The configurations this deployment's forms offer as checkboxes; others are typed in.
 COMMON_CONFIGS = ("cpuset=0", "cpuset=0-1", "cpus=0.5", "cpus=1", "cpus=2")
 SEVERITIES = tuple(severity.value for severity in Severity)
@@ -97,6 +100,27 @@ def path_to(endpoint: str, key: str) -> str:
     if not path.endswith("/0"):
         raise ValueError(f"{endpoint}: {key} is not the last part of its path ({path})")
     return path[:-1]
+
+
+# A value no route is given: it marks where a row's key goes in a path made once a page.
+_ROW_KEY = 987654321987
+
+
+@bp.app_template_global()
+def path_around(endpoint: str, key: str, **values: Any) -> tuple[str, str]:
+    """The path of ``endpoint`` cut where its integer ``key`` goes, for a row's key
+    between the two parts (path_to's case when the key is not last: `/jobs/<id>/test?id=`)."""
+    before, marker, after = url_for(endpoint, **{key: _ROW_KEY}, **values).partition(str(_ROW_KEY))
+    if not marker or str(_ROW_KEY) in after:
+        raise ValueError(f"{endpoint}: {key} is not in its path once")
+    return before, after
+
+
+@bp.app_template_filter()
+def query_value(value: Any) -> str:
+    """A value for a link's query string, quoted as url_for quotes it (a row's link built
+    from one path a page: see path_to)."""
+    return quote_plus(str(value), safe=QUERY_SAFE)
 
 
 @bp.app_template_filter()

@@ -1,5 +1,6 @@
 """Alembic is the only schema path: head from empty, one head, no drift from the models."""
 
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
@@ -18,7 +19,9 @@ def test_upgrade_from_empty_reaches_head_and_matches_the_models(database_url):
         assert migrate.current_revision(engine) in migrate.heads(settings)
         assert set(Base.metadata.tables) <= set(inspect(engine).get_table_names())
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            context = MigrationContext.configure(
+                connection, opts={"compare_type": True, "include_object": migrate.compared}
+            )
             assert compare_metadata(context, Base.metadata) == []
         migrate.upgrade(settings)  # a second upgrade is a no-op, not an error
     finally:
@@ -85,5 +88,22 @@ def test_0017_fills_each_problems_ratio_from_its_newest_finding(database_url):
         with engine.connect() as connection:
             ratios = dict(connection.execute(text("SELECT fingerprint, ratio FROM finding_groups")).all())
         assert ratios == {"a": 7.5, "f3": 1.0, "f4": 1.0}
+    finally:
+        engine.dispose()
+
+
+def test_0018_indexes_the_catalogue_search_where_postgresql_has_pg_trgm(database_url):
+    """The trigram index exists on PostgreSQL (this server has the contrib extension), not
+    on SQLite; a downgrade drops it."""
+    settings = Settings(database_url=database_url)
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    try:
+        names = {index["name"] for index in inspect(engine).get_indexes("test_catalogue")}
+        assert ("ix_test_catalogue_test_trgm" in names) == (engine.dialect.name == "postgresql")
+        command.downgrade(migrate.alembic_config(settings), "0017_pages_catalogue_order")
+        engine.dispose()
+        assert "ix_test_catalogue_test_trgm" not in {i["name"] for i in inspect(engine).get_indexes("test_catalogue")}
+        migrate.upgrade(settings)
     finally:
         engine.dispose()

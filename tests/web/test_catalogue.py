@@ -235,3 +235,52 @@ def test_the_list_order_and_sums_match_grouping_every_entry(db_session):
     same(listed(config="cpus=0.5"), expected(lambda e: e.config_label == "cpus=0.5"))
     same(listed(project_id=projects[1]), expected(lambda e: e.project_id == projects[1]))
     same(listed(search="TEST_0"), expected(lambda e: "test_0" in e.test_id))
+
+
+def test_a_search_is_a_quoted_literal_matched_as_typed(db_session):
+    """The search goes into the statement as a literal (the planner needs it for the
+    trigram index): quotes, backslashes, % and _ in it are characters, never SQL or
+    wildcards, on both databases."""
+    from services.jobs.lifecycle import get_or_create_project
+    from web import catalogue
+
+    project = get_or_create_project(db_session, "alpha").id
+    odd = ["tests/test_it's.py::test_a", "tests/test_x.py::test_50%_b\\c", "tests/test_x.py::test_50xxb"]
+    for n, test in enumerate(odd):
+        db_session.add(
+            CatalogueEntry(
+                project_id=project,
+                test_id=test,
+                config_label="cpuset=0",
+                branch="main",
+                runs=1,
+                jobs=1,
+                first_job_id=1,
+                last_job_id=n + 1,
+            )
+        )
+    db_session.flush()
+
+    def found(search: str) -> list[str]:
+        return [row.test_id for row in catalogue.catalogue(db_session, [project], search=search)[0]]
+
+    assert found("it's") == [odd[0]]
+    assert found("50%_b\\") == [odd[1]]
+    assert found("50%") == [odd[1]]
+    assert found("' OR '1'='1") == []
+    assert found("%") == [odd[1]]
+
+
+def test_a_rows_link_made_from_one_path_a_page_is_url_fors(dashboard):
+    """Lists build a row's link from parts made once a page (path_around, query_value):
+    the same link as url_for's, whatever the test id holds."""
+    from flask import url_for
+
+    from web.views import path_around, query_value
+
+    odd = "tests/a b.py::test_x[1-&é'\"%/?#]"
+    with dashboard.client.application.test_request_context():
+        before, after = path_around("web.test", "job_id", id=odd)
+        assert f"{before}42{after}" == url_for("web.test", job_id=42, id=odd)
+        entry = url_for("web.test_entry")
+        assert f"{entry}?project=3&id={query_value(odd)}" == url_for("web.test_entry", project=3, id=odd)
