@@ -374,14 +374,21 @@ def test_cpu_sensitive_example_gets_the_same_verdict_as_local(tmp_path):
     # The screen's verdict only: evidence runs would add findings that depend on the instant.
     # Each side on its interpreter without a version manager's shim (the image has no shim).
     args = [*CORES, "--repeat", "5", "--evidence", "none"]
-    local, _ = cli_report(["--executor", "local", *args], [PYTHON, "examples/handoff.py"], tmp_path)
-    in_docker, progress = cli_report(["--executor", "docker", *args], ["python3", "examples/handoff.py"], tmp_path)
-    assert in_docker["executor"] == "docker"
 
     def verdict(report):
         return {(f["kind"], f["config"], f["test"]) for f in report["findings"] if f["kind"] == "cpu_sensitivity"}
 
-    assert verdict(in_docker) == verdict(local)
+    # One more pair of jobs when they disagree: the hand-off's slowdown needs its two
+    # threads on two cores, and a moment of other work on this 2-core machine puts them
+    # on one for a whole screen (CI, 27 Nov: no verdict in docker once, 3 of 3 alone).
+    for attempt in range(2):
+        local, local_progress = cli_report(["--executor", "local", *args], [PYTHON, "examples/handoff.py"], tmp_path)
+        in_docker, progress = cli_report(["--executor", "docker", *args], ["python3", "examples/handoff.py"], tmp_path)
+        assert in_docker["executor"] == "docker"
+        if verdict(in_docker) == verdict(local) != set():
+            break
+        print(f"attempt {attempt + 1}: local\n{local_progress.stderr}\ndocker\n{progress.stderr}")
+    assert verdict(in_docker) == verdict(local) == {("cpu_sensitivity", "cpuset=0-1", None)}
     assert "docker executor, configurations: cpuset=0, cpuset=0-1" in progress.stderr
 
 
