@@ -133,12 +133,16 @@ def _read(path, limit=65536):
         return None
 
 
+def _exe(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def describe(pid):
     """What a process is: its executable and command line, and whether it runs Python."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = None
+    exe = _exe(pid)
     cmdline = [arg for arg in (_read(f"/proc/{pid}/cmdline") or "").split("\0") if arg]
     python = bool(exe and _PYTHON_EXE.search(exe.replace(" (deleted)", "")))
     if not python and exe:
@@ -283,11 +287,13 @@ class GilLooks:
         self.root, self.tester = root, tester
         self.ranges = {}
         self.found = {}
+        self.exes = {}
         self.looks = 0
         if pids is not None:
             self._watch(pids)
 
     def _watch(self, pids):
+        self.exes = {pid: _exe(pid) for pid in pids}
         self.ranges = {pid: gil_range(pid) for pid in pids}
         self.found = {
             pid: {"samples": 0, "with_waiter": 0, "threads": {}, "gil_found": self.ranges[pid] is not None}
@@ -296,6 +302,10 @@ class GilLooks:
 
     def look(self):
         self.looks += 1
+        # A look right after the fork sees the child before its exec, still the parent's
+        # interpreter (whose GIL is elsewhere): once it has exec'd, find the processes again.
+        if self.root is not None and any(_exe(pid) not in (exe, None) for pid, exe in self.exes.items()):
+            self.ranges, self.found, self.exes = {}, {}, {}
         if not self.ranges and self.root is not None:
             tree = descendants(self.root)
             python = [pid for pid in tree if describe(pid)["python"]]
