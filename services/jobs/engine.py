@@ -44,13 +44,26 @@ from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
+from services.measure.evidence import EvidenceKind
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
 from services.measure.samples import surveyed
 from services.measure.screen import BaseSide, screen
 from services.measure.shards import on_worker_cpus
 from services.measure.stats import Summary, median_interval
-from services.models import COMMAND_KINDS, Job, JobSource, JobStatus, JobTask, Run, RunKind, TaskState, utcnow
+from services.models import (
+    COMMAND_KINDS,
+    Evidence,
+    Job,
+    JobShard,
+    JobSource,
+    JobStatus,
+    JobTask,
+    Run,
+    RunKind,
+    TaskState,
+    utcnow,
+)
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.engine")
@@ -268,9 +281,14 @@ def census_phase(
     *,
     workdir: Path,
     progress: Progress = _quiet,
+    shard: JobShard | None = None,
 ) -> list[str]:
     """A surveyed suite's census, in its fastest configuration without a quota: the tests
-    that poll or read in tiny pieces, which no timing rule sees."""
+    that poll or read in tiny pieces, which no timing rule sees.
+
+    A suite screened in shards has one census per ``shard``, run by the shard's step on
+    the shard's node after its screen (inside ``shards.only``: its own runs), over the
+    shard's tests; the finish step then reads the suspects the shards stored."""
     survey = [
         (run, config)
         for config in job.configs
@@ -278,28 +296,32 @@ def census_phase(
         for run in config.runs
         if run.kind is RunKind.survey and run.exit_code in (0, pytest_command.PYTEST_TESTS_FAILED)
     ]
+    if shard is not None:
+        # The step run again (its worker was lost): the census of the attempt before goes,
+        # its evidence with it (the foreign key's cascade).
+        for old in [r for config in job.configs for r in config.runs if r.kind is RunKind.evidence]:
+            session.delete(old)
+        session.flush()
     if not survey or job.probes is not None:
         return []
-    if any(run.shard is not None for run, _ in survey):
-        # Each shard's survey ran part of the suite on its own node; the census would run
-        # it whole on this one, the suite's time again.
-        job.notes = [*job.notes, "no census: the suite was screened in shards, and the census runs it whole"]
-        return []
+    if shard is None and any(run.shard is not None for run, _ in survey):
+        return shard_suspects(job)
+    where = f"shard {shard.index}: " if shard is not None else ""
     run, config = min(survey, key=lambda pair: pair[0].wall_s)
     cost = budget.CENSUS_COST * run.wall_s
     if not budget.fits(job, settings.thresholds, cost):
         budget.leave_out(job, settings.thresholds, budget.CENSUS, [config.label])
-        progress(f"budget: the census would take about {cost:.0f} s, more than is left: not run")
+        progress(f"{where}budget: the census would take about {cost:.0f} s, more than is left: not run")
         job.notes = [
             *job.notes,
-            f"no census: it would take about {cost:.0f} s (the suite under strace), more than the budget left; "
-            "tests that poll or read in tiny pieces without a timing mark are not looked for",
+            f"{where}no census: it would take about {cost:.0f} s (the suite under strace), more than the budget "
+            "left; tests that poll or read in tiny pieces without a timing mark are not looked for",
         ]
         return []
     if run.wall_s > settings.thresholds.census_max_suite_s:
         job.notes = [
             *job.notes,
-            f"no census: the suite took {run.wall_s:.0f} s, over census_max_suite_s "
+            f"{where}no census: the suite took {run.wall_s:.0f} s, over census_max_suite_s "
             f"({settings.thresholds.census_max_suite_s:.0f} s); tests that poll or read in tiny pieces without "
             "a timing mark are not looked for",
         ]
@@ -315,8 +337,26 @@ def census_phase(
         durations,
         run.wall_s,
         workdir=workdir,
+        command=shards.shard_job(job, shard, workdir).command if shard is not None else None,
         progress=progress,
     )
+
+
+def shard_census(job: Job) -> list[Evidence]:
+    """The census evidence the shards' steps stored (the finish step keeps it)."""
+    return [
+        evidence
+        for evidence in job.evidence
+        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.shard is not None
+    ]
+
+
+def shard_suspects(job: Job) -> list[str]:
+    """What the shards' censuses sent to the drill, shard by shard."""
+    found: list[str] = []
+    for evidence in sorted(shard_census(job), key=lambda e: (e.run.shard or 0) if e.run else 0):
+        found += [test for test in evidence.content.get("suspects") or [] if test not in found]
+    return found
 
 
 # What the whole command of a suite with flagged tests is drilled for (medium or high):
@@ -368,13 +408,16 @@ def drill_phase(
     ``job.probes`` None is the default: every probe, but only where the screen found
     something. Given explicitly, the whole command is drilled whatever the screen found.
     """
-    for old in list(job.evidence):
+    # What a shard's step took on its own node (its census) stays; the rest is this step's.
+    taken_in_shards = shard_census(job)
+    for old in [evidence for evidence in job.evidence if evidence not in taken_in_shards]:
         session.delete(old)
     for config in job.configs:
-        for run in [r for r in config.runs if r.kind is RunKind.evidence]:
+        for run in [r for r in config.runs if r.kind is RunKind.evidence and r.shard is None]:
             session.delete(run)
     session.flush()
-    budget.forget(job, budget.CENSUS, budget.DRILL)
+    sharded = any(run.shard is not None for config in job.configs for run in config.runs)
+    budget.forget(job, budget.DRILL, *([] if sharded else [budget.CENSUS]))
     if job.probes == []:
         return 0
     store = make_artifact_store(settings)
@@ -931,6 +974,9 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
                 checkpoint=checkpoint,
                 base=base,
             )
+            if shard:
+                # The shard's census here, on its node, while its checkout and lock are held.
+                census_phase(session, settings, job, executor, workdir=directory, progress=_progress(job), shard=shard)
     except JobCancelled:
         task.state = TaskState.cancelled
         return

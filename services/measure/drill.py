@@ -313,12 +313,13 @@ def census(
     suite_s: float,
     *,
     workdir: Path,
+    command: list[str] | None = None,
     progress: Progress = lambda message: None,
 ) -> list[str]:
-    """One run of the whole suite under the census (services/measure/probes/census.py) in
-    ``job_config``; the tests it suspects of polling or tiny reads, judged against their
-    untraced ``durations`` (the survey's, in the same configuration, whose whole run took
-    ``suite_s``)."""
+    """One run of the whole suite (or ``command``: a shard's part of it) under the census
+    (services/measure/probes/census.py) in ``job_config``; the tests it suspects of polling
+    or tiny reads, judged against their untraced ``durations`` (the survey's, in the same
+    configuration, whose whole run took ``suite_s``)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-census-"))
     limits = thresholds
     try:
@@ -334,7 +335,7 @@ def census(
             session,
             executor,
             job_config,
-            command=job.command,
+            command=command or job.command,
             workdir=workdir,
             run_dir=scratch,
             timeout_s=timeout,
@@ -345,13 +346,17 @@ def census(
         )
         [draft] = probe.collect(measured.result)
         draft.content.probe = "census"
+        content = draft.content
+        ok = isinstance(content, CensusContent) and content.ok
+        if isinstance(content, CensusContent) and ok:
+            content.suspects = suspects(content, durations, thresholds)
         _store_evidence(session, job, job_config, None, measured.run, draft, store, executor)
-        if not isinstance(draft.content, CensusContent) or not draft.content.ok:
-            progress(f"census in {job_config.label}: {draft.content.reason}")
+        if not isinstance(content, CensusContent) or not ok:
+            progress(f"census in {job_config.label}: {content.reason}")
             return []
-        found = suspects(draft.content, durations, thresholds)
+        found = content.suspects or []
         progress(
-            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {draft.content.tests_seen or 0} tests; "
+            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {content.tests_seen or 0} tests; "
             + (f"{len(found)} polled or read in tiny pieces: {', '.join(found[:5])}" if found else "none polled")
         )
         return found

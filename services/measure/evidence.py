@@ -393,6 +393,9 @@ class CensusContent(EvidenceContent):
     wall_s: float | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
+    # The tests it sends to the drill (polling, tiny reads): a shard's census is read by
+    # the finish step on another worker.
+    suspects: list[str] | None = None
 
 
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {

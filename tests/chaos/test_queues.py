@@ -14,6 +14,8 @@ import re
 import signal
 import time
 
+import pytest
+
 from services.models import TaskState
 from tests.chaos.conftest import BOUND_S, SHIPPED_DEFAULTS, START_UP_S, children, kill_group, record
 
@@ -30,6 +32,9 @@ BACKLOG_YML = (
 BACKLOG_S = JOBS * 4 * RUN_S
 
 
+# Nightly (104 s): the routing it relies on, light steps and the reconciler on their own
+# queue, is asserted in make test by tests/worker/test_light_pool.py.
+@pytest.mark.nightly
 def test_a_backlog_of_screens_delays_neither_the_reconciler_nor_a_check_run(stack, repository_with):
     # The stack's worker (with beat) and a second one, killed once it holds a screen.
     victim = stack.spawn_worker("victim", beat=False)

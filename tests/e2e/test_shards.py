@@ -207,6 +207,82 @@ def test_a_suite_is_screened_in_shards_on_both_workers_into_one_report(stack, tm
     print(f"\njob {job_id}: shards {[(s['index'], s['tests'], s['runs']) for s in shards]}, survey {survey['tests']}")
 
 
+# Two files of a suite, one for each shard: fillers, and a test only a tracer sees in each
+# (one polls every 0.5 ms, one reads a socket a byte at a time).
+HIDDEN = {
+    "test_a.py": """
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("n", range(21))
+def test_filler(n):
+    time.sleep(0.005)
+
+
+def test_polls():
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        time.sleep(0.0005)
+""",
+    "test_b.py": """
+import socket
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("n", range(21))
+def test_filler(n):
+    time.sleep(0.005)
+
+
+def test_reads_a_byte_at_a_time():
+    ours, theirs = socket.socketpair()
+    theirs.sendall(b"x" * 30000)
+    theirs.close()
+    received = 0
+    while ours.recv(1):
+        received += 1
+    assert received == 30000
+""",
+}
+
+
+def test_each_shard_takes_its_own_census_on_its_node_and_the_drill_names_what_it_found(stack, tmp_path):
+    suite = tmp_path / "hidden"
+    suite.mkdir()
+    for name, body in HIDDEN.items():
+        (suite / name).write_text(body)
+    (suite / "pytest.ini").write_text("[pytest]\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(suite)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "suite"], check=True)
+    job_id = stack.submit(f"file://{suite}")
+    job = wait_final(stack, job_id, timeout_s=420)
+    assert job["status"] == "done", f"{job['error']}\n{stack.logs()}"
+    report = job["report"]
+    # One census per shard, each a run of that shard (its worker's node), over its own tests.
+    censuses = [e for e in report["evidence"] if e["kind"] == "census"]
+    assert len(censuses) == 2, (report["notes"], [e["kind"] for e in report["evidence"]])
+    census_runs = stack.query(
+        select(Run.shard)
+        .join(JobConfig, Run.config_id == JobConfig.id)
+        .where(JobConfig.job_id == job_id, Run.probe == "census")
+        .order_by(Run.shard)
+    )
+    assert [shard for (shard,) in census_runs] == [1, 2], census_runs
+    suspects = sorted(test for e in censuses for test in e["content"]["suspects"])
+    assert suspects == ["test_a.py::test_polls", "test_b.py::test_reads_a_byte_at_a_time"], censuses
+    # The finish step drilled both, on whichever worker, and the rules name them.
+    found = {(f["kind"], f["test"]) for f in report["findings"] if f["severity"] in ("medium", "high")}
+    assert ("busy_polling", "test_a.py::test_polls") in found, report["findings"]
+    assert ("tiny_reads", "test_b.py::test_reads_a_byte_at_a_time") in found, report["findings"]
+    print(f"\njob {job_id}: censuses {[(e['config'], e['content']['suspects']) for e in censuses]}")
+
+
 def test_a_worker_killed_during_its_shard_loses_only_that_shard(stack, tmp_path):
     job_id = stack.submit(suite_repository(tmp_path / "suite", 6.0), evidence=[])
     beat_worker, other = stack.processes[0], stack.processes[1]
