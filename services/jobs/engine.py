@@ -914,7 +914,6 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 job,
                 executor,
                 directory,
-                with_base=bool(source.base_commit_sha),
                 progress=_progress(job),
             )
         finally:
@@ -972,7 +971,8 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
                 workdir=directory,
                 progress=_progress(job),
                 checkpoint=checkpoint,
-                base=base,
+                # A pull request's base, narrowed to the shard's tests it has.
+                base=shards.base_side(base, job, shard) if shard and base else base,
             )
             if shard:
                 # The shard's census here, on its node, while its checkout and lock are held.

@@ -10,12 +10,15 @@ the job's command narrowed to its tests, every configuration interleaved, on the
 the worker that claimed it; its runs carry the shard's number, and while it runs its
 session sees only those (``only``), so its survey, its focus and its stopping rule are
 the whole screen's own code over its own runs, and no comparison crosses nodes (a test
-lives in one shard). The last shard to finish records the finish step (drill, then
-diagnose) under a lock on the job's row: a join in the ledger, not a scheduler.
+lives in one shard). A pull request's shard screens the base commit beside its head on
+the same node, narrowed to the shard's tests that the base has (``base_side``). The last
+shard to finish records the finish step (drill, then diagnose) under a lock on the job's
+row: a join in the ledger, not a scheduler.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import statistics
@@ -33,6 +36,7 @@ from services.jobs.dispatch import SCREEN
 from services.measure import pytest_command, survey
 from services.measure import shards as split
 from services.measure.executors.base import Executor
+from services.measure.screen import BaseSide
 from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobShard, JobTask, Run, TaskState, TestResult
 from services.settings import Settings
 
@@ -50,15 +54,12 @@ def plan(
     executor: Executor,
     workdir: Path,
     *,
-    with_base: bool = False,
     progress: Callable[[str], None] = lambda line: None,
 ) -> tuple[list[split.Shard], str | None]:
     """The shards ``job`` is screened in (none: whole, on one worker), and a note saying why
     it was or was not split when that is worth saying."""
     if settings.shards < 2 or not pytest_command.is_pytest(job.command):
         return [], None
-    if with_base:
-        return [], "not split into shards: a pull request's base and head are screened side by side on one worker"
     history = previous_durations(session, job)
     collected = split.collect(executor, job.command, workdir, job.timeout_s)
     if isinstance(collected, str):
@@ -172,6 +173,28 @@ class ShardJob:
 
 def shard_job(job: Job, shard: JobShard, workdir: Path) -> Job:
     return cast(Job, ShardJob(job, split.shard_command(job.command, list(shard.tests), workdir)))
+
+
+def base_side(base: BaseSide, job: Job, shard: JobShard) -> BaseSide | None:
+    """A pull request's base as one shard sees it: the shard's files and node ids that the
+    base commit has (pytest refuses a path or node id it cannot find, and a pull request
+    adds tests), read from one collection of the base; None when it has none of them."""
+    collected = split.collect(base.executor, job.command, base.workdir, job.timeout_s)
+    arguments = [argument for argument in shard.tests if isinstance(collected, str) or _collected(collected, argument)]
+    if not arguments:
+        job.notes = [*job.notes, f"shard {shard.index}: none of its tests is on the base commit, nothing to compare"]
+        return None
+    return dataclasses.replace(base, command=split.shard_command(job.command, arguments, base.workdir))
+
+
+def _collected(collected: split.Collected, argument: str) -> bool:
+    """Whether a shard's file or node id is in ``collected`` (a node id of a file listed by
+    count only is given the benefit of the doubt)."""
+    file, _, name = argument.partition("::")
+    if file not in collected.counts:
+        return False
+    ids = collected.files.get(file)
+    return not name or not ids or argument in ids
 
 
 def screens_done(session: Session, job: Job) -> bool:

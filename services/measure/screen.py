@@ -57,6 +57,8 @@ class BaseSide:
     workdir: Path
     executor: Executor
     needs_runs: Callable[[list[str]], list[str]]
+    # The command on the base (None: the job's): a shard's tests that the base commit has.
+    command: list[str] | None = None
 
 
 def screen(
@@ -96,6 +98,7 @@ def screen(
             job.notes = [*job.notes, note]
     # (label, on_base) of each side whose warm-up hit the timeout: never run again.
     hung: set[tuple[str, bool]] = set()
+    on_base_whole = (base.command if base is not None else None) or job.command
 
     def measure(
         job_config: JobConfig,
@@ -113,7 +116,7 @@ def screen(
             session,
             base.executor if on_base and base is not None else executor,
             job_config,
-            command=(base_command if on_base else command) or job.command,
+            command=(base_command or on_base_whole) if on_base else (command or job.command),
             workdir=base.workdir if on_base and base is not None else workdir,
             run_dir=run_dir,
             timeout_s=job.timeout_s,
@@ -154,12 +157,12 @@ def screen(
         focus = survey(session, job, thresholds, progress, with_base=base is not None)
         if focus is not None and not focus.head:
             return
-        command, base_command, kind = job.command, job.command, RunKind.timing
+        command, base_command, kind = job.command, on_base_whole, RunKind.timing
         if focus is not None:
             ceiling = pytest_command.search_ceiling(job.executor)
             command = pytest_command.narrow_to_tests(job.command, focus.head, workdir, ceiling)
             if base is not None:
-                base_command = pytest_command.narrow_to_tests(job.command, focus.base, base.workdir, ceiling)
+                base_command = pytest_command.narrow_to_tests(on_base_whole, focus.base, base.workdir, ceiling)
             kind = RunKind.focus
         # Beyond --repeat only for a pair that looks apart but is no discovery yet (undecided).
         limit = repeat + (thresholds.undecided_extra_runs if base is None else 0)
@@ -180,7 +183,7 @@ def screen(
             if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
                 progress("the narrowed suite ran none of its tests: screening the whole suite instead")
                 unfocus(job)
-                focus, command, base_command, kind = None, job.command, job.command, RunKind.timing
+                focus, command, base_command, kind = None, job.command, on_base_whole, RunKind.timing
                 continue
             labels = [c.label for c in active]
             samples = collect(job)

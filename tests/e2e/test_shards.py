@@ -27,6 +27,7 @@ from tests.bench.bench_suites import build_suite
 from tests.conftest import REPO
 from tests.e2e.test_service import REDIS_DATABASES, Stack
 from tests.service_support import GitHubServer
+from tests.support.pull_requests import TARGET, make_pull_request, pull_request_payload
 
 FAST_LEASES = {
     "LAGTRACE_STEP_LEASE_S": "10",
@@ -329,3 +330,38 @@ def parent_of(pid: int) -> int | None:
 
 def parent_of_name(worker: str) -> int | None:
     return parent_of(int(worker.split("/", 1)[1].split()[0]))
+
+
+def test_a_pull_request_is_screened_in_shards_each_against_the_base_tests_it_has(stack, tmp_path):
+    # 40 fillers (a file heavier than a shard's share: split into node ids), the target the
+    # head slows 5x, and a file the head adds, which the base commit has not.
+    yml = "command: python3 -m pytest tests\nconfigs: [cpuset=0]\nrepeat: 5\nevidence: []\n"
+    repository = make_pull_request(tmp_path / "repo", yml, base_s=0.03, head_s=0.15, filler=40)
+    path = tmp_path / "repo"
+    (path / "tests" / "test_added.py").write_text("def test_new_one():\n    pass\n\n\ndef test_new_two():\n    pass\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(path)]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "two tests more"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    repository.head = head
+    stack.register(repository.url)
+    status, accepted = stack.deliver(pull_request_payload(repository), "pr-shards", "pull_request")
+    assert status == 202, accepted
+    job = wait_final(stack, accepted["job_id"], timeout_s=420)
+    assert job["status"] == "done", f"{job['error']}\n{stack.logs()}"
+    shards = job["progress"]["shards"]
+    assert len(shards) == 2 and len({s["worker"] for s in shards}) == 2, shards
+    # Each shard compared its own tests with the base on its own node: base runs in both.
+    base_runs = stack.query(
+        select(Run.shard, func.count())
+        .join(JobConfig, Run.config_id == JobConfig.id)
+        .where(JobConfig.job_id == job["id"], Run.kind.in_([RunKind.base_warmup, RunKind.base_focus, RunKind.base]))
+        .group_by(Run.shard)
+    )
+    assert sorted(shard for shard, _ in base_runs) == [1, 2], base_runs
+    report = job["report"]
+    verdicts = {row["test"]: row["verdict"] for row in report["base_comparison"]["tests"] if row["test"]}
+    assert verdicts.get(TARGET) == "regressed", (verdicts, report["notes"])
+    assert not [test for test in verdicts if "test_added" in test], verdicts  # nothing to compare it with
+    assert report["survey"]["tests"] == 44, report["survey"]  # 40 + 2 + 2
+    print(f"\njob {job['id']}: shards {[(s['index'], s['tests']) for s in shards]}, base runs {base_runs}")
