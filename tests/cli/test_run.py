@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, func, select
 from services.jobs.report_schema import SCHEMA_FILE
 from services.models import Job
 from tests.conftest import EXAMPLES, PYTHON, REPO, run_cli
+from tests.support.hidden_waits import POLLS, READS_BYTES, hidden_suite
 
 HANDOFF = [PYTHON, str(EXAMPLES / "handoff.py")]
 STEADY = [PYTHON, str(EXAMPLES / "steady.py")]
@@ -405,34 +406,7 @@ def test_a_suite_of_real_size_is_surveyed_and_only_what_it_keeps_is_rerun(sqlite
     assert "not listed here: `--all` lists every test" in result.stdout
 
 
-SUITE_WITH_HIDDEN_WAITS = """
-import socket
-import time
-
-import pytest
-
-
-@pytest.mark.parametrize("n", range(22))
-def test_filler(n):
-    time.sleep(0.005)
-
-
-def test_polls():
-    # Waits by waking up every 0.5 ms: the same in every configuration, no timing mark.
-    deadline = time.monotonic() + 0.3
-    while time.monotonic() < deadline:
-        time.sleep(0.0005)
-
-
-def test_reads_a_byte_at_a_time():
-    ours, theirs = socket.socketpair()
-    theirs.sendall(b"x" * 30000)
-    theirs.close()
-    received = 0
-    while ours.recv(1):
-        received += 1
-    assert received == 30000
-"""
+SUITE_WITH_HIDDEN_WAITS = hidden_suite(22, POLLS, READS_BYTES)
 
 
 @pytest.mark.latency

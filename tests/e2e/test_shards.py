@@ -27,6 +27,7 @@ from tests.bench.bench_suites import build_suite
 from tests.conftest import REPO
 from tests.e2e.test_service import REDIS_DATABASES, Stack
 from tests.service_support import GitHubServer
+from tests.support.hidden_waits import POLLS, READS_BYTES, hidden_suite
 from tests.support.pull_requests import TARGET, make_pull_request, pull_request_payload
 
 FAST_LEASES = {
@@ -208,47 +209,8 @@ def test_a_suite_is_screened_in_shards_on_both_workers_into_one_report(stack, tm
     print(f"\njob {job_id}: shards {[(s['index'], s['tests'], s['runs']) for s in shards]}, survey {survey['tests']}")
 
 
-# Two files of a suite, one for each shard: fillers, and a test only a tracer sees in each
-# (one polls every 0.5 ms, one reads a socket a byte at a time).
-HIDDEN = {
-    "test_a.py": """
-import time
-
-import pytest
-
-
-@pytest.mark.parametrize("n", range(21))
-def test_filler(n):
-    time.sleep(0.005)
-
-
-def test_polls():
-    deadline = time.monotonic() + 0.3
-    while time.monotonic() < deadline:
-        time.sleep(0.0005)
-""",
-    "test_b.py": """
-import socket
-import time
-
-import pytest
-
-
-@pytest.mark.parametrize("n", range(21))
-def test_filler(n):
-    time.sleep(0.005)
-
-
-def test_reads_a_byte_at_a_time():
-    ours, theirs = socket.socketpair()
-    theirs.sendall(b"x" * 30000)
-    theirs.close()
-    received = 0
-    while ours.recv(1):
-        received += 1
-    assert received == 30000
-""",
-}
+# Two files of a suite, one for each shard: fillers, and a test only a tracer sees in each.
+HIDDEN = {"test_a.py": hidden_suite(21, POLLS), "test_b.py": hidden_suite(21, READS_BYTES)}
 
 
 def test_each_shard_takes_its_own_census_on_its_node_and_the_drill_names_what_it_found(stack, tmp_path):
