@@ -188,7 +188,10 @@ def screen_phase(
         for run in [r for r in config.runs if r.kind is not RunKind.evidence]:
             session.delete(run)
     session.flush()
-    budget.forget(job)
+    if not isinstance(job, shards.ShardJob):
+        # A shard forgets nothing: what the budget left out is the job's, and the other
+        # shards' entries are in it (a retried shard's own come again, once).
+        budget.forget(job)
     screen(
         session,
         job,
