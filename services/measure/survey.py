@@ -51,14 +51,18 @@ def survey_tests(runs: dict[str, Run]) -> list[str]:
 
 def previous_job(session: Session, job: Job) -> Job | None:
     """The project's latest finished job of the same command before ``job``: what its
-    tests cost (shard balancing) and which of them it flagged (the survey)."""
+    tests cost (shard balancing) and which of them it flagged (the survey). ``job`` may be
+    a shard's view of it, whose command is narrowed to the shard's tests: the command
+    compared is the job's own, as stored."""
+    own = session.get(Job, job.id)
+    command = own.command if own is not None else job.command
     candidates = session.scalars(
         select(Job)
         .where(Job.project_id == job.project_id, Job.id < job.id, Job.status == JobStatus.done)
         .order_by(Job.id.desc())
         .limit(20)
     )
-    return next((other for other in candidates if other.command == job.command), None)
+    return next((other for other in candidates if other.command == command), None)
 
 
 def flagged_before(session: Session, job: Job) -> set[str]:

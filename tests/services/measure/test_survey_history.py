@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from services.jobs.shards import shard_job
 from services.measure.survey import flagged_before, previous_job
-from services.models import Finding, JobStatus
+from services.models import Finding, JobShard, JobStatus
 from tests.support.findings import waiting_job
 
 
@@ -41,3 +42,16 @@ def test_only_the_previous_finished_job_of_the_same_command_and_project_counts(d
     assert previous_job(db_session, current) is previous
     assert flagged_before(db_session, current) == {"t.py::test_bimodal"}
     assert flagged_before(db_session, older) == set()  # nothing before it
+
+
+def test_a_shard_remembers_what_the_previous_job_of_the_whole_suite_flagged(db_session, tmp_path):
+    # A shard's view narrows the command to its tests; the previous job ran the suite whole.
+    previous = waiting_job(db_session)
+    previous.status = JobStatus.done
+    flag(db_session, previous, "t.py::test_bimodal")
+    current = waiting_job(db_session)
+    db_session.flush()
+    (tmp_path / "t.py").write_text("def test_bimodal():\n    pass\n")
+    shard = shard_job(current, JobShard(index=1, tests=["t.py"]), tmp_path)
+    assert shard.command != current.command
+    assert flagged_before(db_session, shard) == {"t.py::test_bimodal"}
