@@ -346,17 +346,16 @@ def census(
         )
         [draft] = probe.collect(measured.result)
         draft.content.probe = "census"
-        content = draft.content
-        ok = isinstance(content, CensusContent) and content.ok
-        if isinstance(content, CensusContent) and ok:
-            content.suspects = suspects(content, durations, thresholds)
+        counted = draft.content if isinstance(draft.content, CensusContent) and draft.content.ok else None
+        if counted is not None:
+            counted.suspects = suspects(counted, durations, thresholds)
         _store_evidence(session, job, job_config, None, measured.run, draft, store, executor)
-        if not isinstance(content, CensusContent) or not ok:
-            progress(f"census in {job_config.label}: {content.reason}")
+        if counted is None:
+            progress(f"census in {job_config.label}: {draft.content.reason}")
             return []
-        found = content.suspects or []
+        found = counted.suspects or []
         progress(
-            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {content.tests_seen or 0} tests; "
+            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {counted.tests_seen or 0} tests; "
             + (f"{len(found)} polled or read in tiny pieces: {', '.join(found[:5])}" if found else "none polled")
         )
         return found
