@@ -165,9 +165,6 @@ class Thresholds(BaseModel):
     # The most tests of one job the drill traces (each costs every probe in two
     # configurations): the most severe first; the report names the rest.
     drill_max_tests: int = Field(5, ge=1)
-    # A surveyed suite is run once more, whole, under the census (sleeps and reads per
-    # test, services/measure/probes/census.py), unless its survey run took longer than this.
-    census_max_suite_s: float = Field(600.0, ge=0)
 
     # observer_effect: an evidence run's wall time this many times above (or below) the
     # timing median of the same configuration.

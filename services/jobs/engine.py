@@ -43,7 +43,7 @@ from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
-from services.measure.drill import NO_TARGETS, Target, census, drill, parse_evidence
+from services.measure.drill import NO_TARGETS, SurveyCensus, Target, drill, parse_evidence
 from services.measure.evidence import EvidenceKind
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
@@ -55,7 +55,6 @@ from services.models import (
     COMMAND_KINDS,
     Evidence,
     Job,
-    JobShard,
     JobSource,
     JobStatus,
     JobTask,
@@ -201,6 +200,7 @@ def screen_phase(
         progress=progress,
         checkpoint=checkpoint,
         base=base,
+        census=SurveyCensus(session, job, executor, settings.thresholds, make_artifact_store(settings), progress),
     )
     budget.record(job, settings.thresholds)
 
@@ -276,88 +276,20 @@ def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:
     return {label: median_interval(values) for label, values in surveyed(job).get(test_id, {}).items()}
 
 
-def census_phase(
-    session: Session,
-    settings: Settings,
-    job: Job,
-    executor: Executor,
-    *,
-    workdir: Path,
-    progress: Progress = _quiet,
-    shard: JobShard | None = None,
-) -> list[str]:
-    """A surveyed suite's census, in its fastest configuration without a quota: the tests
-    that poll or read in tiny pieces, which no timing rule sees.
-
-    A suite screened in shards has one census per ``shard``, run by the shard's step on
-    the shard's node after its screen (inside ``shards.only``: its own runs), over the
-    shard's tests; the finish step then reads the suspects the shards stored."""
-    survey = [
-        (run, config)
-        for config in job.configs
-        if config.cpus is None
-        for run in config.runs
-        if run.kind is RunKind.survey and run.exit_code in (0, pytest_command.PYTEST_TESTS_FAILED)
-    ]
-    if shard is not None:
-        # The step run again (its worker was lost): the census of the attempt before goes,
-        # its evidence with it (the foreign key's cascade).
-        for old in [r for config in job.configs for r in config.runs if r.kind is RunKind.evidence]:
-            session.delete(old)
-        session.flush()
-    if not survey or job.probes is not None:
-        return []
-    if shard is None and any(run.shard is not None for run, _ in survey):
-        return shard_suspects(job)
-    where = f"shard {shard.index}: " if shard is not None else ""
-    run, config = min(survey, key=lambda pair: pair[0].wall_s)
-    cost = budget.CENSUS_COST * run.wall_s
-    if not budget.fits(job, settings.thresholds, cost):
-        budget.leave_out(job, settings.thresholds, budget.CENSUS, [config.label])
-        progress(f"{where}budget: the census would take about {cost:.0f} s, more than is left: not run")
-        job.notes = [
-            *job.notes,
-            f"{where}no census: it would take about {cost:.0f} s (the suite under strace), more than the budget "
-            "left; tests that poll or read in tiny pieces without a timing mark are not looked for",
-        ]
-        return []
-    if run.wall_s > settings.thresholds.census_max_suite_s:
-        job.notes = [
-            *job.notes,
-            f"{where}no census: the suite took {run.wall_s:.0f} s, over census_max_suite_s "
-            f"({settings.thresholds.census_max_suite_s:.0f} s); tests that poll or read in tiny pieces without "
-            "a timing mark are not looked for",
-        ]
-        return []
-    durations = {r.test_id: r.duration_s for r in run.test_results if r.outcome == "passed"}
-    return census(
-        session,
-        job,
-        executor,
-        settings.thresholds,
-        make_artifact_store(settings),
-        config,
-        durations,
-        run.wall_s,
-        workdir=workdir,
-        command=shards.shard_job(job, shard, workdir).command if shard is not None else None,
-        progress=progress,
-    )
-
-
-def shard_census(job: Job) -> list[Evidence]:
-    """The census evidence the shards' steps stored (the finish step keeps it)."""
+def survey_census(job: Job) -> list[Evidence]:
+    """The census evidence the survey took (drill.SurveyCensus): one per traced survey run,
+    so one per shard of a suite screened in shards, each on its shard's node."""
     return [
         evidence
         for evidence in job.evidence
-        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.shard is not None
+        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.kind is RunKind.survey
     ]
 
 
-def shard_suspects(job: Job) -> list[str]:
-    """What the shards' censuses sent to the drill, shard by shard."""
+def census_suspects(job: Job) -> list[str]:
+    """What the survey's census sends to the drill (polling, tiny reads), shard by shard."""
     found: list[str] = []
-    for evidence in sorted(shard_census(job), key=lambda e: (e.run.shard or 0) if e.run else 0):
+    for evidence in sorted(survey_census(job), key=lambda e: (e.run.shard or 0) if e.run else 0):
         found += [test for test in evidence.content.get("suspects") or [] if test not in found]
     return found
 
@@ -412,15 +344,14 @@ def drill_phase(
     something. Given explicitly, the whole command is drilled whatever the screen found.
     """
     # What a shard's step took on its own node (its census) stays; the rest is this step's.
-    taken_in_shards = shard_census(job)
-    for old in [evidence for evidence in job.evidence if evidence not in taken_in_shards]:
+    taken_in_survey = survey_census(job)
+    for old in [evidence for evidence in job.evidence if evidence not in taken_in_survey]:
         session.delete(old)
     for config in job.configs:
         for run in [r for r in config.runs if r.kind is RunKind.evidence and r.shard is None]:
             session.delete(run)
     session.flush()
-    sharded = any(run.shard is not None for config in job.configs for run in config.runs)
-    budget.forget(job, budget.DRILL, *([] if sharded else [budget.CENSUS]))
+    budget.forget(job, budget.DRILL)
     if job.probes == []:
         return 0
     store = make_artifact_store(settings)
@@ -440,12 +371,12 @@ def drill_phase(
             checkpoint=checkpoint,
         )
 
-    # What the screen flagged first, then the census: under a budget, explaining a finding
-    # comes before looking for what no timing shows (the census costs the suite's time again).
+    # What the screen flagged first, then what the census suspects: under a budget,
+    # explaining a finding comes before looking for what no timing shows.
     left_out: list[str] = []
     chosen = drill_targets(job, settings, workdir, left_out)
     count = drill_these(chosen)
-    suspects = census_phase(session, settings, job, executor, workdir=workdir, progress=progress)
+    suspects = census_suspects(job) if job.probes is None else []
     if suspects:
         drilled = {target.test_id for target in chosen}
         left_out = []
@@ -977,9 +908,6 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
                 # A pull request's base, narrowed to the shard's tests it has.
                 base=shards.base_side(base, job, shard) if shard and base else base,
             )
-            if shard:
-                # The shard's census here, on its node, while its checkout and lock are held.
-                census_phase(session, settings, job, executor, workdir=directory, progress=_progress(job), shard=shard)
     except JobCancelled:
         task.state = TaskState.cancelled
         return

@@ -1,10 +1,11 @@
 """A job's time budget (issue 23): how long its runs may take in all, and what it left out.
 
 The budget counts the wall time of every run the job stored (survey, warm-up, timing,
-focused, census, evidence), so a screen and a drill on different workers, or a step
+focused, evidence), so a screen and a drill on different workers, or a step
 resumed after a crash, read the same figure from the database. The first round (one run
 per configuration: the survey of a suite, the warm-up of a command) always runs; it is
-what the default is measured on. After it, each focused or timing round and each
+what the default is measured on (the survey's run in that configuration is the one the
+census traces: its default includes the tracer's few per cent). After it, each focused or timing round and each
 evidence run goes ahead only when its predicted cost still fits, so a job stops before
 its budget is exceeded (by one run's misprediction at most) and never runs unbounded.
 
@@ -14,8 +15,8 @@ screened whole, not surveyed, also gets the rounds a verdict needs on top; a pul
 request, whose base is screened beside its head, twice all that): a small
 program keeps today's full screen and drill, a suite of real size spends a few times its
 own time. What does not fit is named in ``job.budget`` (and the report): the tests the
-focused screen left out (the least suspicious first), the rounds it could not run, the
-census, and the drill's targets.
+focused screen left out (the least suspicious first), the rounds it could not run, and
+the drill's targets (and, in jobs of earlier versions, the census, then a run of its own).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def spent_s(job: Job) -> float:
     return sum(run.wall_s for config in job.configs for run in config.runs)
 
 
-def _widest(job: Job) -> JobConfig | None:
+def widest(job: Job) -> JobConfig | None:
     """The configuration with the most CPUs (no quota first: a quota slows the suite)."""
     if not job.configs:
         return None
@@ -44,8 +45,8 @@ def _widest(job: Job) -> JobConfig | None:
 
 def reference_s(job: Job) -> float | None:
     """The suite's own time: its first run in the configuration with the most CPUs."""
-    widest = _widest(job)
-    runs: list[Run] = [run for run in widest.runs if run.kind in FIRST_ROUND] if widest else []
+    config = widest(job)
+    runs: list[Run] = [run for run in config.runs if run.kind in FIRST_ROUND] if config else []
     return runs[0].wall_s if runs else None
 
 
@@ -115,8 +116,3 @@ def forget(job: Job, *whats: str) -> None:
         return
     left = {key: items for key, items in (job.budget.get("left_out") or {}).items() if whats and key not in whats}
     job.budget = {**job.budget, "left_out": left}
-
-
-# A census run (strace of every sleep and read, test boundaries marked) over its untraced
-# survey run: 16.3 s against 10.8 s for a synthetic suite of 278 tests.
-CENSUS_COST = 1.5

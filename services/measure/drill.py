@@ -10,6 +10,7 @@ they produce, so a rule can tell when a tracer changed what it observed.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -26,8 +27,8 @@ from services.measure.evidence import CensusContent, EvidenceRunTiming, GilSampl
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
-from services.measure.probes.census import CensusProbe, suspects
-from services.measure.runs import Wrapping, run_once
+from services.measure.probes.census import CensusProbe, calls, suspects
+from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.stats import Summary
 from services.models import Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
@@ -302,65 +303,109 @@ def _evidence_run(
     )
 
 
-def census(
-    session: Session,
-    job: Job,
-    executor: Executor,
-    thresholds: Thresholds,
-    store: ArtifactStore,
-    job_config: JobConfig,
-    durations: dict[str, float],
-    suite_s: float,
-    *,
-    workdir: Path,
-    command: list[str] | None = None,
-    progress: Progress = lambda message: None,
-) -> list[str]:
-    """One run of the whole suite (or ``command``: a shard's part of it) under the census
-    (services/measure/probes/census.py) in ``job_config``; the tests it suspects of polling
-    or tiny reads, judged against their untraced ``durations`` (the survey's, in the same
-    configuration, whose whole run took ``suite_s``)."""
-    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-census-"))
-    limits = thresholds
-    try:
-        timeout = job.timeout_s or max(limits.evidence_timeout_min_s, limits.evidence_timeout_multiple * suite_s)
-        context = ProbeContext(executor, scratch, stall_after_s=timeout, timeout_s=timeout)
+class SurveyCensus:
+    """The census (services/measure/probes/census.py) taken in the survey itself: the head's
+    warm-up run in the configuration with the most CPUs and no quota runs under the census's
+    strace, so each test's sleeps and reads cost the tracer's overhead, not another run of the
+    suite (a census run of its own cost 1.03 x a 300 s suite: a fifth of a job). Its tests
+    that look like polling or tiny reads (``suspects``) are stored in its evidence, which the
+    drill reads on whichever worker finishes the job."""
+
+    def __init__(
+        self,
+        session: Session,
+        job: Job,
+        executor: Executor,
+        thresholds: Thresholds,
+        store: ArtifactStore,
+        progress: Progress = lambda message: None,
+    ) -> None:
+        self.session, self.job, self.executor = session, job, executor
+        self.thresholds, self.store, self.progress = thresholds, store, progress
+        widest = budget.widest(job)
+        # Under a quota a run is throttled, and its durations are what the quota made them.
+        self.label = widest.label if widest is not None and widest.cpus is None else None
+        self.counted: CensusContent | None = None
+        self._probe: CensusProbe | None = None
+
+    def wrapping(self, job_config: JobConfig, run_dir: Path) -> Wrapping | None:
+        """The census's tracer around this warm-up run, or None: another configuration, not
+        a pytest command, probes named by the user (they get what they asked for), or no
+        strace here (said once, in the census's evidence)."""
+        if job_config.label != self.label or self.job.probes is not None:
+            return None
+        if not pytest_command.is_pytest(self.job.command):
+            return None
+        timeout = self.job.timeout_s
+        context = ProbeContext(self.executor, run_dir, stall_after_s=timeout or math.inf, timeout_s=timeout)
         probe = CensusProbe(context)
         missing = probe.unavailable()
         if missing is not None:
-            _store_evidence(session, job, job_config, None, None, missing, store, executor)
-            progress(f"census in {job_config.label}: {missing.content.reason}")
-            return []
-        measured = run_once(
-            session,
-            executor,
-            job_config,
-            command=command or job.command,
-            workdir=workdir,
-            run_dir=scratch,
-            timeout_s=timeout,
-            kind=RunKind.evidence,
-            repetition=1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence),
-            probe="census",
-            wrapping=Wrapping(probe.command, probe.env(), probe.watcher()),
-        )
-        [draft] = probe.collect(measured.result)
-        draft.content.probe = "census"
+            _store_evidence(self.session, self.job, job_config, None, None, missing, self.store, self.executor)
+            self.progress(f"census in {job_config.label}: {missing.content.reason}")
+            return None
+        self._probe = probe
+        return Wrapping(probe.command, probe.env(), probe.watcher())
+
+    def collect(self, job_config: JobConfig, measured: Measured) -> bool:
+        """Store the census of the traced run; False when the tracer never ran the suite
+        (no test reported, no trace): the caller takes that run again, untraced."""
+        if self._probe is None:
+            raise RuntimeError("collect() without wrapping(): nothing was traced")
+        [draft] = self._probe.collect(measured.result)
+        self._probe = None
+        if not measured.cases and not (isinstance(draft.content, CensusContent) and draft.content.ok):
+            return False
+        draft.content.probe = CensusProbe.name
         counted = draft.content if isinstance(draft.content, CensusContent) and draft.content.ok else None
         if counted is not None:
-            counted.suspects = suspects(counted, durations, thresholds)
-        _store_evidence(session, job, job_config, None, measured.run, draft, store, executor)
+            # A test's rate of sleeps is judged over what it would have taken untraced.
+            cost = counted.traced_call_s or 0.0
+            traced = counted.tests or {}
+            durations = {
+                case.test_id: case.duration_s - (calls(traced[case.test_id]) * cost if case.test_id in traced else 0.0)
+                for case in measured.cases
+                if case.outcome == "passed"
+            }
+            counted.suspects = suspects(counted, durations, self.thresholds)
+        _store_evidence(self.session, self.job, job_config, None, measured.run, draft, self.store, self.executor)
         if counted is None:
-            progress(f"census in {job_config.label}: {draft.content.reason}")
-            return []
+            self.progress(f"census in {job_config.label}: {draft.content.reason}")
+            return True
+        self.counted = counted
         found = counted.suspects or []
-        progress(
-            f"census in {job_config.label}: {measured.result.wall_s:.3f} s, {counted.tests_seen or 0} tests; "
+        self.progress(
+            f"census in {job_config.label} (its survey run, traced): {counted.tests_seen or 0} tests; "
             + (f"{len(found)} polled or read in tiny pieces: {', '.join(found[:5])}" if found else "none polled")
         )
-        return found
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        return True
+
+    def tracer_s(self) -> dict[str, dict[str, float]]:
+        """What the tracer added to each test's duration in the traced run (its sleeps and
+        reads times the cost of one traced call, as the run timed it), by configuration
+        label: the survey judges the traced durations less this."""
+        if self.counted is None or self.label is None or not self.counted.traced_call_s:
+            return {}
+        cost = self.counted.traced_call_s
+        return {self.label: {test_id: calls(test) * cost for test_id, test in (self.counted.tests or {}).items()}}
+
+    def perturbed(self) -> set[str]:
+        """The tests whose traced calls cost so much that the estimate of what they added
+        could be off by the smallest difference a timing verdict judges
+        (cpu_sensitivity_min_s): their survey duration in the traced configuration cannot
+        clear them, so they go on to the focused screen, whose runs are untraced."""
+        return {
+            test_id
+            for added in self.tracer_s().values()
+            for test_id, seconds in added.items()
+            if TRACER_ERROR * seconds >= self.thresholds.cpu_sensitivity_min_s
+        }
+
+
+# How far one traced call's cost, timed on the plugin's lseeks, may be from a read's or a
+# sleep's in the tests (a read also names its descriptor): 150-190 us a read here, under
+# `strace --seccomp-bpf`, against 0.3-0.4 us untraced.
+TRACER_ERROR = 0.5
 
 
 # The probes whose evidence a short test's repetitions sharpen: samples, snapshots, syscall

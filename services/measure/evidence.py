@@ -390,6 +390,9 @@ class CensusTest(_Model):
 class CensusContent(EvidenceContent):
     tests: dict[str, CensusTest] | None = None  # only the tests that slept or read
     tests_seen: int | None = None
+    # What one traced call cost the run (the plugin times its own lseeks): the tracer's
+    # share of a test's traced duration is its calls times this.
+    traced_call_s: float | None = None
     wall_s: float | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None

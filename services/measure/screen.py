@@ -38,8 +38,10 @@ from typing import TypeVar
 from sqlalchemy.orm import Session
 
 from services.measure import budget, hostload, pytest_command
+from services.measure.drill import SurveyCensus
 from services.measure.executors.base import Executor, RunResult
-from services.measure.runs import run_once
+from services.measure.probes.census import CensusProbe
+from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import configuration_test, median_interval, pair_settled, rank_test
 from services.measure.survey import flagged_before, survey_tests, suspicion
@@ -71,11 +73,13 @@ def screen(
     progress: Progress = lambda message: None,
     checkpoint: Callable[[], None] = lambda: None,
     base: BaseSide | None = None,
+    census: SurveyCensus | None = None,
 ) -> None:
     """Run the timing screen for all of ``job``'s configurations, storing every run as it finishes.
 
     ``checkpoint`` is called after each stored run: the caller commits there, so a
     killed lagtrace loses at most the run in flight (and a cancelled job stops).
+    ``census`` traces the head's warm-up run of its configuration (a suite's survey).
     """
     active = list(job.configs)
     if job.screen_seed is None:
@@ -112,17 +116,30 @@ def screen(
         run_dir.mkdir()
         if on_base and base is not None:
             kind = {RunKind.warmup: RunKind.base_warmup, RunKind.focus: RunKind.base_focus}.get(kind, RunKind.base)
-        measured = run_once(
-            session,
-            base.executor if on_base and base is not None else executor,
-            job_config,
-            command=(base_command or on_base_whole) if on_base else (command or job.command),
-            workdir=base.workdir if on_base and base is not None else workdir,
-            run_dir=run_dir,
-            timeout_s=job.timeout_s,
-            kind=kind,
-            repetition=repetition,
-        )
+        traced = census.wrapping(job_config, run_dir) if census is not None and kind is RunKind.warmup else None
+
+        def run(wrapping: Wrapping | None = None) -> Measured:
+            return run_once(
+                session,
+                base.executor if on_base and base is not None else executor,
+                job_config,
+                command=(base_command or on_base_whole) if on_base else (command or job.command),
+                workdir=base.workdir if on_base and base is not None else workdir,
+                run_dir=run_dir,
+                timeout_s=job.timeout_s,
+                kind=kind,
+                repetition=repetition,
+                probe=CensusProbe.name if wrapping is not None else None,
+                wrapping=wrapping,
+            )
+
+        measured = run(traced)
+        if census is not None and traced is not None and not census.collect(job_config, measured):
+            # The tracer never ran the suite: the warm-up is taken again without it.
+            progress(f"{job_config.label}: the census's tracer ran nothing; the warm-up run again, untraced")
+            session.delete(measured.run)
+            session.flush()
+            measured = run()
         line = _progress_line(job_config, kind, repetition, repeat, measured.result, len(measured.cases))
         if kind in (RunKind.warmup, RunKind.base_warmup) and measured.result.timed_out:
             # Nothing warmed up: the command hangs here, and every further run would wait
@@ -154,7 +171,7 @@ def screen(
         active = [c for c in active if (c.label, False) not in hung]
         # A suite of real size: the warm-up round was its survey, and only the tests it
         # could not clear are rerun, together (services/measure/survey.py).
-        focus = survey(session, job, thresholds, progress, with_base=base is not None)
+        focus = survey(session, job, thresholds, progress, with_base=base is not None, census=census)
         if focus is not None and not focus.head:
             return
         command, base_command, kind = job.command, on_base_whole, RunKind.timing
@@ -236,14 +253,22 @@ class Focus:
 
 
 def survey(
-    session: Session, job: Job, thresholds: Thresholds, progress: Progress, with_base: bool = False
+    session: Session,
+    job: Job,
+    thresholds: Thresholds,
+    progress: Progress,
+    with_base: bool = False,
+    census: SurveyCensus | None = None,
 ) -> Focus | None:
     """The tests the focused screen reruns, with the head's warm-up round relabelled as the
     survey; None where the whole command is screened: not pytest, fewer than
     focus_min_tests tests, a run that failed as a whole, or nothing the survey could clear.
 
     With a pull request's base, its warm-up round is surveyed beside the head's, each side
-    a configuration of its own: a test that differs between base and head goes on too."""
+    a configuration of its own: a test that differs between base and head goes on too.
+    The run the ``census`` traced is judged less what its tracer added to each test; a
+    test whose tracer's share is too large to estimate closely (SurveyCensus.perturbed)
+    goes on as if the previous job had flagged it."""
     if not pytest_command.is_pytest(job.command):
         return None
     sides = [("", RunKind.warmup), *([(BASE_SIDE, RunKind.base_warmup)] if with_base else [])]
@@ -258,7 +283,9 @@ def survey(
     if len(tests) < thresholds.focus_min_tests:
         return None
     configs = [*job.configs, *(_as_base(config) for config in job.configs if with_base)]
-    scores = suspicion(found, configs, thresholds, job.stall_after_s, flagged_before(session, job))
+    flagged = flagged_before(session, job) | (census.perturbed() if census is not None else set())
+    tracer_s = census.tracer_s() if census is not None else {}
+    scores = suspicion(found, configs, thresholds, job.stall_after_s, flagged, tracer_s)
     if len(scores) >= len(survey_tests(found)):
         return None
     for run in head_runs.values():

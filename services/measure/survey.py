@@ -94,12 +94,15 @@ def suspicion(
     thresholds: Thresholds,
     stall_after_s: float | None = None,
     flagged: set[str] | frozenset[str] = frozenset(),
+    tracer_s: dict[str, dict[str, float]] | None = None,
 ) -> dict[str, float]:
     """The tests the survey cannot clear, in suite order, each with how suspicious it looks:
     CERTAIN for a failure, a missing result or a stall, else its slowest configuration over
     the time to beat (what a quota or lost cores explain), at least ``survey_ratio`` for a
-    test ``flagged`` by the previous job (flagged_before). A budget reruns the most
-    suspicious first."""
+    test ``flagged``: by the previous job (flagged_before), or slowed by the census's tracer
+    in the survey (drill.SurveyCensus.perturbed). A budget reruns the most suspicious first.
+    ``tracer_s``: per configuration label, what a tracer added to each test's duration
+    (the census's run), taken off before it is judged."""
     quotas = {config.label: config.cpus for config in configs if config.cpus is not None}
     pinned = {config.label: len(parse_cpulist(config.cpuset)) for config in configs if config.cpuset}
     durations: dict[str, dict[str, float]] = defaultdict(dict)
@@ -109,7 +112,8 @@ def suspicion(
             if result.outcome not in PASSED:
                 troubled.add(result.test_id)
             elif result.outcome == "passed":
-                durations[result.test_id][label] = result.duration_s
+                added = (tracer_s or {}).get(label, {}).get(result.test_id, 0.0)
+                durations[result.test_id][label] = max(0.0, result.duration_s - added)
     kept: dict[str, float] = {}
     shares = _cpu_shares(runs)
     for test_id in survey_tests(runs):

@@ -437,6 +437,8 @@ def test_a_census_of_a_surveyed_suite_names_the_test_that_polls_and_the_one_that
     report = result.report(out)
     assert report["survey"]["tests"] == 24
     [census] = [e for e in report["evidence"] if e["kind"] == "census"]
+    # The census rode on the survey's run (its tracer the only cost), not a run of its own.
+    assert not [run for run in report["evidence_runs"] if run["probe"] == "census"]
     counted = census["content"]["tests"]
     assert counted["test_hidden.py::test_polls"]["sleeps"] >= 300
     assert counted["test_hidden.py::test_reads_a_byte_at_a_time"]["reads"]["socket"]["reads"] == 30000

@@ -3,7 +3,8 @@
 A suite of real size is never traced whole with every probe (issue 23: each costs the
 suite's time again), yet a test that polls with 0.5 ms sleeps, or reads a socket a byte at
 a time, leaves no mark on the timing screen: it is neither slow nor CPU-sensitive. The
-census is one run of the whole suite under strace, tracing only sleeps and reads
+census is the survey's own run of the suite in one configuration (drill.SurveyCensus: a
+run of its own cost the suite's time again), under strace, tracing only sleeps and reads
 (``--seccomp-bpf`` leaves every other syscall untraced and free), with the test boundaries
 marked in the same trace: a small pytest plugin seeks a descriptor it opened on /dev/null to
 ``2 i + 1`` when test ``i`` starts and ``2 i + 2`` when it ends, an ``lseek`` line whose
@@ -37,6 +38,7 @@ TRACED = ("lseek", *SLEEPS, *READ_SYSCALLS)
 PLUGIN_SOURCE = '''"""lagtrace's census: each test's start and end marked in the strace of the run."""
 
 import os
+import time
 
 _ids = {}
 _fd = None
@@ -46,7 +48,14 @@ _names = None
 def pytest_configure(config):
     global _fd, _names
     _fd = os.open(os.devnull, os.O_RDONLY)
-    _names = open(os.environ["LAGTRACE_CENSUS_IDS"], "w", encoding="utf-8")
+    _names = open(os.environ["LAGTRACE_CENSUS_IDS"], "a", encoding="utf-8")
+    # What one traced call costs in this run: a test's traced duration, less its calls
+    # times this, is what it would have taken untraced.
+    start = time.perf_counter()
+    for _ in range(200):
+        os.lseek(_fd, 0, os.SEEK_SET)
+    _names.write(f"traced_call_s\\t{(time.perf_counter() - start) / 200}\\n")
+    _names.flush()
 
 
 def pytest_runtest_logstart(nodeid, location):
@@ -132,6 +141,26 @@ def read_names(path: Path) -> dict[int, str]:
     return names
 
 
+def traced_call_s(path: Path) -> float | None:
+    """What one traced call cost the run, as the plugin timed it (each pytest process
+    times its own: the largest is kept)."""
+    costs = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            key, _, value = line.partition("\t")
+            if key == "traced_call_s":
+                try:
+                    costs.append(float(value))
+                except ValueError:
+                    continue
+    return max(costs) if costs else None
+
+
+def calls(test: CensusTest) -> int:
+    """The traced calls of a test that cost it time: its sleeps and its reads."""
+    return test.sleeps + sum(row.reads for row in test.reads.values())
+
+
 def suspects(content: CensusContent, durations: dict[str, float], thresholds: Thresholds) -> list[str]:
     """The tests whose census looks like polling (sleeps at busy_polling's rate over the
     test's duration) or tiny reads (tiny_reads' count of reads at its median size)."""
@@ -184,6 +213,7 @@ class CensusProbe(ReadSizesProbe):
         content = CensusContent(
             tests={test_id: CensusTest.model_validate(row) for test_id, row in tests.items()},
             tests_seen=len(names),
+            traced_call_s=traced_call_s(self.context.run_dir / IDS_FILE),
             wall_s=result.wall_s,
             timed_out=result.timed_out,
             stopped_before_timeout=self.stopped_before_timeout,

@@ -64,3 +64,11 @@ def test_two_workers_running_tests_at_once_keep_their_calls_apart():
     tests = census.parse(XDIST_TRACE.splitlines(), {0: "a", 1: "b"})
     assert tests["a"] == {"sleeps": 1, "reads": {}}
     assert tests["b"] == {"sleeps": 1, "reads": {"socket": {"reads": 1, "median_bytes": 1}}}
+
+
+def test_the_run_s_cost_of_a_traced_call_is_what_its_plugin_timed_the_largest_of_its_processes(tmp_path):
+    ids = tmp_path / census.IDS_FILE
+    ids.write_text("traced_call_s\t0.00019\n0\tt.py::test_a\ntraced_call_s\t0.00021\ntraced_call_s\tjunk\n")
+    assert census.traced_call_s(ids) == 0.00021
+    assert census.read_names(ids) == {0: "t.py::test_a"}
+    assert census.traced_call_s(tmp_path / "missing.txt") is None

@@ -91,3 +91,16 @@ def test_a_test_the_previous_job_flagged_is_kept_even_when_its_runs_agree():
     scores = suspicion(runs, built.configs, LIMITS, flagged=flagged)
     assert scores == {"t.py::test_5": LIMITS.survey_ratio}  # a test no longer in the suite costs nothing
     assert suspicion(runs, built.configs, LIMITS) == {}
+
+
+def test_the_traced_run_is_judged_less_what_its_tracer_added():
+    # The census traced cpuset=0-1: test_5 read 400 times at 0.19 ms a call (0.076 s
+    # added), test_6 computes and is truly 3x slower there; test_7 truly 3x faster there,
+    # hidden by its 1,050 traced sleeps (0.2 s).
+    traced = {**HEALTHY, "t.py::test_5": 0.025 + 0.076, "t.py::test_6": 0.3, "t.py::test_7": 0.1 + 0.2}
+    plain = {**HEALTHY, "t.py::test_5": 0.025, "t.py::test_6": 0.1, "t.py::test_7": 0.3}
+    built, runs = surveyed({"cpuset=0": plain, "cpuset=0-1": traced})
+    assert candidates(runs, built.configs, LIMITS) == ["t.py::test_5", "t.py::test_6"]  # the tracer misleads
+    added = {"cpuset=0-1": {"t.py::test_5": 0.076, "t.py::test_7": 0.2}}
+    scores = suspicion(runs, built.configs, LIMITS, tracer_s=added)
+    assert list(scores) == ["t.py::test_6", "t.py::test_7"]
