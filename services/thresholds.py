@@ -50,6 +50,9 @@ class Thresholds(BaseModel):
     # screened: narrowing would save little.
     focus_min_tests: int = Field(20, ge=1)
     survey_ratio: float = Field(1.25, gt=1.0)
+    # After this many focused rounds, a kept test that every round cleared by the survey's
+    # own rule (and whose runs show no two modes) stops being rerun (0: never).
+    focus_futility_runs: int = Field(2, ge=0)
     # A job's time budget (issue 23) when none is given (`--budget`, budget_s): this many
     # times the wall time of its first run in the configuration with the most CPUs (a
     # surveyed suite's survey run there, else the command's warm-up), never below

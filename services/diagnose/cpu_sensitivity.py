@@ -140,27 +140,38 @@ def candidates(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> di
 
 def judge(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[FindingDraft]:
     family = candidates(samples, thresholds, seed)
-    discoveries = benjamini_hochberg({key: c.p_value for key, c in family.items()}, thresholds.cpu_sensitivity_fdr)
+    p_values = family_p_values(family, samples)
+    discoveries = benjamini_hochberg(p_values, thresholds.cpu_sensitivity_fdr)
     drafts = []
     for key, candidate in family.items():  # the command first, then tests in id order
         if key in discoveries:
-            draft = _finding(candidate, thresholds, len(family))
+            draft = _finding(candidate, thresholds, len(p_values))
             if draft:
                 drafts.append(draft)
     return drafts
+
+
+def family_p_values(family: dict[str, Candidate], samples: JobSamples) -> dict[str, float]:
+    """The false discovery rate's family: every series judged, and every test a stopping
+    rule cleared before it had the runs to be judged (``samples.cleared``, the focused
+    screen's futility stop) with p = 1. Clearing tests early must not make a discovery
+    easier among the rest: the family stays the size it would have had."""
+    p_values = {key: candidate.p_value for key, candidate in family.items()}
+    return {**{test_id: 1.0 for test_id in samples.cleared if test_id not in family}, **p_values}
 
 
 def undecided(samples: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[Candidate]:
     """Tests that look sensitive on their own (large enough, p under the rate) but are no
     discovery among all the tests judged: more runs would decide them."""
     family = candidates(samples, thresholds, seed)
-    discoveries = benjamini_hochberg({key: c.p_value for key, c in family.items()}, thresholds.cpu_sensitivity_fdr)
+    p_values = family_p_values(family, samples)
+    discoveries = benjamini_hochberg(p_values, thresholds.cpu_sensitivity_fdr)
     return [
         candidate
         for key, candidate in family.items()
         if key not in discoveries
         and candidate.p_value <= thresholds.cpu_sensitivity_fdr
-        and _finding(candidate, thresholds, len(family)) is not None
+        and _finding(candidate, thresholds, len(p_values)) is not None
     ]
 
 

@@ -39,6 +39,9 @@ class JobSamples:
     pinned: dict[str, int] = field(default_factory=dict)
     # configuration label -> CPU time (user + sys) of each run, aligned with ``wall``
     cpu: dict[str, list[float]] = field(default_factory=dict)
+    # Tests a stopping rule cleared before they had the runs to be judged (the focused
+    # screen's futility stop): in the false discovery rate's family with p = 1.
+    cleared: set[str] = field(default_factory=set)
     # The clocks' resolution: a duration below it is too fast to judge.
     wall_resolution_s: float = WALL_RESOLUTION_S
     test_resolution_s: float = JUNIT_RESOLUTION_S
@@ -120,4 +123,20 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
                     test_load[result.test_id][config.label].append(run.foreign_cpus or 0.0)
     samples.tests = {test_id: dict(per_config) for test_id, per_config in sorted(tests.items())}
     samples.test_load = {test_id: dict(per_config) for test_id, per_config in test_load.items()}
+    if kind is RunKind.timing:
+        samples.cleared = futility_cleared(job)
     return samples
+
+
+def futility_cleared(job: Job) -> set[str]:
+    """The tests the focused screen stopped rerunning (screen._futility_stop): in its
+    first round, absent from its last (each shard's rounds on their own)."""
+    rounds: dict[int | None, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind is RunKind.focus:
+                rounds[run.shard][run.repetition] |= {result.test_id for result in run.test_results}
+    cleared: set[str] = set()
+    for by_repetition in rounds.values():
+        cleared |= by_repetition[min(by_repetition)] - by_repetition[max(by_repetition)]
+    return cleared

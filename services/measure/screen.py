@@ -44,7 +44,7 @@ from services.measure.probes.census import CensusProbe
 from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import configuration_test, median_interval, pair_settled, rank_test
-from services.measure.survey import flagged_before, survey_tests, suspicion
+from services.measure.survey import CERTAIN, cleared_in_rounds, flagged_before, spread_out, survey_tests, suspicion
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -202,6 +202,14 @@ def screen(
                 unfocus(job)
                 focus, command, base_command, kind = None, job.command, on_base_whole, RunKind.timing
                 continue
+            if focus is not None and base is None and repetition == thresholds.focus_futility_runs:
+                # A pull request's tests are compared with the base, not cleared this way.
+                rest = _futility_stop(job, thresholds, focus, repetition, progress)
+                if not rest:
+                    break
+                if rest != focus.head:
+                    focus = Focus(rest, [], focus.sure)
+                    command = pytest_command.narrow_to_tests(job.command, rest, workdir, ceiling)
             labels = [c.label for c in active]
             samples = collect(job)
             if focus is not None:
@@ -229,6 +237,35 @@ def screen(
 _ON_BASE = {RunKind.focus: RunKind.base_focus, RunKind.timing: RunKind.base}
 
 
+def _futility_stop(job: Job, thresholds: Thresholds, focus: Focus, rounds: int, progress: Progress) -> list[str]:
+    """The focused tests that go on after ``rounds`` focused rounds: all but those each
+    round cleared by the survey's own rule (survey.cleared_in_rounds), which are noted."""
+    done = [
+        {
+            config.label: run
+            for config in job.configs
+            for run in config.runs
+            if run.kind is RunKind.focus and run.repetition == r
+        }
+        for r in range(1, rounds + 1)
+    ]
+    surveyed = {config.label: run for config in job.configs for run in config.runs if run.kind is RunKind.survey}
+    judged = [test for test in focus.head if test not in focus.sure]
+    cleared = set(cleared_in_rounds(done, list(job.configs), thresholds, judged, surveyed))
+    if not cleared:
+        return focus.head
+    rest = [test for test in focus.head if test not in cleared]
+    note = (
+        f"{len(cleared)} of the {len(focus.head)} tests the survey kept were cleared after {rounds} focused runs per "
+        f"configuration (none apart by {thresholds.survey_ratio:g}x in any run, none spread like two modes); "
+        f"{len(rest)} went on"
+    )
+    if note not in job.notes:
+        job.notes = [*job.notes, note]
+    progress(f"focused screen: {note}")
+    return rest
+
+
 def _round_cost(sides: list[tuple[JobConfig, bool]], kind: RunKind) -> float:
     """A round's predicted wall time: each side's last run of this kind, else its first run
     (the warm-up of a command screened whole; a focused screen's first round was planned
@@ -250,6 +287,9 @@ class Focus:
 
     head: list[str]
     base: list[str]
+    # Kept whatever its focused runs show: a failure, a missing result, a stall, a finding
+    # in the previous job, a duration the census's tracer made uncertain.
+    sure: frozenset[str] = frozenset()
 
 
 def survey(
@@ -302,7 +342,8 @@ def survey(
     )
     on_base = {r.test_id for label, run in found.items() if label.startswith(BASE_SIDE) for r in run.test_results}
     on_head = set(tests)
-    return Focus([test for test in kept if test in on_head], [test for test in kept if test in on_base])
+    sure = frozenset(test for test in kept if scores[test] == CERTAIN or test in flagged)
+    return Focus([test for test in kept if test in on_head], [test for test in kept if test in on_base], sure)
 
 
 def within_budget(job: Job, thresholds: Thresholds, runs: dict[str, Run], scores: dict[str, float]) -> list[str]:
@@ -447,7 +488,8 @@ def undecided(labels: list[str], samples: JobSamples, thresholds: Thresholds) ->
                 continue
             if decided is None:  # a discovery whatever the other series say
                 p_value = configuration_test(list(eligible.values()), rng)
-                decided = p_value <= thresholds.cpu_sensitivity_fdr / len(judged)
+                # Among every test judged, and those the futility stop cleared (p = 1).
+                decided = p_value <= thresholds.cpu_sensitivity_fdr / (len(judged) + len(samples.cleared))
             if not decided:
                 wanted |= {slow, fast}
     return [label for label in labels if label in wanted]
@@ -470,7 +512,7 @@ def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
             return False
         if statistics.median(mine) < resolution:
             continue
-        if _spread_out(mine, thresholds):
+        if spread_out(mine, thresholds):
             return False
         for other, values in per_config.items():
             if other == label or not values:
@@ -481,11 +523,6 @@ def _settled(label: str, samples: JobSamples, thresholds: Thresholds) -> bool:
             if not pair_settled(a, b, thresholds.cpu_sensitivity_ratio):
                 return False
     return True
-
-
-def _spread_out(values: list[float], thresholds: Thresholds) -> bool:
-    low, high = min(values), max(values)
-    return high >= thresholds.flaky_gap_ratio * low and high - low >= thresholds.flaky_min_spread_s
 
 
 def _progress_line(

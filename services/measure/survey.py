@@ -159,3 +159,40 @@ def _stretch(
             ratio = value / expected if expected > 0 else CERTAIN
             found = ratio if found is None else max(found, ratio)
     return found
+
+
+def cleared_in_rounds(
+    rounds: list[dict[str, Run]],
+    configs: list[JobConfig],
+    thresholds: Thresholds,
+    tests: list[str],
+    survey: dict[str, Run] | None = None,
+) -> list[str]:
+    """Of ``tests`` (kept by the survey), those that every focused round so far (``rounds``:
+    one narrowed run per configuration label each) clears by the survey's own rule, and
+    whose runs in no configuration (the ``survey``'s among them) lie as far apart as two
+    modes of one latency would (latency_flaky's gap). A test the survey kept on one noisy
+    run, then cleared twice, is noise: its further rounds would cost minutes of a suite of
+    real size and decide nothing."""
+    kept: set[str] = set()
+    values: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for runs in rounds:
+        kept |= set(suspicion(runs, configs, thresholds))
+        # A round that has no result of a test says nothing for it.
+        kept |= set(tests) - set(survey_tests(runs))
+    for runs in [*rounds, survey or {}]:
+        for label, run in runs.items():
+            for result in run.test_results:
+                if result.outcome == "passed":
+                    values[result.test_id][label].append(result.duration_s)
+    return [
+        test_id
+        for test_id in tests
+        if test_id not in kept and not any(spread_out(series, thresholds) for series in values[test_id].values())
+    ]
+
+
+def spread_out(values: list[float], thresholds: Thresholds) -> bool:
+    """Runs as far apart as two modes of one latency (latency_flaky's gap and spread)."""
+    low, high = min(values), max(values)
+    return high >= thresholds.flaky_gap_ratio * low and high - low >= thresholds.flaky_min_spread_s

@@ -28,9 +28,14 @@ from services.diagnose import cpu_sensitivity, latency_flaky
 from services.measure.pytest_command import JUNIT_RESOLUTION_S
 from services.measure.samples import JobSamples
 from services.measure.screen import round_order, still_active
+from services.measure.survey import cleared_in_rounds
+from services.models import JobConfig, Run, RunKind
 from services.thresholds import Thresholds
+from tests.unit.jobs import run as make_run
 
 CONFIGS = ["cpuset=0", "cpuset=0-1", "cpus=0.5"]
+# The configurations as the futility stop sees them: identical, so no quota explains anything.
+FOCUS_CONFIGS = [JobConfig(label=label, position=i) for i, label in enumerate(CONFIGS)]
 SLOW_CONFIG = "cpus=0.5"
 TESTS = 10
 STARTUP_S = 0.3  # pytest's own start-up, in the whole command's wall time
@@ -78,8 +83,12 @@ def simulate_job(
     slowdown: float = 1.0,
     measurable_first: bool = False,
     first: Callable[[random.Random, str, float], float] | None = None,
+    futility: int = 0,
 ) -> tuple[JobSamples, list[float]]:
     """One job's screen: interleaved rounds, warm-up discarded, early stopping as the screen does.
+
+    ``futility`` > 0: the focused screen's futility stop (services/measure/survey.py
+    cleared_in_rounds) after that many rounds: the tests it clears are not run again.
 
     ``slowdown`` multiplies test 0's latency in SLOW_CONFIG (1.0: identical configurations);
     ``measurable_first`` gives test 0 20-100 ms, so that the absolute floor, not the
@@ -108,12 +117,21 @@ def simulate_job(
 
     for label in round_order(order, active):
         one_run(label)  # the warm-up: drawn (it costs its randomness) and discarded
+    cleared: set[str] = set()
+    rounds: list[dict[str, Run]] = []
     for repetition in range(1, repeat + thresholds.undecided_extra_runs + 1):
+        this_round: dict[str, Run] = {}
         for label in round_order(order, active):
             wall, durations = one_run(label)
             samples.wall[label].append(wall)
-            for i, duration in enumerate(durations):
-                tests[f"t{i:02d}"][label].append(duration)
+            ran = {f"t{i:02d}": duration for i, duration in enumerate(durations) if f"t{i:02d}" not in cleared}
+            for test_id, duration in ran.items():
+                tests[test_id][label].append(duration)
+            this_round[label] = make_run(wall, user_s=wall, tests=ran, kind=RunKind.focus, repetition=repetition)
+        rounds.append(this_round)
+        if futility and repetition == futility:
+            cleared |= set(cleared_in_rounds(rounds, FOCUS_CONFIGS, thresholds, list(tests)))
+            samples.cleared = cleared
         active = still_active(active, samples, thresholds, repetition, repeat, CONFIGS)
         if not active:
             break
@@ -121,14 +139,14 @@ def simulate_job(
 
 
 def false_positive_rate(
-    noise: Noise, jobs: int, thresholds: Thresholds, repeat: int, seed: int
+    noise: Noise, jobs: int, thresholds: Thresholds, repeat: int, seed: int, futility: int = 0
 ) -> dict[str, float | int]:
     rng = random.Random(seed)
     false_tests = jobs_with_any = flaky = 0
     judged = 0
-    runs = 0
+    runs = test_runs = 0
     for job in range(jobs):
-        samples, _ = simulate_job(rng, noise, thresholds, repeat)
+        samples, _ = simulate_job(rng, noise, thresholds, repeat, futility=futility)
         drafts = cpu_sensitivity.judge(samples, thresholds, seed=job)
         judged += len(cpu_sensitivity.candidates(samples, thresholds, seed=job))
         hits = [d for d in drafts if d.test_id is not None]
@@ -136,24 +154,29 @@ def false_positive_rate(
         jobs_with_any += bool(drafts)
         flaky += sum(1 for d in latency_flaky.judge(samples, thresholds) if d.test_id is not None)
         runs += sum(len(v) for v in samples.wall.values())
+        test_runs += sum(len(values) for per_config in samples.tests.values() for values in per_config.values())
     return {
         "false_per_test": false_tests / (jobs * TESTS),
         "false_jobs": jobs_with_any / jobs,
         "judged_share": judged / (jobs * (TESTS + 1)),
         "flaky_per_test": flaky / (jobs * TESTS),
         "runs_per_config": runs / (jobs * len(CONFIGS)),
+        # What the tests cost: the futility stop reruns fewer of them.
+        "test_runs_per_config": test_runs / (jobs * TESTS * len(CONFIGS)),
     }
 
 
 def smallest_detected(
-    noise: Noise, jobs: int, thresholds: Thresholds, repeat: int, seed: int, power: float = 0.8
+    noise: Noise, jobs: int, thresholds: Thresholds, repeat: int, seed: int, power: float = 0.8, futility: int = 0
 ) -> float | None:
     """The smallest slowdown of test 0 (20-100 ms) in one configuration found in ``power`` of the jobs."""
     for factor in (1.5, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0):
         rng = random.Random(seed)
         found = 0
         for job in range(jobs):
-            samples, _ = simulate_job(rng, noise, thresholds, repeat, slowdown=factor, measurable_first=True)
+            samples, _ = simulate_job(
+                rng, noise, thresholds, repeat, slowdown=factor, measurable_first=True, futility=futility
+            )
             drafts = cpu_sensitivity.judge(samples, thresholds, seed=job)
             found += any(d.test_id == "t00" and d.config_label == SLOW_CONFIG for d in drafts)
         if found / jobs >= power:
@@ -192,11 +215,22 @@ def run(quick: bool = True, seed: int = 20261122) -> dict[str, object]:
     power_jobs = 200 if quick else 1000
     started = time.perf_counter()
     rows = []
+    # Each row without and with the focused screen's futility stop (survey.cleared_in_rounds).
+    stops = [0, thresholds.focus_futility_runs] if thresholds.focus_futility_runs else [0]
     for repeat in repeats:
         for noise in NOISES:
-            figures = false_positive_rate(noise, 1000, thresholds, repeat, seed)
-            smallest = smallest_detected(noise, power_jobs, thresholds, repeat, seed + 1)
-            rows.append({"noise": noise.name, "repeat": repeat, **figures, "smallest_slowdown_80": smallest})
+            for stop in stops:
+                figures = false_positive_rate(noise, 1000, thresholds, repeat, seed, futility=stop)
+                smallest = smallest_detected(noise, power_jobs, thresholds, repeat, seed + 1, futility=stop)
+                rows.append(
+                    {
+                        "noise": noise.name,
+                        "repeat": repeat,
+                        "futility": stop,
+                        **figures,
+                        "smallest_slowdown_80": smallest,
+                    }
+                )
     worst = max(row["false_per_test"] for row in rows)  # type: ignore[type-var]
     hidden = {
         extra: hidden_pair_found(
@@ -226,14 +260,14 @@ def _print(result: dict) -> None:
         f"cpu_sensitivity on {result['jobs']} simulated jobs x {result['tests_per_job']} tests, "
         f"3 identical configurations, FDR {result['fdr']:g}, JUnit resolution {result['resolution_s'] * 1000:g} ms"
     )
-    header = f"{'noise':28} {'repeat':>6} {'runs/cfg':>8} {'judged':>7} {'false/test':>10} {'false/job':>9} "
+    header = f"{'noise':28} {'repeat':>6} {'stop':>4} {'runs/cfg':>8} {'test runs':>9} {'judged':>7} {'false/test':>10} {'false/job':>9} "
     header += f"{'flaky/test':>10} {'80% power at':>12}"
     print(header)
     print("-" * len(header))
     for row in result["rows"]:
         smallest = f"{row['smallest_slowdown_80']:g}x" if row["smallest_slowdown_80"] else "> 10x"
         print(
-            f"{row['noise']:28} {row['repeat']:>6} {row['runs_per_config']:>8.2f} {row['judged_share']:>7.0%} "
+            f"{row['noise']:28} {row['repeat']:>6} {row['futility'] or '-':>4} {row['runs_per_config']:>8.2f} {row['test_runs_per_config']:>9.2f} {row['judged_share']:>7.0%} "
             f"{row['false_per_test']:>10.2%} {row['false_jobs']:>9.1%} {row['flaky_per_test']:>10.2%} {smallest:>12}"
         )
     for extra, figures in result["hidden_pair"].items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.measure.samples import collect
-from services.measure.survey import candidates, suspicion
+from services.measure.survey import candidates, cleared_in_rounds, suspicion
 from services.models import RunKind
 from services.thresholds import Thresholds
 from tests.unit.jobs import job, run
@@ -104,3 +104,28 @@ def test_the_traced_run_is_judged_less_what_its_tracer_added():
     added = {"cpuset=0-1": {"t.py::test_5": 0.076, "t.py::test_7": 0.2}}
     scores = suspicion(runs, built.configs, LIMITS, tracer_s=added)
     assert list(scores) == ["t.py::test_6", "t.py::test_7"]
+
+
+def test_focused_rounds_clear_what_each_of_them_clears_but_not_a_test_apart_once_nor_one_with_two_modes():
+    kept = ["t.py::test_1", "t.py::test_3", "t.py::test_8"]
+    first = {**HEALTHY, "t.py::test_3": 0.09, "t.py::test_8": 0.04}  # test_3 apart from cpuset=0 in round 1 only
+    built, round_1 = surveyed({"cpuset=0": {**HEALTHY, "t.py::test_8": 0.04}, "cpuset=0-1": first})
+    _, round_2 = surveyed(
+        {"cpuset=0": {**HEALTHY, "t.py::test_8": 0.4}, "cpuset=0-1": {**HEALTHY, "t.py::test_8": 0.4}}
+    )
+    assert cleared_in_rounds([round_1, round_2], built.configs, LIMITS, kept) == ["t.py::test_1"]
+    # A test missing from a configuration of a round, or from a whole round, is never cleared by it.
+    _, round_3 = surveyed(
+        {"cpuset=0": HEALTHY, "cpuset=0-1": {k: v for k, v in HEALTHY.items() if k != "t.py::test_1"}}
+    )
+    absent = [*kept, "t.py::test_99"]
+    assert cleared_in_rounds([round_1, round_3], built.configs, LIMITS, absent) == ["t.py::test_8"]
+
+
+def test_a_test_whose_survey_run_was_in_another_mode_is_not_cleared_by_its_focused_rounds():
+    built, survey = surveyed({"cpuset=0": {**HEALTHY, "t.py::test_8": 0.4}, "cpuset=0-1": HEALTHY})
+    _, round_1 = surveyed({"cpuset=0": HEALTHY, "cpuset=0-1": HEALTHY})
+    _, round_2 = surveyed({"cpuset=0": HEALTHY, "cpuset=0-1": HEALTHY})
+    kept = ["t.py::test_1", "t.py::test_8"]
+    assert cleared_in_rounds([round_1, round_2], built.configs, LIMITS, kept) == kept
+    assert cleared_in_rounds([round_1, round_2], built.configs, LIMITS, kept, survey) == ["t.py::test_1"]
