@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
 
-from services.accounts.users import session_is_current, visible_projects
+from services.accounts.users import session_is_current, user_with_projects, visible_projects
 from services.context import db
 from services.errors import NotFound
 from services.models import Finding, Job, Project, User
@@ -44,12 +44,15 @@ def load_user():
     """Before every dashboard request: CSRF, then the signed-in user (or off to sign in)."""
     check_csrf()
     user_id = session.get("user_id")
-    user = db().get(User, user_id) if user_id is not None else None
+    # The projects the user may see come with the user, in the same query (see projects()).
+    user, visible = user_with_projects(db(), user_id) if user_id is not None else (None, [])
     if user is not None and not session_is_current(user, session.get(SESSION_EPOCH)):
         # A cookie from before a sign-out: the browser may still hold it, or someone copied it.
         session.clear()
         user = None
     g.user = user
+    if user is not None:
+        g.projects = visible
     if user is None and request.endpoint not in PUBLIC_ENDPOINTS:
         return redirect(url_for("web.sign_in", next=request.full_path if request.query_string else request.path))
     return None
@@ -65,8 +68,8 @@ def start_session(user: User) -> None:
 
 
 def projects() -> list[Project]:
-    """The projects the user may see, by name: read once a request (the filters list them
-    and every query is narrowed to their ids)."""
+    """The projects the user may see, by name: read once a request, with the user
+    (load_user; the filters list them and every query is narrowed to their ids)."""
     if "projects" not in g:
         g.projects = visible_projects(db(), g.user)
     return g.projects

@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from services.errors import BadInput, NotFound, Unauthorized
 from services.jobs.lifecycle import get_or_create_project
@@ -82,7 +82,10 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("send Authorization: Bearer <token> (make one with `lagtrace token create --project P`)")
-    found = session.scalar(select(ApiToken).where(ApiToken.token_hash == _digest(token.strip())))
+    # With its project, in the same query: every API request reads both.
+    found = session.scalar(
+        select(ApiToken).options(joinedload(ApiToken.project)).where(ApiToken.token_hash == _digest(token.strip()))
+    )
     if found is None or found.revoked_at is not None:
         raise Unauthorized("unknown or revoked token")
     if found.expires_at is not None and _aware(found.expires_at) <= utcnow():

@@ -11,12 +11,12 @@ import hashlib
 import hmac
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import exists, or_, select
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput, NotFound, SignInFailed
 from services.jobs.lifecycle import get_or_create_project
-from services.models import Project, User, utcnow
+from services.models import Project, ProjectMember, User, utcnow
 
 # n=2**14, r=8: 16 MiB and roughly 50 ms per check; slow enough against guessing, quick
 # enough for a sign-in. The parameters are stored in the hash so they can be raised later.
@@ -94,6 +94,22 @@ def visible_projects(session: Session, user: User) -> list[Project]:
     if user.is_admin:
         return list(session.scalars(select(Project).order_by(Project.name)))
     return list(user.projects)
+
+
+def user_with_projects(session: Session, user_id: int) -> tuple[User | None, list[Project]]:
+    """The user and the projects they may see (visible_projects: every project for an
+    admin, their memberships otherwise, by name) in one query: every dashboard request
+    reads both, and each query costs a page more than its few rows."""
+    member = exists().where(ProjectMember.user_id == User.id, ProjectMember.project_id == Project.id)
+    rows = session.execute(
+        select(User, Project)
+        .outerjoin(Project, or_(User.is_admin, member))
+        .where(User.id == user_id)
+        .order_by(Project.name)
+    ).all()
+    if not rows:
+        return None, []
+    return rows[0][0], [project for _, project in rows if project is not None]
 
 
 def require_project(session: Session, user: User, project_id: int) -> Project:
