@@ -71,15 +71,10 @@ def create_job():
 def list_jobs():
     who = caller()
     params = query(JobListQuery)
-    jobs = submissions.list_jobs(
+    jobs = submissions.list_job_summaries(
         db(), who.project, status=params.status, limit=params.limit, before_id=params.before_id
     )
-    return jsonify(
-        {
-            "jobs": submissions.job_summaries(db(), jobs),
-            "next_before_id": jobs[-1].id if len(jobs) == params.limit else None,
-        }
-    )
+    return jsonify({"jobs": jobs, "next_before_id": jobs[-1]["id"] if len(jobs) == params.limit else None})
 
 
 @bp.get("/jobs/<int:job_id>")

@@ -298,30 +298,52 @@ def get_job(session: Session, project: Project, job_id: int) -> Job:
     return job
 
 
-def list_jobs(
+# What a job's summary shows of its row: the API's job list reads these columns, not
+# whole jobs (with their configurations and project) as objects.
+SUMMARY_COLUMNS = (
+    Job.id,
+    Job.parent_id,
+    Job.status,
+    Job.source,
+    Job.trigger,
+    Job.command,
+    Job.executor,
+    Job.repeat,
+    Job.timeout_s,
+    Job.probes,
+    Job.stall_after_s,
+    Job.budget_s,
+    Job.error,
+    Job.created_at,
+    Job.started_at,
+    Job.finished_at,
+)
+
+
+def list_job_summaries(
     session: Session, project: Project, *, status: str | None, limit: int, before_id: int | None
-) -> list[Job]:
-    # job_summary reads each job's configurations, project and source: load them for the
-    # whole page in three queries, not three per job.
-    query = (
-        select(Job)
-        .where(Job.project_id == project.id)
-        .options(selectinload(Job.configs), selectinload(Job.project))
-        .order_by(Job.id.desc())
-        .limit(limit)
-    )
+) -> list[dict[str, Any]]:
+    """A page of the project's jobs, newest first, each as job_summary shows it: their
+    columns, configurations' labels and sources in three queries, no job object."""
+    query = select(*SUMMARY_COLUMNS).where(Job.project_id == project.id).order_by(Job.id.desc()).limit(limit)
     if status:
         query = query.where(Job.status == JobStatus(status))
     if before_id:
         query = query.where(Job.id < before_id)
-    return list(session.scalars(query))
-
-
-def job_summaries(session: Session, jobs: list[Job]) -> list[dict[str, Any]]:
-    """job_summary of each job, their sources read in one query (most jobs have none)."""
-    ids = [job.id for job in jobs]
-    sources = {s.job_id: s for s in session.scalars(select(JobSource).where(JobSource.job_id.in_(ids)))} if ids else {}
-    return [job_summary(session, job, sources) for job in jobs]
+    rows = session.execute(query).all()
+    if not rows:
+        return []
+    ids = [row.id for row in rows]
+    labels: dict[int, list[str]] = {job_id: [] for job_id in ids}
+    for job_id, label in session.execute(
+        select(JobConfig.job_id, JobConfig.label)
+        .where(JobConfig.job_id.in_(ids))
+        .order_by(JobConfig.job_id, JobConfig.position)
+    ):
+        labels[job_id].append(label)
+    # Most jobs have no source row.
+    sources = {s.job_id: s for s in session.scalars(select(JobSource).where(JobSource.job_id.in_(ids)))}
+    return [_summary(row, project.name, labels[row.id], sources.get(row.id)) for row in rows]
 
 
 def progress(session: Session, job: Job) -> dict[str, Any]:
@@ -368,12 +390,15 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
     }
 
 
-def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None = None) -> dict[str, Any]:
-    """``sources``: the job's source among those read already (job_summaries)."""
-    source = sources.get(job.id) if sources is not None else session.get(JobSource, job.id)
+def job_summary(session: Session, job: Job) -> dict[str, Any]:
+    return _summary(job, job.project.name, [c.label for c in job.configs], session.get(JobSource, job.id))
+
+
+def _summary(job: Any, project: str, configs: list[str], source: JobSource | None) -> dict[str, Any]:
+    """``job``: a Job, or a row of its SUMMARY_COLUMNS (list_job_summaries)."""
     return {
         "id": job.id,
-        "project": job.project.name,
+        "project": project,
         "status": job.status.value,
         "source": job.source,
         "parent_id": job.parent_id,
@@ -381,7 +406,7 @@ def job_summary(session: Session, job: Job, sources: dict[int, JobSource] | None
         "executor": job.executor,
         "repeat": job.repeat,
         "timeout_s": job.timeout_s,
-        "configs": [c.label for c in job.configs],
+        "configs": configs,
         "error": job.error,
         "created_at": job.created_at.isoformat(),
         "started_at": job.started_at.isoformat() if job.started_at else None,
