@@ -405,7 +405,7 @@ def job(job_id: int):
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
         "job.html",
-        busy=story.busy_machine(found),
+        busy=story.busy_machine(found, session=db()),
         job=found,
         detail=detail,
         report=report,

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from services.diagnose import change_points
@@ -347,11 +347,19 @@ def list_job_summaries(
 
 
 def progress(session: Session, job: Job) -> dict[str, Any]:
-    # One screen step measures every configuration: its state and worker are theirs.
-    screen = session.scalar(
-        select(JobTask).where(JobTask.job_id == job.id, JobTask.step == SCREEN).order_by(JobTask.id.desc()).limit(1)
-    )
-    prepare = session.scalar(select(JobTask.state).where(JobTask.job_id == job.id, JobTask.name == PREPARE))
+    # One screen step measures every configuration: its state and worker (the newest's)
+    # are theirs; and the prepare step's state. Both in one query.
+    screen: JobTask | None = None
+    prepare: TaskState | None = None
+    for task in session.scalars(
+        select(JobTask)
+        .where(JobTask.job_id == job.id, or_(JobTask.step == SCREEN, JobTask.name == PREPARE))
+        .order_by(JobTask.id)
+    ):
+        if task.step == SCREEN:
+            screen = task
+        if task.name == PREPARE:
+            prepare = task.state
     done_runs = dict(
         session.execute(
             select(Run.config_id, func.count())

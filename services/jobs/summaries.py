@@ -25,6 +25,7 @@ from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
     CatalogueEntry,
+    Finding,
     Job,
     JobConfig,
     JobReport,
@@ -135,7 +136,7 @@ def stored_report(session: Session, job: Job, *, page: bool = False) -> dict[str
     report = session.scalar(select(column).where(JobReport.job_id == job.id))
     if report is None:
         return None
-    states = {finding.id: finding.status.value for finding in job.findings}
+    states = _finding_states(session, job)
     for finding in report["findings"]:
         finding["status"] = states.get(finding["id"], finding["status"])
     return report
@@ -151,7 +152,15 @@ def stored_report_text(session: Session, job: Job) -> str | None:
     if row is None:
         return None
     text, states = row
-    return text if states == {str(f.id): f.status.value for f in job.findings} else None
+    return text if states == {str(key): value for key, value in _finding_states(session, job).items()} else None
+
+
+def _finding_states(session: Session, job: Job) -> dict[int, str]:
+    """Each of the job's findings' triage state now, read as two columns, not as findings."""
+    return {
+        key: status.value
+        for key, status in session.execute(select(Finding.id, Finding.status).where(Finding.job_id == job.id))
+    }
 
 
 # --- the test catalogue ----------------------------------------------------------------
