@@ -472,12 +472,15 @@ def job_detail(
     ``with_report`` False: without the "report" key (the caller adds the stored one)."""
     detail = {**job_summary(session, job), "progress": progress(session, job), "report": None, "comparison": None}
     if job.status in FINISHED:
-        # The comparison with the parent reads the configurations and findings: the digest has them.
-        report = finished_report(session, job, thresholds, page=page or not with_report)
-        detail["report"] = report
         parent = session.get(Job, job.parent_id) if job.parent_id else None
-        if parent is not None and parent.status is JobStatus.done:
-            detail["comparison"] = compare_reports(finished_report(session, parent, thresholds, page=True), report)
+        compared = parent is not None and parent.status is JobStatus.done
+        # Without the report, it is read only for the comparison with the parent, which
+        # reads the configurations and findings: the digest has them.
+        if with_report or compared:
+            report = finished_report(session, job, thresholds, page=page or not with_report)
+            detail["report"] = report
+            if parent is not None and compared:
+                detail["comparison"] = compare_reports(finished_report(session, parent, thresholds, page=True), report)
     if not with_report:
         del detail["report"]
     return detail
