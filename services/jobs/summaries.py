@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -142,17 +143,50 @@ def stored_report(session: Session, job: Job, *, page: bool = False) -> dict[str
     return report
 
 
+# Stored reports as text, kept by each serving process (stored_report_text): a 5,000-test
+# suite's is 1.4 MB, which cost the database 6 ms a request to read out. At most this
+# many bytes, the least recently served dropped first.
+REPORT_TEXT_CACHE_BYTES = 64 * 1024 * 1024
+_report_texts: OrderedDict[tuple[str, int], tuple[dt.datetime, str]] = OrderedDict()
+_report_texts_lock = threading.Lock()
+
+
 def stored_report_text(session: Session, job: Job) -> str | None:
     """The stored report as JSON text, unparsed (a 5,000-test suite's is a megabyte: parsing
     and serialising it again cost 60 ms a request), if no finding's triage state changed
-    since it was stored; None otherwise (``stored_report`` then reads it with the states now)."""
+    since it was stored; None otherwise (``stored_report`` then reads it with the states now).
+
+    The text is kept per process under the job and when it was stored: a report stored
+    again (store_report: a later job's change point added a finding) has another
+    ``built_at``, and is read again."""
     row = session.execute(
-        select(cast(JobReport.report, Text), JobReport.finding_states).where(JobReport.job_id == job.id)
+        select(JobReport.built_at, JobReport.finding_states).where(JobReport.job_id == job.id)
     ).one_or_none()
     if row is None:
         return None
-    text, states = row
-    return text if states == {str(key): value for key, value in _finding_states(session, job).items()} else None
+    built_at, states = row
+    if states != {str(key): value for key, value in _finding_states(session, job).items()}:
+        return None
+    key = (repr(session.get_bind().engine.url), job.id)
+    with _report_texts_lock:
+        kept = _report_texts.get(key)
+        if kept is not None and kept[0] == built_at:
+            _report_texts.move_to_end(key)
+            return kept[1]
+    text = session.scalar(
+        select(cast(JobReport.report, Text)).where(JobReport.job_id == job.id, JobReport.built_at == built_at)
+    )
+    if text is None:  # stored again since the first read: the caller reads it as it is now
+        return None
+    if len(text) <= REPORT_TEXT_CACHE_BYTES // 4:
+        with _report_texts_lock:
+            _report_texts[key] = (built_at, text)
+            _report_texts.move_to_end(key)
+            held = sum(len(kept_text) for _, kept_text in _report_texts.values())
+            while held > REPORT_TEXT_CACHE_BYTES and len(_report_texts) > 1:
+                _, (_, dropped) = _report_texts.popitem(last=False)
+                held -= len(dropped)
+    return text
 
 
 def _finding_states(session: Session, job: Job) -> dict[int, str]:
