@@ -139,6 +139,7 @@ def catalogue(
     jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     latest: dict[tuple[int, str], dict[str, Any]] = defaultdict(dict)
     # Every entry of the page's tests the filters keep (columns, not objects): a row sums them.
+    tests = sorted({t for _, t in rows})
     for entry in session.execute(
         select(
             CatalogueEntry.project_id,
@@ -153,7 +154,8 @@ def catalogue(
             CatalogueEntry.last_seen_at,
         ).where(
             CatalogueEntry.project_id.in_({p for p, _ in rows}),
-            CatalogueEntry.test_id.in_(sorted({t for _, t in rows})),
+            CatalogueEntry.test_id.in_(tests),
+            *_between(session, CatalogueEntry.test_id, tests),
             *conditions[1:],
         )
     ):
@@ -180,6 +182,20 @@ def catalogue(
         row.branches.sort()
     _attach_findings(session, rows)
     return list(rows.values()), more
+
+
+def _between(session: Session, column: Any, values: list[str]) -> list[ColumnElement[bool]]:
+    """``column`` between the least and the greatest of ``values`` (as the database orders
+    text, which need not be Python's order), implied by ``column IN values`` and said for the
+    planner: the page's tests are mostly neighbours by name (one job's), and only with the
+    range does PostgreSQL read their entries through the index on (project, test) rather
+    than every entry (its estimates for the two were within 1 %; 0.3 ms against 1.2-3 ms)."""
+    least, greatest = (
+        (func.least, func.greatest) if session.get_bind().dialect.name == "postgresql" else (func.min, func.max)
+    )
+    if len(values) < 2:
+        return []
+    return [column >= least(*values), column <= greatest(*values)]
 
 
 def _page_tests(
