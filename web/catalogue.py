@@ -114,8 +114,10 @@ def catalogue(
     search: str | None = None,
     page: int = 0,
     per_page: int = PER_PAGE,
+    names: dict[int, str] | None = None,
 ) -> tuple[list[CatalogueRow], bool]:
-    """One page of tests, most recently run first; and whether there is a next page."""
+    """One page of tests, most recently run first; and whether there is a next page.
+    ``names``: the projects' names by id where the caller has them (read otherwise)."""
     visible = project_ids if project_id is None else [p for p in project_ids if p == project_id]
     conditions: list[ColumnElement[bool]] = [CatalogueEntry.project_id.in_(visible)]
     if branch is not None:
@@ -134,7 +136,10 @@ def catalogue(
     keys = keys[page * per_page : (page + 1) * per_page]
     if not keys:
         return [], False
-    names = dict(session.execute(select(Project.id, Project.name).where(Project.id.in_({p for p, _ in keys}))).all())
+    if names is None or any(p not in names for p, _ in keys):
+        names = dict(
+            session.execute(select(Project.id, Project.name).where(Project.id.in_({p for p, _ in keys}))).all()
+        )
     rows = {(p, t): CatalogueRow(p, names[p], t) for p, t in keys}
     jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     latest: dict[tuple[int, str], dict[str, Any]] = defaultdict(dict)

@@ -511,7 +511,8 @@ def tests():
         "search": request.args.get("q", "").strip()[:200] or None,
     }
     page = _int_arg("page") or 0
-    rows, more = catalogue.catalogue(db(), ids, page=page, **filters)
+    names = {project.id: project.name for project in auth.projects()}
+    rows, more = catalogue.catalogue(db(), ids, page=page, names=names, **filters)
     return render_template(
         "tests.html",
         rows=rows,
