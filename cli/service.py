@@ -90,6 +90,12 @@ def serve(settings: Settings, host: str, port: int, threads: int, processes: int
     _supervise(wanted, lambda: _serve_one(settings, threads, sockets=[listener]))
 
 
+# A response up to this size is sent from memory; waitress's default (1 MB) wrote a larger
+# one to a temporary file first and read it back: a 5,000-test suite's stored report (1.4
+# MB, served as it is by the API) went through the disk on every request.
+OUTBUF_IN_MEMORY = 8 * 1024 * 1024
+
+
 def _serve_one(settings: Settings, threads: int, **where: object) -> None:
     import waitress
 
@@ -120,7 +126,7 @@ def _serve_one(settings: Settings, threads: int, **where: object) -> None:
         log.info("no LAGTRACE_BROKER_URL: jobs run in this process, one at a time")
     app = create_app(settings, dispatcher, engine)
     try:
-        waitress.serve(app, threads=threads, ident="lagtrace", **where)
+        waitress.serve(app, threads=threads, ident="lagtrace", outbuf_overflow=OUTBUF_IN_MEMORY, **where)
     finally:
         stop.set()
         if embedded is not None:
