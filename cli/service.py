@@ -34,8 +34,8 @@ log = logging.getLogger("lagtrace.serve")
 T = TypeVar("T")
 
 
-def _current_engine(settings: Settings) -> Engine:
-    engine = make_engine(settings)
+def _current_engine(settings: Settings, pool_size: int | None = None) -> Engine:
+    engine = make_engine(settings, pool_size=pool_size)
     try:
         migrate.ensure_current(settings, engine)
     except migrate.SchemaNotCurrent as exc:
@@ -101,7 +101,10 @@ def _serve_one(settings: Settings, threads: int, **where: object) -> None:
 
     from cli.wsgi import create_app
 
-    engine = _current_engine(settings)
+    # A connection kept for each request thread (and the embedded job and reconciler
+    # threads): with SQLAlchemy's default of 5 for 8 threads, a busy process opened and
+    # closed connections (a PostgreSQL backend each, its prepared statements lost).
+    engine = _current_engine(settings, pool_size=threads + 2)
     stop = threading.Event()
     embedded: InProcessDispatcher | None = None
     if settings.broker_url:

@@ -11,7 +11,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.settings import Settings
 
 
-def make_engine(settings: Settings) -> Engine:
+def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
+    """``pool_size``: the connections kept open (SQLAlchemy's default, 5, when None); a
+    process that runs more threads at once than it keeps connections opens and closes a
+    connection for every request beyond them (`lagtrace serve` keeps one a thread)."""
     url = settings.database_url
     if url.startswith("postgresql://"):
         # psycopg 3 is the driver we test against; accept the plain URL people paste.
@@ -21,7 +24,8 @@ def make_engine(settings: Settings) -> Engine:
     # A server that went away fails a connection attempt in seconds rather than the
     # kernel's minutes, so a step or request notices the outage and says so.
     connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
-    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    pooled = {"pool_size": pool_size} if pool_size is not None else {}
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **pooled)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
