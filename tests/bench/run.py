@@ -53,7 +53,8 @@ def _from_false_positives(result: dict) -> list[Figure]:
         smallest = row["smallest_slowdown_80"]
         figures.append(
             Figure(
-                f"smallest slowdown found, 80 % power: {row['noise']}, repeat {row['repeat']}",
+                f"smallest slowdown found, 80 % power: {row['noise']}, repeat {row['repeat']}"
+                + (f", futility stop after {row['futility']}" if row.get("futility") else ""),
                 smallest if smallest is not None else math.inf,
                 "x",
                 note="> 10x" if smallest is None else "",
