@@ -359,11 +359,11 @@ class SurveyCensus:
         draft.content.probe = CensusProbe.name
         counted = draft.content if isinstance(draft.content, CensusContent) and draft.content.ok else None
         if counted is not None:
+            self.counted = counted
             # A test's rate of sleeps is judged over what it would have taken untraced.
-            cost = counted.traced_call_s or 0.0
-            traced = counted.tests or {}
+            added = self.tracer_s().get(job_config.label, {})
             durations = {
-                case.test_id: case.duration_s - (calls(traced[case.test_id]) * cost if case.test_id in traced else 0.0)
+                case.test_id: case.duration_s - added.get(case.test_id, 0.0)
                 for case in measured.cases
                 if case.outcome == "passed"
             }
@@ -372,7 +372,6 @@ class SurveyCensus:
         if counted is None:
             self.progress(f"census in {job_config.label}: {draft.content.reason}")
             return True
-        self.counted = counted
         found = counted.suspects or []
         self.progress(
             f"census in {job_config.label} (its survey run, traced): {counted.tests_seen or 0} tests; "
