@@ -43,8 +43,7 @@ from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
-from services.measure.drill import NO_TARGETS, SurveyCensus, Target, drill, parse_evidence
-from services.measure.evidence import EvidenceKind
+from services.measure.drill import NO_TARGETS, SurveyCensus, Target, drill, parse_evidence, survey_census
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
 from services.measure.samples import surveyed
@@ -53,7 +52,6 @@ from services.measure.shards import on_worker_cpus
 from services.measure.stats import Summary, median_interval
 from services.models import (
     COMMAND_KINDS,
-    Evidence,
     Job,
     JobSource,
     JobStatus,
@@ -274,16 +272,6 @@ def drill_targets(
 def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:
     """A test the survey cleared: its one duration per configuration."""
     return {label: median_interval(values) for label, values in surveyed(job).get(test_id, {}).items()}
-
-
-def survey_census(job: Job) -> list[Evidence]:
-    """The census evidence the survey took (drill.SurveyCensus): one per traced survey run,
-    so one per shard of a suite screened in shards, each on its shard's node."""
-    return [
-        evidence
-        for evidence in job.evidence
-        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.kind is RunKind.survey
-    ]
 
 
 def census_suspects(job: Job) -> list[str]:

@@ -23,7 +23,16 @@ from sqlalchemy.orm import Session
 from services.errors import BadInput
 from services.measure import budget, pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
-from services.measure.evidence import CensusContent, EvidenceRunTiming, GilSamples, StallAttempt, StallContent, dump
+from services.measure.evidence import (
+    CensusContent,
+    EvidenceKind,
+    EvidenceRunTiming,
+    GilSamples,
+    PySpyRecordContent,
+    StallAttempt,
+    StallContent,
+    dump,
+)
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
@@ -100,6 +109,9 @@ def drill(
     # Probes the budget left out, per target and configuration (the most severe targets
     # come first, so what is left out is the least severe).
     left_out: dict[str, list[str]] = {}
+    # Probes whose run would add nothing a rule reads, given what the job already holds:
+    # why -> where (by default only: probes named by the user all run).
+    needless: dict[str, list[str]] = {}
     try:
         for target in chosen:
             slow_label, fast_label = target.pair()
@@ -122,6 +134,10 @@ def drill(
                     deadline = min(stall, FAST_SNAPSHOT_FRACTION * target.summaries[label].median)
                     comparison = True
                 for name in names:
+                    reason = None if probes is not None else _needless(job, by_label[label], target, name)
+                    if reason is not None:
+                        needless.setdefault(f"{name}: {reason}", []).append(where)
+                        continue
                     estimate = _estimate_s(job, by_label[label], target, name)
                     if not budget.fits(job, thresholds, estimate):
                         left_out.setdefault(where, []).append(name)
@@ -137,12 +153,85 @@ def drill(
                     shutil.rmtree(run_dir, ignore_errors=True)  # cores are large
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if needless:
+        job.notes = [
+            *job.notes,
+            *(f"not drilled, {why} ({', '.join(wheres)})" for why, wheres in needless.items()),
+        ]
+        progress(f"drill: {sum(map(len, needless.values()))} evidence runs not needed ({'; '.join(needless)})")
     if left_out:
         budget.leave_out(
             job, thresholds, budget.DRILL, [f"{where}: {', '.join(probes)}" for where, probes in left_out.items()]
         )
         progress(f"budget: {sum(map(len, left_out.values()))} evidence runs left out ({', '.join(left_out)})")
     return count
+
+
+def _needless(job: Job, job_config: JobConfig, target: Target, name: str) -> str | None:
+    """Why a test's evidence run of this probe would add nothing any rule reads, given the
+    evidence the job already holds (None: it may). A suite's tests are drilled one by
+    one, each probe in two configurations: a run that adds nothing costs the test's time
+    again (its slow side: seconds). The whole command, drilled once, gets every probe."""
+    if target.test_id is None:
+        return None
+    if name == "imports":
+        # -X importtime is read for the whole command's start-up (slow_startup) only.
+        return "start-up is the whole command's, not a test's"
+    if name == "reads" and _census_cleared_reads(job, target.test_id):
+        # The census traced the same read syscalls during the test itself, sizes
+        # included, and judged them by tiny_reads' own count and size.
+        return "the survey's census traced the test's reads and found none tiny"
+    drilled = [
+        evidence
+        for evidence in job.evidence
+        if evidence.config is job_config
+        and evidence.test_id == target.test_id
+        and evidence.run is not None
+        and evidence.run.kind is RunKind.evidence
+        and evidence.parsed.ok
+    ]
+    if name == "faulthandler" and any(
+        evidence.kind in (EvidenceKind.pyspy_dump, EvidenceKind.gdb)
+        and evidence.run is not None
+        and evidence.run.probe == "core"
+        for evidence in drilled
+    ):
+        # faulthandler is the snapshot that needs no ptrace: the core probe's snapshot at
+        # the same deadline already holds every thread's Python stack.
+        return "the core probe's snapshot holds the Python stacks"
+    if name == "asyncio_loop":
+        profiles = [e.parsed for e in drilled if e.kind == EvidenceKind.pyspy]
+        if any(isinstance(p, PySpyRecordContent) and p.event_loop is False for p in profiles):
+            # A blocked callback of 20 ms or more is two samples or more at 100 Hz, each
+            # with the loop's _run_once on its stack.
+            return "py-spy sampled no asyncio event loop"
+    return None
+
+
+def survey_census(job: Job) -> list[Evidence]:
+    """The census evidence the survey took (SurveyCensus): one per traced survey run, so
+    one per shard of a suite screened in shards, each on its shard's node."""
+    return [
+        evidence
+        for evidence in job.evidence
+        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.kind is RunKind.survey
+    ]
+
+
+def _census_cleared_reads(job: Job, test_id: str) -> bool:
+    """Whether the survey's census (every shard's) ran to its end and did not suspect the test."""
+    contents = [evidence.parsed for evidence in survey_census(job)]
+    complete = [
+        content
+        for content in contents
+        if isinstance(content, CensusContent)
+        and content.ok
+        and not content.timed_out
+        and not content.stopped_before_timeout
+    ]
+    if not complete or len(complete) != len(contents):
+        return False
+    return not any(test_id in (content.suspects or []) for content in complete)
 
 
 # An evidence run's start-up beside its test, until one of the target's runs says better.

@@ -152,6 +152,9 @@ class PySpyRecordContent(EvidenceContent):
     threads: list[ProfiledThread] | None = None
     # The busiest threads' functions (hot_path reads these).
     functions: list[ThreadFunctions] | None = None
+    # Some sampled stack was inside an asyncio event loop's iteration (the drill runs the
+    # asyncio_loop probe only where one ran); None: profiles stored before this was read.
+    event_loop: bool | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
 

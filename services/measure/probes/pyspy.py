@@ -84,6 +84,7 @@ class PySpyRecordProbe(TracerProbe):
                         "samples": root.samples,
                         "threads": summarize_threads(profile),
                         "functions": summarize_functions(profile),
+                        "event_loop": ran_event_loop(profile),
                         "timed_out": result.timed_out,
                         "stopped_before_timeout": self.stopped_before_timeout,
                     }
@@ -94,6 +95,19 @@ class PySpyRecordProbe(TracerProbe):
                 ],
             )
         ]
+
+
+def ran_event_loop(profile: dict) -> bool:
+    """Whether any sample was taken inside an asyncio event loop's iteration: a loop thread
+    waiting in its selector and one running a callback both have ``_run_once`` of
+    asyncio's base_events.py on their stack."""
+    loop_frames = {
+        index
+        for index, frame in enumerate(profile["shared"]["frames"])
+        if frame.get("name", "").rsplit(".", 1)[-1] == "_run_once"
+        and frame.get("file", "").replace("\\", "/").endswith("asyncio/base_events.py")
+    }
+    return any(loop_frames.intersection(stack) for thread in profile["profiles"] for stack in thread["samples"])
 
 
 def summarize_threads(profile: dict) -> list[dict]:
