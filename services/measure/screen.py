@@ -44,7 +44,15 @@ from services.measure.probes.census import CensusProbe
 from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.samples import JobSamples, collect
 from services.measure.stats import configuration_test, median_interval, pair_settled, rank_test
-from services.measure.survey import CERTAIN, cleared_in_rounds, flagged_before, spread_out, survey_tests, suspicion
+from services.measure.survey import (
+    CERTAIN,
+    cleared_in_rounds,
+    flagged_before,
+    spread_out,
+    spread_since,
+    survey_tests,
+    suspicion,
+)
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -323,7 +331,11 @@ def survey(
     if len(tests) < thresholds.focus_min_tests:
         return None
     configs = [*job.configs, *(_as_base(config) for config in job.configs if with_base)]
-    flagged = flagged_before(session, job) | (census.perturbed() if census is not None else set())
+    flagged = (
+        flagged_before(session, job)
+        | spread_since(session, job, head_runs, thresholds)
+        | (census.perturbed() if census is not None else set())
+    )
     tracer_s = census.tracer_s() if census is not None else {}
     scores = suspicion(found, configs, thresholds, job.stall_after_s, flagged, tracer_s)
     if len(scores) >= len(survey_tests(found)):

@@ -16,7 +16,9 @@ to the focused screen when that round shows what a finding would need:
 - a run at or past ``--stall-after``;
 - a finding in the project's previous job of the same command: one run per configuration
   clears a test that is slow in half its runs a quarter of the time (all three runs in
-  its fast mode), and a finding once made is worth its reruns until it is gone.
+  one mode), and a finding once made is worth its reruns until it is gone;
+- a duration as far from the previous job's survey of it as two modes (``spread_since``):
+  a bimodal test that one survey missed is kept by the next one 7 times in 8.
 
 ``survey_ratio`` is well below ``cpu_sensitivity_ratio``: one run per configuration is
 noisy, and a test sent on needlessly costs a few reruns, while a test cleared wrongly is
@@ -35,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.configs import parse_cpulist
-from services.models import Finding, Job, JobConfig, JobStatus, Run
+from services.models import Finding, Job, JobConfig, JobStatus, Run, RunKind, TestResult
 from services.thresholds import Thresholds
 
 PASSED = ("passed", "skipped")
@@ -73,6 +75,34 @@ def flagged_before(session: Session, job: Job) -> set[str]:
         return set()
     found = session.scalars(select(Finding.test_id).where(Finding.job_id == previous.id, Finding.test_id.is_not(None)))
     return {test_id for test_id in found if test_id}
+
+
+def spread_since(session: Session, job: Job, runs: dict[str, Run], thresholds: Thresholds) -> set[str]:
+    """The tests whose survey duration in a configuration, beside their survey durations in
+    the previous job of the same command, lie as far apart as two modes of one latency
+    (``spread_out``). A test slow in half its runs escapes one survey a quarter of the
+    time (its three runs in one mode); with the previous survey's three beside them, one
+    time in 32. Surveys only: a narrowed rerun pays its session's set-up in other tests."""
+    previous = previous_job(session, job)
+    if previous is None:
+        return set()
+    rows = session.execute(
+        select(TestResult.test_id, JobConfig.label, TestResult.duration_s)
+        .join(Run, TestResult.run_id == Run.id)
+        .join(JobConfig, Run.config_id == JobConfig.id)
+        .where(JobConfig.job_id == previous.id, Run.kind == RunKind.survey, TestResult.outcome == "passed")
+    ).all()
+    before: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for test_id, label, duration in rows:
+        before[(test_id, label)].append(duration)
+    return {
+        result.test_id
+        for label, run in runs.items()
+        for result in run.test_results
+        if result.outcome == "passed"
+        and (result.test_id, label) in before
+        and spread_out([*before[(result.test_id, label)], result.duration_s], thresholds)
+    }
 
 
 def candidates(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from services.jobs.shards import shard_job
-from services.measure.survey import flagged_before, previous_job
-from services.models import Finding, JobShard, JobStatus
+from services.measure.survey import flagged_before, previous_job, spread_since
+from services.models import Finding, JobShard, JobStatus, Run, RunKind, TestResult
+from services.thresholds import Thresholds
 from tests.support.findings import waiting_job
 
 
@@ -55,3 +56,36 @@ def test_a_shard_remembers_what_the_previous_job_of_the_whole_suite_flagged(db_s
     shard = shard_job(current, JobShard(index=1, tests=["t.py"]), tmp_path)
     assert shard.command != current.command
     assert flagged_before(db_session, shard) == {"t.py::test_bimodal"}
+
+
+def surveyed(session, job, durations: dict[str, float]) -> Run:
+    """A survey run of ``job``'s configuration with these test durations."""
+    run = Run(
+        config=job.configs[0],
+        kind=RunKind.survey,
+        repetition=0,
+        wall_s=sum(durations.values()),
+        user_s=0.1,
+        sys_s=0.01,
+        max_rss_kb=10_000,
+        voluntary_ctx_switches=5,
+        involuntary_ctx_switches=0,
+        exit_code=0,
+        test_results=[TestResult(test_id=t, duration_s=d, outcome="passed") for t, d in durations.items()],
+    )
+    session.add(run)
+    session.flush()
+    return run
+
+
+def test_a_test_whose_survey_sits_in_another_mode_than_the_previous_surveys_is_kept(db_session):
+    # The bimodal test ran in its fast mode in the previous survey, in its slow one now; a
+    # steady test moved by noise; a test new to this job has nothing to compare with.
+    previous = waiting_job(db_session)
+    previous.status = JobStatus.done
+    surveyed(db_session, previous, {"t.py::test_bimodal": 0.04, "t.py::test_steady": 0.30})
+    current = waiting_job(db_session)
+    now = surveyed(db_session, current, {"t.py::test_bimodal": 0.40, "t.py::test_steady": 0.36, "t.py::test_new": 0.9})
+    runs = {current.configs[0].label: now}
+    assert spread_since(db_session, current, runs, Thresholds()) == {"t.py::test_bimodal"}
+    assert spread_since(db_session, previous, {"cpuset=0": now}, Thresholds()) == set()  # no job before it
