@@ -303,4 +303,7 @@ def test_the_hand_off_lights_up_the_matrix(page, server, shots, tmp_path):
     page.screenshot(path=shots / "15-handoff-matrix.png", full_page=True)
     titles = page.locator("article.finding h3").all_inner_texts()
     assert any("slower with cpuset=0-1" in title for title in titles), titles
-    assert page.locator("table.matrix td.heat-3, table.matrix td.heat-4").count() >= 1
+    # Its slow cell is coloured at least as the ratio a finding needs (2x): the hand-off's
+    # own ratio varies with the machine (3.9x in one CI rehearsal beside other work, 10x
+    # and more alone).
+    assert page.locator("table.matrix td.heat-2, table.matrix td.heat-3, table.matrix td.heat-4").count() >= 1
