@@ -223,7 +223,7 @@ class TestResult(Base):
 
     __tablename__ = "test_results"
     __test__ = False  # not a pytest test class
-    # A test's newest results first, without reading all of them (web/catalogue.py _recent_jobs).
+    # A test's results by run, without reading all of them (a job's test page, services/jobs/submit.py).
     __table_args__ = (Index("ix_test_results_test_id_run_id", "test_id", "run_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -515,6 +515,29 @@ Index(
     CatalogueEntry.test_id.desc(),
     CatalogueEntry.project_id.desc(),
 )
+
+
+class CataloguePoint(Base):
+    """One finished job's timings of one test in one configuration: the median and 95th
+    percentile of its durations there, for the test's trend chart (web/catalogue.py
+    test_entry). Written with the catalogue's entries when the job finishes
+    (services/jobs/summaries.py), so a test's page reads its newest jobs' points through
+    the primary key instead of finding them among a million test results and grouping
+    them on every view."""
+
+    __tablename__ = "test_points"
+
+    # The key's order is the page's read: a project's test, newest jobs first.
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    test_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)
+    config_label: Mapped[str] = mapped_column(String(200), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)  # the configuration's in its job
+    branch: Mapped[str] = mapped_column(String(255))  # as CatalogueEntry's
+    created_at: Mapped[dt.datetime] = mapped_column()  # the job's
+    runs: Mapped[int] = mapped_column(Integer)  # durations summed up (not skipped)
+    p50_s: Mapped[float] = mapped_column(Float)
+    p95_s: Mapped[float] = mapped_column(Float)
 
 
 class CataloguedJob(Base):

@@ -5,7 +5,7 @@ Grouping every test result on each page view would not scale (10,000 jobs of 10 
 of 60 tests are 6 million rows), so the list reads a small summary table, one row per
 test x configuration x branch (models.CatalogueEntry), which each job brings up to date
 when it finishes (services/jobs/summaries.py), never a page view; a test's own page reads
-its recent jobs' results through the index on test_results.test_id. Functions take a
+its recent jobs' points, summed then too (models.CataloguePoint). Functions take a
 Session first and do not commit.
 """
 
@@ -23,17 +23,12 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points
 from services.jobs.summaries import percentile
 from services.models import (
-    TEST_HISTORY_KINDS,
     CatalogueEntry,
+    CataloguePoint,
     Finding,
     Job,
-    JobConfig,
-    JobSource,
-    JobStatus,
     ProblemSummary,
     Project,
-    Run,
-    TestResult,
     TriageStatus,
 )
 
@@ -348,104 +343,39 @@ class TestEntry:
         return steps
 
 
-# Results of a test read per step, newest first, while looking for its recent jobs.
-RECENT_BATCH = 2000
-
-
-def _recent_jobs(session: Session, project: Project, test_id: str, jobs: int) -> list[int]:
-    """The project's newest ``jobs`` finished jobs that ran ``test_id``. Its results are read
-    newest first through the index on (test_id, run_id), a batch at a time, instead of
-    grouping every result it ever had (a test of every job: a million rows); one batch more
-    than needed covers jobs whose runs interleaved with another's."""
-    # The catalogue knows how many finished jobs ran it (none: nothing to look for; the
-    # scan stops once it has them all, not at the test's first result).
-    # (A job runs every configuration: per branch, the largest count over them.)
-    known = sum(
-        session.scalars(
-            select(func.max(CatalogueEntry.jobs))
-            .where(CatalogueEntry.project_id == project.id, CatalogueEntry.test_id == test_id)
-            .group_by(CatalogueEntry.branch)
-        )
-    )
-    if not known:
-        return []
-    jobs = min(jobs, known)
-    found: set[int] = set()
-    before: int | None = None
-    extra = 1 if known > jobs else 0
-    while True:
-        batch = select(TestResult.run_id).where(TestResult.test_id == test_id)
-        if before is not None:
-            batch = batch.where(TestResult.run_id < before)
-        newest = batch.order_by(TestResult.run_id.desc()).limit(RECENT_BATCH).subquery()
-        lowest = session.scalar(select(func.min(newest.c.run_id)))
-        if lowest is None:
-            break
-        found.update(
-            session.scalars(
-                select(JobConfig.job_id)
-                .distinct()
-                .select_from(newest)
-                .join(Run, Run.id == newest.c.run_id)
-                .join(JobConfig, JobConfig.id == Run.config_id)
-                .join(Job, Job.id == JobConfig.job_id)
-                .where(
-                    Job.project_id == project.id,
-                    Job.status == JobStatus.done,
-                    Run.kind.in_(TEST_HISTORY_KINDS),
-                )
-            )
-        )
-        before = lowest
-        if len(found) >= jobs:
-            if extra == 0:
-                break
-            extra -= 1
-    return sorted(found, reverse=True)[:jobs]
-
-
 def test_entry(session: Session, project: Project, test_id: str, jobs: int = HISTORY_JOBS) -> TestEntry:
     """The test's p50 and p95 per configuration in the project's newest ``jobs`` finished
-    jobs that ran it, its problems and how often it was flaky."""
-    recent = _recent_jobs(session, project, test_id, jobs)
-    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    meta: dict[int, tuple[str, dt.datetime]] = {}
+    jobs that ran it, its problems and how often it was flaky.
+
+    The points were summed when each job finished (models.CataloguePoint): the newest
+    jobs' are read through the table's key, not found among the test's results (a test of
+    every job has a hundred thousand) and grouped on every view."""
+    key = (CataloguePoint.project_id == project.id, CataloguePoint.test_id == test_id)
+    recent = select(CataloguePoint.job_id).where(*key).distinct().order_by(CataloguePoint.job_id.desc()).limit(jobs)
+    by_job: dict[int, JobPoint] = {}
     labels: dict[str, int] = {}
-    results = (
+    for job_id, branch, created_at, label, position, p50, p95, runs in session.execute(
         select(
-            Job.id,
-            Job.created_at,
-            JobSource.ref,
-            JobSource.branch,
-            JobConfig.label,
-            JobConfig.position,
-            TestResult.duration_s,
+            CataloguePoint.job_id,
+            CataloguePoint.branch,
+            CataloguePoint.created_at,
+            CataloguePoint.config_label,
+            CataloguePoint.position,
+            CataloguePoint.p50_s,
+            CataloguePoint.p95_s,
+            CataloguePoint.runs,
         )
-        .select_from(TestResult)
-        .join(Run, Run.id == TestResult.run_id)
-        .join(JobConfig, JobConfig.id == Run.config_id)
-        .join(Job, Job.id == JobConfig.job_id)
-        .outerjoin(JobSource, JobSource.job_id == Job.id)
-        .where(
-            Job.id.in_(recent),
-            TestResult.test_id == test_id,
-            Run.kind.in_(TEST_HISTORY_KINDS),
-            TestResult.outcome != "skipped",
-        )
-    )
-    # No finished job ran it (a test known from its findings only): nothing to read.
-    for job_id, created_at, ref, branch, label, position, duration in session.execute(results) if recent else ():
-        values[job_id][label].append(duration)
-        meta[job_id] = (branch_of(ref, branch), created_at)
+        .where(*key, CataloguePoint.job_id.in_(recent.scalar_subquery()))
+        .order_by(CataloguePoint.job_id, CataloguePoint.position, CataloguePoint.config_label)
+    ):
+        point = by_job.get(job_id)
+        if point is None:
+            point = by_job[job_id] = JobPoint(job_id, branch, created_at)
+        point.p50[label] = p50
+        point.p95[label] = p95
+        point.n[label] = runs
         labels.setdefault(label, position)
-    points = []
-    for job_id in sorted(values):
-        point = JobPoint(job_id, *meta[job_id])
-        for label, durations in values[job_id].items():
-            point.p50[label] = percentile(durations, 0.5)
-            point.p95[label] = percentile(durations, 0.95)
-            point.n[label] = len(durations)
-        points.append(point)
+    points = list(by_job.values())  # oldest first
     branches = list(dict.fromkeys(p.branch for p in reversed(points)))
     # A test seen in every job has a finding in most: their columns, then only each
     # problem's newest finding as an object (its metrics are parsed, its title shown).
@@ -460,7 +390,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
     ):
         newest[fingerprint] = finding_id
         jobs_of[fingerprint].add(job_id)
-        if kind == FLAKY_KIND and job_id in values:
+        if kind == FLAKY_KIND and job_id in by_job:
             flaky.add(job_id)
     loaded = {f.id: f for f in session.scalars(select(Finding).where(Finding.id.in_(newest.values())))}
     # Open problems first, then the newest.

@@ -16,7 +16,7 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Text, cast, exists, select
+from sqlalchemy import Text, cast, exists, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -26,6 +26,7 @@ from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
     CatalogueEntry,
+    CataloguePoint,
     Finding,
     Job,
     JobConfig,
@@ -49,6 +50,8 @@ COMPARISON_SHOWN = 200
 # Finished jobs the catalogue reads per refresh: a backlog (an upgrade over a long
 # history) is worked off over a few finished jobs instead of stalling one.
 REFRESH_JOBS = 200
+# Trend points inserted per statement (a 5,000-test suite's job has 10,000 of them).
+POINTS_BATCH = 5000
 
 
 def after_finish(session: Session, job: Job, thresholds: Thresholds, earlier: Iterable[Job] = ()) -> None:
@@ -248,6 +251,7 @@ def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
             JobSource.ref,
             JobSource.branch,
             JobConfig.label,
+            JobConfig.position,
             TestResult.test_id,
             TestResult.duration_s,
         )
@@ -261,9 +265,30 @@ def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
     # (project, test, configuration, branch) -> job -> durations
     seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     when: dict[int, dt.datetime] = {}
-    for job_id, project_id, created_at, ref, branch, label, test_id, duration in rows:
+    positions: dict[tuple[int, str], int] = {}
+    for job_id, project_id, created_at, ref, branch, label, position, test_id, duration in rows:
         seen[(project_id, test_id, label, change_points.branch_of(ref, branch))][job_id].append(duration)
         when[job_id] = created_at
+        positions[(job_id, label)] = position
+    # Each job's point of each test and configuration, for the test's trend chart.
+    points = [
+        {
+            "project_id": project_id,
+            "test_id": test_id,
+            "job_id": job_id,
+            "config_label": label,
+            "position": positions[(job_id, label)],
+            "branch": branch,
+            "created_at": when[job_id],
+            "runs": len(durations),
+            "p50_s": percentile(durations, 0.5),
+            "p95_s": percentile(durations, 0.95),
+        }
+        for (project_id, test_id, label, branch), per_job in seen.items()
+        for job_id, durations in per_job.items()
+    ]
+    for start in range(0, len(points), POINTS_BATCH):
+        session.execute(insert(CataloguePoint), points[start : start + POINTS_BATCH])
     tests = {key[1] for key in seen}
     existing: dict[tuple[int, str, str, str], CatalogueEntry] = {}
     ordered = sorted(tests)

@@ -107,3 +107,43 @@ def test_0018_indexes_the_catalogue_search_where_postgresql_has_pg_trgm(database
         migrate.upgrade(settings)
     finally:
         engine.dispose()
+
+
+def test_0020_fills_the_trend_points_of_catalogued_jobs_as_the_refresh_sums_them(database_url):
+    """Jobs catalogued before 0020 get the points the refresh now writes as a job finishes:
+    the same branch, run counts and percentiles, to the bit (PostgreSQL's percentile_cont,
+    SQLite's aggregate in Python); jobs not yet catalogued get none (their refresh will)."""
+    import datetime as dt
+
+    from sqlalchemy import delete, select
+    from sqlalchemy.orm import Session
+
+    from services.jobs.summaries import refresh_catalogue
+    from services.models import CataloguePoint, JobSource
+    from tests.web.sample_data import store_handoff_job
+
+    settings = Settings(database_url=database_url)
+    migrate.upgrade(settings)
+    engine = make_engine(settings)
+    columns = [column for column in CataloguePoint.__table__.columns]
+    try:
+        with Session(engine) as session:
+            start = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
+            for n, ref in enumerate(["refs/heads/main", "feature", None]):
+                job = store_handoff_job(session, settings, created_at=start + dt.timedelta(days=n))
+                session.get(JobSource, job.id).ref = ref
+            session.commit()
+            assert refresh_catalogue(session, [job.project_id]) == 3
+            session.commit()
+            store_handoff_job(session, settings)  # finished, not catalogued yet
+            session.commit()
+            refreshed = session.execute(select(*columns).order_by(*columns)).all()
+            assert {row.branch for row in refreshed} == {"main", "feature", ""}
+            session.execute(delete(CataloguePoint))
+            session.commit()
+        command.downgrade(migrate.alembic_config(settings), "0019_pages_findings_by_test")
+        migrate.upgrade(settings)
+        with Session(engine) as session:
+            assert session.execute(select(*columns).order_by(*columns)).all() == refreshed
+    finally:
+        engine.dispose()
