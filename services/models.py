@@ -404,6 +404,10 @@ class JobShard(Base):
     # Its expected share of one round (seconds), from the previous job's durations; None
     # when it was balanced by test count alone (a first job).
     planned_s: Mapped[float | None] = mapped_column(Float)
+    # What its screen wrote of the job's notes and budget record: its own, folded into the
+    # job's by the last shard to finish (two shards writing the job's JSON at once lost one).
+    notes: Mapped[list[Any]] = mapped_column(default=list)
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class ApiToken(Base):

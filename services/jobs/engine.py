@@ -185,10 +185,7 @@ def screen_phase(
         for run in [r for r in config.runs if r.kind is not RunKind.evidence]:
             session.delete(run)
     session.flush()
-    if not isinstance(job, shards.ShardJob):
-        # A shard forgets nothing: what the budget left out is the job's, and the other
-        # shards' entries are in it (a retried shard's own come again, once).
-        budget.forget(job)
+    budget.forget(job)  # a shard's own record (shards.ShardJob): the others' are theirs
     screen(
         session,
         job,
@@ -906,6 +903,8 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     if (shard is None or shards.screens_done(session, job)) and session.scalar(
         select(JobTask.id).where(JobTask.job_id == job.id, JobTask.name == FINISH)
     ) is None:
+        if shard is not None:
+            shards.fold(session, job)
         ledger.add_task(session, job, settings, FINISH)
 
 

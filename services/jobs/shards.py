@@ -13,7 +13,8 @@ the whole screen's own code over its own runs, and no comparison crosses nodes (
 lives in one shard). A pull request's shard screens the base commit beside its head on
 the same node, narrowed to the shard's tests that the base has (``base_side``). The last
 shard to finish records the finish step (drill, then diagnose) under a lock on the job's
-row: a join in the ledger, not a scheduler.
+row: a join in the ledger, not a scheduler. Each shard writes its notes and budget record
+on its own row; that last shard folds them into the job's.
 """
 
 from __future__ import annotations
@@ -157,22 +158,48 @@ def only(session: Session, index: int) -> Iterator[None]:
 
 
 class ShardJob:
-    """The job as one shard's screen sees it: its command narrowed to the shard's tests;
-    everything else (configurations, seed, notes) is the job's own."""
+    """The job as one shard's screen sees it: its command narrowed to the shard's tests, and
+    its notes and budget record the shard's own (folded into the job's by ``fold``: two
+    shards appending to the job's JSON at once would each write back what it read, and the
+    later commit drop the other's lines); everything else (configurations, seed) is the
+    job's own."""
 
-    def __init__(self, job: Job, command: list[str]):
+    OWN = ("notes", "budget")
+
+    def __init__(self, job: Job, command: list[str], shard: JobShard):
         object.__setattr__(self, "_job", job)
+        object.__setattr__(self, "_shard", shard)
         object.__setattr__(self, "command", command)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(object.__getattribute__(self, "_job"), name)
+        owner = "_shard" if name in ShardJob.OWN else "_job"
+        return getattr(object.__getattribute__(self, owner), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        setattr(object.__getattribute__(self, "_job"), name, value)
+        owner = "_shard" if name in ShardJob.OWN else "_job"
+        setattr(object.__getattribute__(self, owner), name, value)
 
 
 def shard_job(job: Job, shard: JobShard, workdir: Path) -> Job:
-    return cast(Job, ShardJob(job, split.shard_command(job.command, list(shard.tests), workdir)))
+    if shard.notes is None:  # a row not flushed yet has no column default
+        shard.notes = []
+    return cast(Job, ShardJob(job, split.shard_command(job.command, list(shard.tests), workdir), shard))
+
+
+def fold(session: Session, job: Job) -> None:
+    """The shards' notes and what their budgets left out, into the job's (by the last shard
+    to finish, under the lock on the job's row; a second call adds nothing)."""
+    rows = session.scalars(select(JobShard).where(JobShard.job_id == job.id).order_by(JobShard.index)).all()
+    notes = list(job.notes)
+    for row in rows:
+        notes.extend(note for note in row.notes or [] if note not in notes)
+    left: dict[str, list[str]] = dict((job.budget or {}).get("left_out") or {})
+    for row in rows:
+        for what, items in ((row.budget or {}).get("left_out") or {}).items():
+            left[what] = list(dict.fromkeys([*left.get(what, []), *items]))
+    job.notes = notes
+    if left or job.budget is not None:
+        job.budget = {**(job.budget or {}), "left_out": left}
 
 
 def base_side(base: BaseSide, job: Job, shard: JobShard) -> BaseSide | None:
@@ -182,7 +209,9 @@ def base_side(base: BaseSide, job: Job, shard: JobShard) -> BaseSide | None:
     collected = split.collect(base.executor, job.command, base.workdir, job.timeout_s)
     arguments = [argument for argument in shard.tests if isinstance(collected, str) or _collected(collected, argument)]
     if not arguments:
-        job.notes = [*job.notes, f"shard {shard.index}: none of its tests is on the base commit, nothing to compare"]
+        note = f"shard {shard.index}: none of its tests is on the base commit, nothing to compare"
+        if note not in (shard.notes or []):
+            shard.notes = [*(shard.notes or []), note]
         return None
     return dataclasses.replace(base, command=split.shard_command(job.command, arguments, base.workdir))
 

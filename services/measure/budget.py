@@ -44,10 +44,15 @@ def widest(job: Job) -> JobConfig | None:
 
 
 def reference_s(job: Job) -> float | None:
-    """The suite's own time: its first run in the configuration with the most CPUs."""
+    """The suite's own time: its first run in the configuration with the most CPUs (of a
+    job screened in shards, each shard's first run there, summed: every shard surveyed its
+    part of the suite; inside one shard's screen, that shard's part)."""
     config = widest(job)
-    runs: list[Run] = [run for run in config.runs if run.kind in FIRST_ROUND] if config else []
-    return runs[0].wall_s if runs else None
+    first: dict[int | None, Run] = {}
+    for run in config.runs if config else []:
+        if run.kind in FIRST_ROUND:
+            first.setdefault(run.shard, run)
+    return sum(run.wall_s for run in first.values()) if first else None
 
 
 def limit_s(job: Job, thresholds: Thresholds) -> float | None:
