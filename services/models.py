@@ -408,6 +408,7 @@ class JobShard(Base):
     # job's by the last shard to finish (two shards writing the job's JSON at once lost one).
     notes: Mapped[list[Any]] = mapped_column(default=list)
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    measured_on: Mapped[list[Any] | None] = mapped_column(JSON)  # its screen's node and locks
 
 
 class ApiToken(Base):

@@ -53,6 +53,7 @@ from services.measure.stats import Summary, median_interval
 from services.models import (
     COMMAND_KINDS,
     Job,
+    JobShard,
     JobSource,
     JobStatus,
     JobTask,
@@ -148,19 +149,22 @@ def plan_job(
 
 @contextmanager
 def node_slot(
-    settings: Settings, job: Job, phase: str, cpuset: tuple[int, ...] | None, progress: Progress = _quiet
+    settings: Settings, held_by: Job | JobShard, phase: str, cpuset: tuple[int, ...] | None, progress: Progress = _quiet
 ) -> Iterator[None]:
-    """The node's measurement lock for ``phase``, recorded on the job: the report names the
-    node and the lock each phase held (a drill may run on another node than its screen)."""
+    """The node's measurement lock for ``phase``, recorded on the job (or on the shard whose
+    screen holds it, folded into the job's by shards.fold): the report names the node and
+    the lock each phase held (a drill may run on another node than its screen)."""
     with nodelock.measurement_slot(settings, cpuset, progress) as held:
-        others = [entry for entry in job.measured_on or [] if entry.get("phase") != phase]
-        job.measured_on = [*others, {"phase": phase, **held.as_dict()}]
+        others = [entry for entry in held_by.measured_on or [] if entry.get("phase") != phase]
+        held_by.measured_on = [*others, {"phase": phase, **held.as_dict()}]
         yield
 
 
-def screen_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
+def screen_lock(
+    settings: Settings, job: Job, progress: Progress = _quiet, shard: JobShard | None = None
+) -> AbstractContextManager[None]:
     """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
-    return node_slot(settings, job, "screen", cpus_touched([cpu_config(c) for c in job.configs]), progress)
+    return node_slot(settings, shard or job, "screen", cpus_touched([cpu_config(c) for c in job.configs]), progress)
 
 
 def drill_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
@@ -876,7 +880,7 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     # One shard of the job's tests (services/jobs/shards.py), or the whole suite.
     shard = shards.shard_of(session, task)
     try:
-        lock = lambda: screen_lock(settings, job, _progress(job))  # noqa: E731
+        lock = lambda: screen_lock(settings, job, _progress(job), shard)  # noqa: E731
         with (
             _checkout(settings, job, source, f"screen-{task.id}", lock, checkpoint) as (executor, directory),
             _base_side(settings, job, source, f"base-{task.id}", checkpoint) as base,

@@ -518,7 +518,8 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     for note in report["notes"]:
         out += ["", f"Note: {note}"]
     for place in report.get("measured_on", []):
-        out += ["", f"The {place['phase']} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
+        what = f"{place['phase']} of shard {place['shard']}" if place.get("shard") else place["phase"]
+        out += ["", f"The {what} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
     return "\n".join(out) + "\n"
 
 

@@ -271,6 +271,8 @@ class MeasuredOn(_Part):
     """Where a measuring phase ran and the node's measurement locks it held while it did."""
 
     phase: Literal["screen", "drill"]
+    # The shard whose screen this was (services/jobs/shards.py); None: the job's own.
+    shard: int | None = None
     # The Kubernetes node (LAGTRACE_NODE_NAME), else the host's name.
     node: str
     # The lock directory (the whole node) or, packing, a file per CPU.

@@ -187,8 +187,9 @@ def shard_job(job: Job, shard: JobShard, workdir: Path) -> Job:
 
 
 def fold(session: Session, job: Job) -> None:
-    """The shards' notes and what their budgets left out, into the job's (by the last shard
-    to finish, under the lock on the job's row; a second call adds nothing)."""
+    """The shards' notes, what their budgets left out and the nodes their screens ran on,
+    into the job's (by the last shard to finish, under the lock on the job's row; a second
+    call adds nothing)."""
     rows = session.scalars(select(JobShard).where(JobShard.job_id == job.id).order_by(JobShard.index)).all()
     notes = list(job.notes)
     for row in rows:
@@ -200,6 +201,10 @@ def fold(session: Session, job: Job) -> None:
     job.notes = notes
     if left or job.budget is not None:
         job.budget = {**(job.budget or {}), "left_out": left}
+    # Where each shard's screen ran (its own node), in place of any earlier fold's.
+    places = [entry for entry in job.measured_on or [] if entry.get("shard") is None]
+    places += [{**entry, "shard": row.index} for row in rows for entry in row.measured_on or []]
+    job.measured_on = places
 
 
 def base_side(base: BaseSide, job: Job, shard: JobShard) -> BaseSide | None:

@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from services import migrate
 from services.db import make_engine, make_session_factory
+from services.jobs import engine as engine_module
 from services.jobs import shards
 from services.jobs.lifecycle import create_job
 from services.measure import budget
@@ -75,6 +76,10 @@ def test_two_shards_writing_at_once_keep_both_their_notes_and_left_out_tests(pos
     for session, index in ((first, 1), (second, 2)):
         job = session.get(Job, job_id)
         shard = session.scalar(select(JobShard).where(JobShard.job_id == job_id, JobShard.index == index))
+        # Each shard's screen holds its own node's measurement lock (two nodes here).
+        on_node = settings.model_copy(update={"node_name": f"node-{index}", "node_lock_path": tmp_path / f"{index}"})
+        with engine_module.screen_lock(on_node, job, shard=shard):
+            pass
         views.append(shards.shard_job(job, shard, tmp_path))
     for view, index in zip(views, (1, 2), strict=True):
         view.notes = [*view.notes, f"shard {index}: 3 of the 5 tests the survey kept were cleared"]
@@ -87,6 +92,7 @@ def test_two_shards_writing_at_once_keep_both_their_notes_and_left_out_tests(pos
     with factory() as session:
         job = session.get(Job, job_id)
         assert job.notes == ["prepared on node-a"]  # nothing of a shard's before the fold
+        assert not job.measured_on
         shards.fold(session, job)
         shards.fold(session, job)  # a second fold adds nothing
         session.commit()
@@ -97,6 +103,7 @@ def test_two_shards_writing_at_once_keep_both_their_notes_and_left_out_tests(pos
         ]
         assert job.budget is not None
         assert job.budget["left_out"] == {"tests": ["tests/test_1.py::test_slowish", "tests/test_2.py::test_slowish"]}
+        assert [(place["node"], place["shard"]) for place in job.measured_on] == [("node-1", 1), ("node-2", 2)]
     engine.dispose()
 
 
