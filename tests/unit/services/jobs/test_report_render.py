@@ -101,3 +101,20 @@ def test_evidence_runs_table_compares_the_tests_own_duration_with_its_median():
     text = render_text(_minimal_report(evidence_runs=[run]))
     [row] = [line for line in text.splitlines() if line.strip().startswith("core ")]
     assert "2.0x" in row and "32.0x" not in row, row
+
+
+def test_a_sharded_screen_names_each_shards_node():
+    from services.jobs.report import render_text
+    from tests.unit.services.jobs.test_report_schema import _minimal_report
+
+    places = [
+        {"phase": "screen", "node": "node-a", "locks": ["/locks"], "shard": 1},
+        {"phase": "screen", "node": "node-b", "locks": ["/locks"], "shard": 2},
+        {"phase": "drill", "node": "node-a", "locks": ["/locks"]},
+    ]
+    lines = [line for line in render_text(_minimal_report(measured_on=places)).splitlines() if " ran on node " in line]
+    assert lines == [
+        "The screen of shard 1 ran on node node-a, holding /locks",
+        "The screen of shard 2 ran on node node-b, holding /locks",
+        "The drill ran on node node-a, holding /locks",
+    ]
