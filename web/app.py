@@ -6,12 +6,58 @@ import datetime as dt
 import logging
 import secrets
 
-from flask import Flask
+from flask import Flask, Request
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface, SessionMixin
+from itsdangerous import BadSignature
 
 from services.context import AppContext
 from web import views
 
 log = logging.getLogger("lagtrace.web")
+
+# A signed-in session's cookie is signed again at most this often, not on every response.
+REFRESH_AFTER = dt.timedelta(seconds=60)
+
+
+class _Session(SecureCookieSession):
+    # When the cookie that brought this session was signed (None: no valid cookie).
+    signed_at: dt.datetime | None = None
+
+
+class _SessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie session, but a session nothing changed sends no new cookie
+    until its cookie is REFRESH_AFTER old. Flask signs a permanent session's cookie again
+    on every response (its timestamp and expiry slide with each request): serialising,
+    compressing and signing it was 3-4 % of the server's CPU on a page. The expiry still
+    slides: a session ends session_hours after its cookie was last signed, at most
+    REFRESH_AFTER before the last request (never later than before). Sign-in, sign-out
+    and the CSRF token modify the session and so still send it at once."""
+
+    session_class = _Session
+
+    def open_session(self, app: Flask, request: Request) -> _Session | None:
+        serializer = self.get_signing_serializer(app)
+        if serializer is None:
+            return None
+        value = request.cookies.get(self.get_cookie_name(app))
+        if not value:
+            return self.session_class()
+        max_age = int(app.permanent_session_lifetime.total_seconds())
+        try:
+            data, signed_at = serializer.loads(value, max_age=max_age, return_timestamp=True)
+        except BadSignature:
+            return self.session_class()
+        session = self.session_class(data)
+        session.signed_at = signed_at
+        return session
+
+    def should_set_cookie(self, app: Flask, session: SessionMixin) -> bool:
+        if session.modified:
+            return True
+        if not (session.permanent and app.config["SESSION_REFRESH_EACH_REQUEST"]):
+            return False
+        signed_at = getattr(session, "signed_at", None)
+        return signed_at is None or dt.datetime.now(dt.UTC) - signed_at >= REFRESH_AFTER
 
 
 def register(app: Flask, context: AppContext) -> None:
@@ -32,5 +78,6 @@ def register(app: Flask, context: AppContext) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=settings.session_hours),
     )
+    app.session_interface = _SessionInterface()
     app.jinja_env.autoescape = True
     app.register_blueprint(views.bp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from services.models import User
 from tests.conftest import REPO
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import store_handoff_job
+from web import app as web_app
 
 
 def test_passwords_are_salted_hashes_that_check():
@@ -65,6 +67,29 @@ def test_the_sign_in_cookie_is_secure_httponly_and_samesite(dashboard):
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
     assert {"secure", "httponly", "samesite"} <= attributes
     assert "SameSite=Lax" in cookie
+
+
+def _session_cookie(response) -> str | None:
+    return next((h for h in response.headers.getlist("Set-Cookie") if h.startswith("lagtrace_session=")), None)
+
+
+def test_an_unchanged_session_is_signed_again_only_once_its_cookie_has_aged(dashboard, monkeypatch):
+    dashboard.add_user("ann", ["demo"])
+    assert _session_cookie(dashboard.sign_in("ann")) is not None
+    # A page that changes nothing in the session sends no new cookie (signing it cost every page).
+    response = dashboard.client.get("/")
+    assert response.status_code == 200 and _session_cookie(response) is None
+    # Once the cookie is REFRESH_AFTER old it is signed again: the expiry still slides with use.
+    monkeypatch.setattr(web_app, "REFRESH_AFTER", dt.timedelta(0))
+    response = dashboard.client.get("/")
+    cookie = _session_cookie(response)
+    assert response.status_code == 200 and cookie is not None
+    assert "Expires=" in cookie and "HttpOnly" in cookie
+    # Signing out changes the session: its cookie goes at once.
+    monkeypatch.setattr(web_app, "REFRESH_AFTER", dt.timedelta(hours=1))
+    response = dashboard.post("/sign-out", {})
+    assert response.status_code == 302 and _session_cookie(response) is not None
+    assert dashboard.client.get("/").status_code == 302
 
 
 @pytest.mark.parametrize("token", [None, "forged-token"])
