@@ -7,11 +7,12 @@ force, and a fast hash lets every request find its token through a unique index.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session, joinedload
 
 from services.errors import BadInput, NotFound, Unauthorized
@@ -77,15 +78,19 @@ def revoke_tokens(session: Session, *, prefix: str | None = None, project: str |
 LAST_USED_PRECISION = dt.timedelta(minutes=1)
 
 
+@functools.cache
+def _token_with_project() -> Select:
+    # Built once a process, not with its cache key on every API request.
+    return select(ApiToken).options(joinedload(ApiToken.project)).where(ApiToken.token_hash == bindparam("token_hash"))
+
+
 def authenticate(session: Session, authorization: str | None) -> Caller:
     """The caller behind an ``Authorization: Bearer ...`` header, or Unauthorized."""
     scheme, _, token = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("send Authorization: Bearer <token> (make one with `lagtrace token create --project P`)")
     # With its project, in the same query: every API request reads both.
-    found = session.scalar(
-        select(ApiToken).options(joinedload(ApiToken.project)).where(ApiToken.token_hash == _digest(token.strip()))
-    )
+    found = session.scalar(_token_with_project(), {"token_hash": _digest(token.strip())})
     if found is None or found.revoked_at is not None:
         raise Unauthorized("unknown or revoked token")
     if found.expires_at is not None and _aware(found.expires_at) <= utcnow():

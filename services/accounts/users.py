@@ -7,11 +7,12 @@ domain layer needs neither werkzeug nor a native extension.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
 
-from sqlalchemy import exists, or_, select
+from sqlalchemy import Select, bindparam, exists, or_, select
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput, NotFound, SignInFailed
@@ -96,17 +97,24 @@ def visible_projects(session: Session, user: User) -> list[Project]:
     return list(user.projects)
 
 
+@functools.cache
+def _user_with_projects() -> Select:
+    # Built once a process: building the statement and its cache key (the join's
+    # EXISTS) cost more Python than executing it, on every dashboard request.
+    member = exists().where(ProjectMember.user_id == User.id, ProjectMember.project_id == Project.id)
+    return (
+        select(User, Project)
+        .outerjoin(Project, or_(User.is_admin, member))
+        .where(User.id == bindparam("user_id"))
+        .order_by(Project.name)
+    )
+
+
 def user_with_projects(session: Session, user_id: int) -> tuple[User | None, list[Project]]:
     """The user and the projects they may see (visible_projects: every project for an
     admin, their memberships otherwise, by name) in one query: every dashboard request
     reads both, and each query costs a page more than its few rows."""
-    member = exists().where(ProjectMember.user_id == User.id, ProjectMember.project_id == Project.id)
-    rows = session.execute(
-        select(User, Project)
-        .outerjoin(Project, or_(User.is_admin, member))
-        .where(User.id == user_id)
-        .order_by(Project.name)
-    ).all()
+    rows = session.execute(_user_with_projects(), {"user_id": user_id}).all()
     if not rows:
         return None, []
     return rows[0][0], [project for _, project in rows if project is not None]
