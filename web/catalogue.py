@@ -14,10 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, Text, and_, bindparam, func, literal, or_, select
+from sqlalchemy import ColumnElement, Integer, Select, Text, and_, bindparam, func, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
@@ -80,19 +81,61 @@ class CatalogueRow:
         return self.flaky_jobs / self.jobs if self.jobs else 0.0
 
 
-def _open_tests(project_ids: list[int]):
-    """(project, test) pairs whose problem (fingerprint) is open in its newest finding."""
+def _open_tests():
+    """(project, test) pairs whose problem (fingerprint) is open in its newest finding,
+    among the projects bound to ``visible``."""
     return (
         select(ProblemSummary.project_id.label("project_id"), ProblemSummary.test_id.label("test_id"))
         .join(Finding, Finding.id == ProblemSummary.latest_id)
         .where(
-            ProblemSummary.project_id.in_(project_ids),
+            ProblemSummary.project_id.in_(bindparam("visible", expanding=True)),
             Finding.status.in_(OPEN),
             ProblemSummary.test_id.is_not(None),
         )
         .distinct()
         .subquery()
     )
+
+
+# The list's statements, built once a process for each shape of the filters (which of
+# them are set) and database, their values bound at execution: building a statement
+# and generating its cache key cost the page more Python than running it (the
+# findings' join on the page's keys alone: 7 % of a catalogue view's server CPU).
+_statements: dict[tuple[Any, ...], Select] = {}
+
+
+def _statement(key: tuple[Any, ...], build: Callable[[], Select]) -> Select:
+    found = _statements.get(key)
+    if found is None:
+        found = _statements[key] = build()
+    return found
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """Which filters a view sets, and on which database: what its statements depend on."""
+
+    dialect: str
+    branch: bool
+    config: bool
+    search: bool
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The filters but the visible projects, on the entries, with their values bound."""
+        conditions: list[ColumnElement[bool]] = []
+        if self.branch:
+            conditions.append(CatalogueEntry.branch == bindparam("branch"))
+        if self.config:
+            conditions.append(CatalogueEntry.config_label == bindparam("config"))
+        if self.search:
+            # The pattern goes into the statement as a quoted literal, not a parameter:
+            # the planner must see it to use the trigram index (migration 0018), and a
+            # prepared statement's generic plan (psycopg prepares a statement run 5
+            # times) would not. literal_execute renders it at each execution.
+            conditions.append(
+                CatalogueEntry.test_id.ilike(bindparam("search", type_=Text, literal_execute=True), escape="\\")
+            )
+        return conditions
 
 
 # Entries first read per test a page lists, while looking for its tests newest first.
@@ -115,19 +158,12 @@ def catalogue(
     """One page of tests, most recently run first; and whether there is a next page.
     ``names``: the projects' names by id where the caller has them (read otherwise)."""
     visible = project_ids if project_id is None else [p for p in project_ids if p == project_id]
-    conditions: list[ColumnElement[bool]] = [CatalogueEntry.project_id.in_(visible)]
-    if branch is not None:
-        conditions.append(CatalogueEntry.branch == branch)
-    if config:
-        conditions.append(CatalogueEntry.config_label == config)
+    shape = _Shape(session.get_bind().dialect.name, branch is not None, bool(config), bool(search))
+    values: dict[str, Any] = {"visible": visible, "branch": branch, "config": config}
     if search:
         escaped = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        # The pattern goes into the statement as a quoted literal, not a parameter: the
-        # planner must see it to use the trigram index (migration 0018), and a prepared
-        # statement's generic plan (psycopg prepares a statement run 5 times) would not.
-        pattern = literal(f"%{escaped}%", literal_execute=True)
-        conditions.append(CatalogueEntry.test_id.ilike(pattern, escape="\\"))
-    keys = _page_tests(session, conditions, visible, open_only, (page + 1) * per_page + 1)
+        values["search"] = f"%{escaped}%"
+    keys = _page_tests(session, shape, values, open_only, (page + 1) * per_page + 1)
     more = len(keys) > (page + 1) * per_page
     keys = keys[page * per_page : (page + 1) * per_page]
     if not keys:
@@ -140,10 +176,10 @@ def catalogue(
     jobs: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     latest: dict[tuple[int, str], dict[str, Any]] = defaultdict(dict)
     # Every entry of the page's tests the filters keep (columns, not objects): a row sums them.
-    for entry in session.execute(
-        _of_keys(
-            session,
-            list(rows),
+    entries = _statement(
+        ("entries", shape),
+        lambda: _of_keys(
+            shape.dialect,
             CatalogueEntry.project_id,
             CatalogueEntry.test_id,
             select(
@@ -157,9 +193,10 @@ def catalogue(
                 CatalogueEntry.last_p50_s,
                 CatalogueEntry.last_p95_s,
                 CatalogueEntry.last_seen_at,
-            ).where(*conditions[1:]),
-        )
-    ):
+            ).where(*shape.conditions()),
+        ),
+    )
+    for entry in session.execute(entries, {**values, **_key_values(shape.dialect, list(rows))}):
         key = (entry.project_id, entry.test_id)
         row = rows.get(key)
         if row is None:
@@ -181,12 +218,12 @@ def catalogue(
             ConfigLatest(label, e.last_p50_s, e.last_p95_s, e.last_job_id) for label, e in sorted(latest[key].items())
         ]
         row.branches.sort()
-    _attach_findings(session, rows)
+    _attach_findings(session, shape.dialect, rows)
     return list(rows.values()), more
 
 
-def _of_keys(session: Session, keys: list[tuple[int, str]], project: Any, test: Any, query: Select) -> Select:
-    """``query`` narrowed to the rows of these (project, test) pairs.
+def _of_keys(dialect: str, project: Any, test: Any, query: Select) -> Select:
+    """``query`` narrowed to the rows of the (project, test) pairs bound by _key_values.
 
     On PostgreSQL the pairs are two array parameters, unnested and joined: each pair is
     one probe of the index on (project, test), and the statement's text is the same for
@@ -194,12 +231,15 @@ def _of_keys(session: Session, keys: list[tuple[int, str]], project: Any, test: 
     psycopg parsed again on every view (its cache keeps statements of up to 50: 2 ms a
     statement) and SQLAlchemy bound value by value (1-2 ms more). Elsewhere: IN lists,
     which keep a few rows more than the pairs (the caller skips them)."""
-    if session.get_bind().dialect.name != "postgresql":
-        return query.where(project.in_({p for p, _ in keys}), test.in_({t for _, t in keys}))
+    if dialect != "postgresql":
+        return query.where(
+            project.in_(bindparam("key_project_set", expanding=True)),
+            test.in_(bindparam("key_test_set", expanding=True)),
+        )
     pairs = (
         func.unnest(
-            bindparam("key_projects", [p for p, _ in keys], type_=ARRAY(Integer)),
-            bindparam("key_tests", [t for _, t in keys], type_=ARRAY(Text)),
+            bindparam("key_projects", type_=ARRAY(Integer)),
+            bindparam("key_tests", type_=ARRAY(Text)),
         )
         .table_valued("project_id", "test_id")
         .render_derived(name="page_keys")
@@ -207,8 +247,14 @@ def _of_keys(session: Session, keys: list[tuple[int, str]], project: Any, test: 
     return query.join(pairs, and_(project == pairs.c.project_id, test == pairs.c.test_id))
 
 
+def _key_values(dialect: str, keys: list[tuple[int, str]]) -> dict[str, list[Any]]:
+    if dialect != "postgresql":
+        return {"key_project_set": sorted({p for p, _ in keys}), "key_test_set": sorted({t for _, t in keys})}
+    return {"key_projects": [p for p, _ in keys], "key_tests": [t for _, t in keys]}
+
+
 def _page_tests(
-    session: Session, conditions: list[ColumnElement[bool]], visible: list[int], open_only: bool, wanted: int
+    session: Session, shape: _Shape, values: dict[str, Any], open_only: bool, wanted: int
 ) -> list[tuple[int, str]]:
     """The first ``wanted`` (project, test) pairs the filters keep, most recently run first
     (then by name).
@@ -217,22 +263,27 @@ def _page_tests(
     batch at a time: a test first appears at its newest job, and the tests of one job in
     name order, so the order of first appearances is the list's. No view groups the whole
     table (10,000 entries: 10 ms of the database's CPU a view, most of the page's cost)."""
-    scan = (
-        select(CatalogueEntry.project_id, CatalogueEntry.test_id)
-        .where(*conditions)
-        .order_by(CatalogueEntry.last_job_id.desc(), CatalogueEntry.test_id, CatalogueEntry.project_id)
-    )
-    if open_only:
-        opened = _open_tests(visible)
-        scan = scan.join(
-            opened,
-            and_(opened.c.project_id == CatalogueEntry.project_id, opened.c.test_id == CatalogueEntry.test_id),
+
+    def build() -> Select:
+        scan = (
+            select(CatalogueEntry.project_id, CatalogueEntry.test_id)
+            .where(CatalogueEntry.project_id.in_(bindparam("visible", expanding=True)), *shape.conditions())
+            .order_by(CatalogueEntry.last_job_id.desc(), CatalogueEntry.test_id, CatalogueEntry.project_id)
         )
+        if open_only:
+            opened = _open_tests()
+            scan = scan.join(
+                opened,
+                and_(opened.c.project_id == CatalogueEntry.project_id, opened.c.test_id == CatalogueEntry.test_id),
+            )
+        return scan.offset(bindparam("offset")).limit(bindparam("limit"))
+
+    scan = _statement(("page", shape, open_only), build)
     found: dict[tuple[int, str], None] = {}
     # A test has an entry per configuration and branch: a few per test, then more.
     offset, batch = 0, ENTRIES_PER_TEST * wanted
     while len(found) < wanted:
-        entries = session.execute(scan.offset(offset).limit(batch)).all()
+        entries = session.execute(scan, {**values, "offset": offset, "limit": batch}).all()
         for project_id, test_id in entries:
             found.setdefault((project_id, test_id))
         if len(entries) < batch:
@@ -242,14 +293,14 @@ def _page_tests(
     return list(found)[:wanted]
 
 
-def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None:
+def _attach_findings(session: Session, dialect: str, rows: dict[tuple[int, str], Any]) -> None:
     """Open problems (newest finding per fingerprint open) and jobs with a flaky verdict,
     read from the problems' summary (a test seen in every job has thousands of findings),
     in one query: a page's every query costs the database more than its rows do."""
-    for project_id, test_id, kind, recurrence, finding_id, severity, status in session.execute(
-        _of_keys(
-            session,
-            list(rows),
+    statement = _statement(
+        ("findings", dialect),
+        lambda: _of_keys(
+            dialect,
             ProblemSummary.project_id,
             ProblemSummary.test_id,
             select(
@@ -264,7 +315,10 @@ def _attach_findings(session: Session, rows: dict[tuple[int, str], Any]) -> None
             .join(Finding, Finding.id == ProblemSummary.latest_id)
             .where(or_(Finding.status.in_(OPEN), ProblemSummary.kind == FLAKY_KIND))
             .order_by(Finding.id),
-        )
+        ),
+    )
+    for project_id, test_id, kind, recurrence, finding_id, severity, status in session.execute(
+        statement, _key_values(dialect, list(rows))
     ):
         row = rows.get((project_id, test_id or ""))
         if row is None:
