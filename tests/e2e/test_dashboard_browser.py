@@ -298,7 +298,7 @@ def test_the_hand_off_lights_up_the_matrix(page, server, shots, tmp_path):
     repository, _ = make_repository(tmp_path / "repo", None)
     sign_in(page)
     # No probes chosen: the default drill, evidence only where the screen finds something.
-    submit_job(page, repository, "python3 handoff.py", ["cpuset=0", "cpuset=0-1"], 5, [])
+    submit_job(page, repository, "python3 handoff.py 200 4", ["cpuset=0", "cpuset=0-1"], 5, [])
     wait_for_matrix(page, server)
     page.screenshot(path=shots / "15-handoff-matrix.png", full_page=True)
     titles = page.locator("article.finding h3").all_inner_texts()

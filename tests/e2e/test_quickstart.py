@@ -195,7 +195,7 @@ def test_the_readme_service_quickstart_reports_a_finding(
     findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
     assert findings and int(findings.group(1)) >= 1, out
     assert "command_failed" not in out, out
-    # The hand-off example's finding, as the README promises (16x on two cores here).
+    # The hand-off example's finding, as the README promises (about 20x on two cores here).
     assert re.search(r"^  (HIGH|MEDIUM|LOW)\s+cpu_sensitivity: ", out, re.M), out
 
 

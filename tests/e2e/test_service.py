@@ -30,7 +30,7 @@ from tests.service_support import SECRET, GitHubServer, delivery_headers, make_r
 
 # Database 0 is left to whoever else uses the test Redis; 1-15 go round per stack.
 REDIS_DATABASES = itertools.cycle(range(1, 16))
-HANDOFF_YML = "command: python3 handoff.py\nconfigs: [cpuset=0, cpuset=0-1]\nrepeat: 5\n"
+HANDOFF_YML = "command: python3 handoff.py 200 4\nconfigs: [cpuset=0, cpuset=0-1]\nrepeat: 5\n"
 
 
 def group_alive(pgid: int) -> bool:
@@ -285,6 +285,8 @@ def test_submit_over_http_finds_the_cpu_sensitive_hand_off(stack, repository, tm
         "--",
         "python3",
         "handoff.py",
+        "200",
+        "4",  # four clients: one loses its two-core cost beside a neighbour on CPU 0 (README quickstart)
     )
     assert done.returncode == 0, done.stderr + stack.logs()
     assert "lagtrace: job" in done.stderr and "runs" in done.stderr  # progress went to stderr
