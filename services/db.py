@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -25,10 +28,30 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
     # kernel's minutes, so a step or request notices the outage and says so.
     connect_args = {"connect_timeout": 10} if url.startswith("postgresql") else {}
     pooled = {"pool_size": pool_size} if pool_size is not None else {}
-    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, **pooled)
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, json_serializer=json_dumps, **pooled)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
     return engine
+
+
+def json_dumps(value: Any) -> str:
+    """JSON as the JSON columns store it: a non-finite float becomes null, as in
+    JavaScript's JSON.stringify. PostgreSQL refuses the token ``Infinity`` (RFC 8259 has
+    no such number), and one such value used to lose a whole report."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(value), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:

@@ -62,9 +62,8 @@ def compare(base: JobSamples, head: JobSamples, thresholds: Thresholds, seed: in
     changes = []
     for i, (test_id, label, base_values, head_values) in enumerate(pairs):
         b, h = median_interval(base_values), median_interval(head_values)
-        ratio = low = high = None
-        if b.median > 0 and h.median > 0:
-            ratio, low, high = ratio_interval(base_values, head_values, seed=seed + i)
+        interval = ratio_interval(base_values, head_values, seed=seed + i)
+        ratio, low, high = interval if interval is not None else (None, None, None)
         changes.append(
             Change(
                 label,

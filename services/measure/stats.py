@@ -252,27 +252,30 @@ BOOTSTRAP_RESAMPLES = 2000
 
 def ratio_interval(
     base: list[float], head: list[float], seed: int = 0, confidence: float = CONFIDENCE
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float] | None:
     """head median / base median, and its percentile bootstrap interval.
 
     Each side is resampled on its own (the runs were interleaved, not paired), by a
-    seeded generator so that one job always reports the same interval. A median of 0
-    (below the clock) gives an infinite ratio; callers floor such series first.
+    seeded generator so that one job always reports the same interval. None when no
+    ratio can be stated: a median of 0 on either side (a test below the clock's
+    resolution, which pytest's JUnit XML gives in milliseconds), or an interval with no
+    upper end (resamples whose base median is 0). Every number returned is finite, so
+    it can reach JSON and the database (tests/api/test_pull_requests.py, a 0 ms test).
     """
     if not base or not head:
         raise ValueError("no samples")
+    if statistics.median(base) <= 0 or statistics.median(head) <= 0:
+        return None
     rng = random.Random(seed)
-
-    def ratio(b: float, h: float) -> float:
-        return h / b if b > 0 else math.inf
-
     estimates = []
     for _ in range(BOOTSTRAP_RESAMPLES):
         b = statistics.median(rng.choices(base, k=len(base)))
         h = statistics.median(rng.choices(head, k=len(head)))
-        estimates.append(ratio(b, h))
+        estimates.append(h / b if b > 0 else math.inf)
     estimates.sort()
     tail = (1 - confidence) / 2
     low = estimates[int(tail * (len(estimates) - 1))]
     high = estimates[math.ceil((1 - tail) * (len(estimates) - 1))]
-    return ratio(statistics.median(base), statistics.median(head)), low, high
+    if not math.isfinite(high):
+        return None
+    return statistics.median(head) / statistics.median(base), low, high

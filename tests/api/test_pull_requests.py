@@ -151,6 +151,25 @@ def test_a_pull_request_on_a_suite_of_real_size_compares_only_what_the_survey_ke
     assert not [test for test in verdicts if test and "test_filler" in test and test not in report["survey"]["focused"]]
 
 
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_pull_request_whose_base_has_a_0_ms_test_gets_its_whole_report(api, tmp_path):
+    # Most real suites have tests under the JUnit XML's millisecond: their medians are 0 or
+    # 1 ms, and a ratio to 0 has no number (JSON and PostgreSQL have no Infinity).
+    api.token = api.new_token("octo/demo")
+    quick = {"tests/test_quick.py": 'def test_parse():\n    assert int("42") == 42\n'}
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15, files=quick)
+    register(api.settings, api.session_factory, repository.url)
+    response = deliver(api, pull_request_payload(repository), "pr-0ms", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert job["status"] == "done", job["error"]
+    verdicts = {row["test"]: row for row in job["report"]["base_comparison"]["tests"]}
+    assert set(verdicts) >= {None, TARGET, f"{TEST_FILE}::test_steady", "tests/test_quick.py::test_parse"}
+    assert all(row["verdict"] in ("regressed", "improved", "unchanged", "too_noisy") for row in verdicts.values())
+    parse = verdicts["tests/test_quick.py::test_parse"]
+    assert parse["verdict"] == "unchanged" and parse["ratio"] is None and parse["ratio_high"] is None, parse
+
+
 def test_the_rerun_with_other_cpus_action_reruns_on_more_configurations(sqlite_api, tmp_path):
     api = sqlite_api
     repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)

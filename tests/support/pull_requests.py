@@ -38,13 +38,15 @@ def test_filler(n):
 
 
 def make_pull_request(
-    path: Path, lagtrace_yml: str, base_s: float, head_s: float, filler: int = 0
+    path: Path, lagtrace_yml: str, base_s: float, head_s: float, filler: int = 0, files: dict[str, str] | None = None
 ) -> PullRequestRepository:
     """main holds tests/test_speed.py with test_target sleeping ``base_s`` (and ``filler``
-    more quick tests in tests/test_filler.py); the head commit (on branch `slower`) makes it
-    sleep ``head_s``. Returns the file:// URL and both commits."""
+    more quick tests in tests/test_filler.py, and ``files`` by path); the head commit (on
+    branch `slower`) makes it sleep ``head_s``. Returns the file:// URL and both commits."""
     (path / "tests").mkdir(parents=True)
     (path / ".lagtrace.yml").write_text(lagtrace_yml)
+    for name, text in (files or {}).items():
+        (path / name).write_text(text)
     if filler:
         (path / "tests" / "test_filler.py").write_text(FILLER.format(count=filler))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(path)]

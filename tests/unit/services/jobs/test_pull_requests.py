@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -74,7 +75,26 @@ def test_the_ratio_interval_is_seeded_and_brackets_the_ratio_of_medians():
     base, head = around(0.1, 7, 0.2, seed=1), around(0.3, 7, 0.2, seed=2)
     first, again = ratio_interval(base, head, seed=3), ratio_interval(base, head, seed=3)
     assert first == again
+    assert first is not None
     ratio, low, high = first
     assert low <= ratio <= high and low > 1.5 and high < 6
     with pytest.raises(ValueError):
         ratio_interval([], head)
+
+
+def test_a_test_below_the_clock_gets_a_verdict_and_no_ratio():
+    # pytest's JUnit XML gives durations in milliseconds: `assert int("42") == 42` reads 0.000
+    # in most runs and 0.001 in some, so bootstrap resamples of the base have a median of 0.
+    base = samples({"t.py::test_parse": [0.0, 0.001, 0.0, 0.001, 0.001], "t.py::test_b": around(0.05, 5)})
+    head = samples({"t.py::test_parse": [0.001, 0.0, 0.001, 0.001, 0.0], "t.py::test_b": around(0.05, 5, seed=2)})
+    changes = {c.test_id: c for c in compare(base, head, LIMITS, seed=7)}
+    parse = changes["t.py::test_parse"]
+    assert parse.verdict == UNCHANGED and parse.ratio is None and parse.ratio_low is None and parse.ratio_high is None
+    for change in changes.values():
+        for number in (change.ratio, change.ratio_low, change.ratio_high, change.p_value):
+            assert number is None or math.isfinite(number), change
+
+
+def test_the_ratio_interval_has_no_upper_end_when_resampled_bases_reach_zero():
+    assert ratio_interval([0.0, 0.0, 0.001, 0.001, 0.001], [0.002] * 5, seed=1) is None
+    assert ratio_interval([0.0] * 5, [0.002] * 5) is None
