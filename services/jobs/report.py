@@ -14,7 +14,7 @@ from services.jobs import pull_requests
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import budget as job_budget
 from services.measure import evidence as evidence_models
-from services.measure import hostload
+from services.measure import hostload, nodelock
 from services.measure.evidence import (
     AsyncioLoopContent,
     CensusContent,
@@ -259,7 +259,10 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "survey": surveyed,
         "budget": budget_view(job, limits),
         # The node and its measurement lock (services/measure/nodelock.py), per phase.
-        "measured_on": job.measured_on or [],
+        "measured_on": [
+            {**place, "locks": [nodelock.lock_label(lock) for lock in place.get("locks", [])]}
+            for place in job.measured_on or []
+        ],
     }
     return validated(report)
 
@@ -519,7 +522,9 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         out += ["", f"Note: {note}"]
     for place in report.get("measured_on", []):
         what = f"{place['phase']} of shard {place['shard']}" if place.get("shard") else place["phase"]
-        out += ["", f"The {what} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
+        locks = [lock for lock in place["locks"] if lock != "node"]
+        held = f"the locks of {', '.join(locks)}" if locks else "the node's measurement lock"
+        out += ["", f"The {what} ran on node {place['node']}, holding {held}"]
     return "\n".join(out) + "\n"
 
 

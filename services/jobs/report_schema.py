@@ -275,7 +275,8 @@ class MeasuredOn(_Part):
     shard: int | None = None
     # The Kubernetes node (LAGTRACE_NODE_NAME), else the host's name.
     node: str
-    # The lock directory (the whole node) or, packing, a file per CPU.
+    # The locks' names: ``node`` (the whole node) or, packing, ``cpuN`` per CPU; never
+    # the worker's paths to them.
     locks: list[str]
 
 
