@@ -73,8 +73,8 @@ def measurement_slot(
     directory.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         held = []
-        for name in lock_names(settings, cpuset):
-            path, fd = directory / f"{name}.lock", None
+        for wanted in lock_names(settings, cpuset):
+            name, path, fd = wanted, directory / f"{wanted}.lock", None
             if name != "node":
                 try:
                     fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)

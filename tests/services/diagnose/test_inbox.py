@@ -7,8 +7,8 @@ import datetime as dt
 from services.diagnose import inbox
 from services.diagnose.diagnose import command_title, short_command
 from services.diagnose.findings import fingerprint
-from services.models import Finding, Job, JobStatus
 from services.jobs.lifecycle import get_or_create_project
+from services.models import Finding, Job, JobStatus
 
 T0 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
 
