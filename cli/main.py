@@ -185,7 +185,8 @@ def run(
     command,
 ) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
-    from cli.run import run_job
+    from cli.run import JobFailed, run_job
+    from services.jobs.report import render_text
 
     settings = _load_settings()
     # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
@@ -211,9 +212,14 @@ def run(
     except Exception as exc:  # the job is marked failed; say why without a wall of traceback
         if os.environ.get("LAGTRACE_DEBUG"):
             raise
-        click.echo(f"lagtrace: failed: {type(exc).__name__}: {exc} (LAGTRACE_DEBUG=1 shows where)", err=True)
+        if isinstance(exc, JobFailed) and exc.report is not None:
+            # The failed job's report, which says first that it failed and why.
+            if json_path is not None:
+                json_path.write_text(json.dumps(exc.report, indent=2) + "\n")
+            click.echo(render_text(exc.report, all_tests=all_tests), nl=False)
+        why = str(exc) if isinstance(exc, JobFailed) else f"{type(exc).__name__}: {exc}"
+        click.echo(f"lagtrace: failed: {why} (LAGTRACE_DEBUG=1 shows where)", err=True)
         sys.exit(1)
-    from services.jobs.report import render_text
 
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")

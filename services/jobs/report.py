@@ -410,9 +410,17 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     """The human report: findings first, then configurations, then tests (the flagged
     ones and the slowest few; ``all_tests``: every one)."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    status = report["job"]["status"]
+    if status != "done":
+        # A job that did not finish concluded nothing: that comes first, not a clean-looking
+        # "Findings: none" with the reason only on stderr.
+        out += [*_unfinished(report["job"]), ""]
     out += stories.render(report.get("diagnoses", []))
     findings = report["findings"]
-    out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
+    if findings:
+        out.append(f"Findings ({len(findings)})")
+    else:
+        out.append("Findings: none" if status == "done" else f"Findings: none (the job {status} before any were made)")
     for finding in findings:
         where = f" [{finding['test']}]" if finding["test"] else ""
         if finding["regression"]:
@@ -420,7 +428,10 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         elif finding["status"] != "new":
             where += f" ({finding['status']})"
         out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
-        out.append(f"         {finding['detail']}")
+        # A detail's later lines are output the command printed (an output tail): one per line.
+        prose, *output = finding["detail"].split("\n")
+        out.append(f"         {prose}")
+        out += [f"           {line}" for line in output]
         if finding["evidence"]:
             kinds = {e["id"]: e["kind"] for e in report["evidence"]}
             refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding["evidence"])
@@ -526,6 +537,20 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         held = f"the locks of {', '.join(locks)}" if locks else "the node's measurement lock"
         out += ["", f"The {what} ran on node {place['node']}, holding {held}"]
     return "\n".join(out) + "\n"
+
+
+def _unfinished(job: dict[str, Any]) -> list[str]:
+    """What a job that did not finish says first: that it did not, and why (its error keeps
+    its lines: an installer's or the command's output)."""
+    status = job["status"]
+    if status in ("queued", "running"):
+        return [f"JOB {status.upper()}: not finished yet; what follows is what it measured so far"]
+    prose, *output = (job.get("error") or "no reason was recorded").split("\n")
+    return [
+        f"JOB {status.upper()}: {prose}",
+        *(f"  {line}" for line in output),
+        "Nothing below is a verdict: the job stopped before its findings were made.",
+    ]
 
 
 FRAMES_SHOWN = 4

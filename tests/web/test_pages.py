@@ -259,6 +259,24 @@ def test_a_failed_job_page_does_not_claim_latency_was_healthy(dashboard):
     assert "up to 1 run per configuration" in html and "up to 1 runs" not in html
 
 
+def test_an_output_tail_keeps_its_lines_on_the_job_and_finding_pages(dashboard):
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    tail = 'Traceback (most recent call last):\n  File "t.py", line 1\nImportError: no thing'
+    with dashboard.session_factory() as session:
+        job = session.get(Job, job_id)
+        finding = session.scalars(select(Finding).where(Finding.job_id == job_id)).first()
+        finding.detail = f"No run succeeded in every configuration. Last output:\n{tail}"
+        job.error = f"installing the dependencies failed (exit 1):\n{tail}"
+        session.commit()
+        finding_id = finding.id
+    escaped = tail.replace('"', "&#34;")
+    for path in (f"/jobs/{job_id}", f"/findings/{finding_id}"):
+        html = dashboard.page(path)
+        assert f'Last output:<pre class="output-tail">{escaped}</pre>' in html, path
+    html = dashboard.page(f"/jobs/{job_id}")
+    assert f'installing the dependencies failed (exit 1):<pre class="output-tail">{escaped}</pre>' in html
+
+
 def test_a_test_that_failed_to_collect_shows_a_dash_not_an_error(dashboard):
     (job_id,) = _signed_in_with_jobs(dashboard)
     broken = "tests/test_broken.py"
