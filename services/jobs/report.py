@@ -410,7 +410,7 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     """The human report: findings first, then configurations, then tests (the flagged
     ones and the slowest few; ``all_tests``: every one)."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
-    status = report["job"]["status"]
+    status = report["job"].get("status", "done")
     if status != "done":
         # A job that did not finish concluded nothing: that comes first, not a clean-looking
         # "Findings: none" with the reason only on stderr.
