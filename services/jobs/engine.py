@@ -43,7 +43,7 @@ from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
-from services.measure.drill import NO_TARGETS, SurveyCensus, Target, drill, parse_evidence, survey_census
+from services.measure.drill import SurveyCensus, Target, drill, no_targets, parse_evidence, survey_census
 from services.measure.executors import Executor, make_executor
 from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
 from services.measure.samples import surveyed
@@ -384,7 +384,7 @@ def drill_phase(
             "rerun them by name for evidence",
         ]
     if not chosen:
-        job.notes = [*job.notes, NO_TARGETS]
+        job.notes = [*job.notes, no_targets(job)]
     return count
 
 
