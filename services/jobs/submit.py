@@ -376,7 +376,10 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         }
         for c in job.configs
     ]
-    planned = len(job.configs) * job.repeat
+    # The plan is --repeat runs a configuration, and grows with the runs the screen adds
+    # (the survey's, a pull request's comparison, an undecided pair's, each shard's): a
+    # configuration is never shown past its plan ("21/15").
+    planned = sum(max(job.repeat, done_runs.get(c.id, 0)) for c in job.configs)
     runs = sum(done_runs.values())
     if job.status in FINISHED:
         phase = job.status.value
