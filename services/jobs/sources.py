@@ -6,6 +6,7 @@ directory and removes it afterwards, so nodes share nothing but the database.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
 import io
@@ -83,13 +84,38 @@ def check_ref(ref: str) -> str:
 
 
 def check_archive(data: bytes, settings: Settings) -> bytes:
-    """Only the size, in the request: unpacking (and refusing bombs) is the worker's."""
+    """The size, and that it holds something, in the request: unpacking (and refusing
+    bombs) is the worker's."""
     if len(data) > settings.max_archive_bytes:
         raise BadInput(f"archive: {len(data)} bytes, more than the {settings.max_archive_bytes} allowed")
+    if _holds_nothing(data):
+        raise BadInput("archive: the archive is empty (no file in it to run)", field="archive")
     # The format from its first bytes only: decompressing (a bomb) is not for this thread.
     if not (data.startswith(COMPRESSED_MAGIC) or data[257:262] == b"ustar"):
         raise BadInput("archive: not a tar archive (plain, gzip, bzip2 or xz)")
     return data
+
+
+TAR_BLOCK = 512
+
+
+def _holds_nothing(data: bytes) -> bool:
+    """Whether the upload holds no member: a tar archive that holds nothing is its end
+    marker alone, zero blocks (tar(5)), which is what `tar -c` of nothing writes; no bytes
+    at all, or a compressed stream of none, is empty too. Only the first 512-byte block is
+    read, decompressed at most that far: a bomb costs nothing here."""
+    try:
+        if data.startswith(b"\x1f\x8b"):
+            block = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, TAR_BLOCK)
+        elif data.startswith(b"BZh"):
+            block = bz2.BZ2Decompressor().decompress(data, max_length=TAR_BLOCK)
+        elif data.startswith(b"\xfd7zXZ\x00"):
+            block = lzma.LZMADecompressor().decompress(data, max_length=TAR_BLOCK)
+        else:
+            block = data[:TAR_BLOCK]
+    except (zlib.error, OSError, EOFError, lzma.LZMAError):
+        return False  # unreadable: the unpacker says so
+    return not block.strip(b"\0")
 
 
 def checkout(source: JobSource, settings: Settings, name: str, *, commit: str | None = None) -> tuple[Path, str | None]:
