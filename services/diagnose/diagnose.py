@@ -18,7 +18,7 @@ from services.diagnose import (
     triage,
 )
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import SEVERITY_ORDER, fingerprint
+from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, fingerprint
 from services.diagnose.symptoms import TIMING_RULES
 from services.models import Finding, Job
 from services.thresholds import Thresholds
@@ -52,7 +52,7 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
     drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.metrics.get("ratio", 0))))
     findings = []
     for draft in drafts:
-        scope = draft.test_id or "command:" + shlex.join(job.command)
+        scope = scope_of(draft, job.command)
         finding = Finding(
             job=job,
             kind=draft.kind,
@@ -70,6 +70,16 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
         findings.append(finding)
     session.flush()
     return findings
+
+
+def scope_of(draft: FindingDraft, command: list[str]) -> str:
+    """What a finding's fingerprint groups by beside its project and kind: its test, or the
+    command. How a command failed is part of its problem: a suite that collects no test and
+    one whose module cannot be imported are two problems, triaged apart."""
+    scope = draft.test_id or "command:" + shlex.join(command)
+    if draft.kind == command_failed.KIND:
+        scope += "\x1f" + str(draft.metrics.get("failure") or command_failed.EXITED)
+    return scope
 
 
 # A command named in a title is cut to this many characters: an inbox row stays one line.

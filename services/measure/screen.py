@@ -149,6 +149,22 @@ def screen(
             session.flush()
             measured = run()
         line = _progress_line(job_config, kind, repetition, repeat, measured.result, len(measured.cases))
+        broken = (
+            pytest_command.suite_failure(measured.result.exit_code, measured.run.output_tail, len(measured.cases))
+            if kind in (RunKind.warmup, RunKind.timing) and pytest_command.is_pytest(job.command)
+            else None
+        )
+        if broken is not None:
+            # No test ran and none will: every further run, in any configuration, would
+            # fail the same way. The run is what the job measured (a timed run, for the
+            # command_failed rule); the screen stops here.
+            measured.run.kind, measured.run.repetition = RunKind.timing, 1
+            note = _stopped_note(broken, job_config.label, measured)
+            if note not in job.notes:
+                job.notes = [*job.notes, note]
+            checkpoint()
+            progress(f"{line}: {note}")
+            raise _SuiteBroken(broken)
         if kind in (RunKind.warmup, RunKind.base_warmup) and measured.result.timed_out:
             # Nothing warmed up: the command hangs here, and every further run would wait
             # out the same timeout. The run is what this configuration measured: a timed
@@ -173,8 +189,11 @@ def screen(
         return [(c, side) for c in active for side in sides if (c.label, side) not in hung]
 
     try:
-        for job_config, on_base in round_order(order, this_round()):
-            measure(job_config, RunKind.warmup, 0, on_base)
+        try:
+            for job_config, on_base in round_order(order, this_round()):
+                measure(job_config, RunKind.warmup, 0, on_base)
+        except _SuiteBroken:
+            return
         # A configuration that hung measured all it will: its verdict (it hangs) is settled.
         active = [c for c in active if (c.label, False) not in hung]
         # A suite of real size: the warm-up round was its survey, and only the tests it
@@ -203,8 +222,11 @@ def screen(
                 left = budget.remaining_s(job, thresholds)
                 progress(f"budget: run {repetition} would take about {cost:.1f} s, {left:.1f} s left: the screen stops")
                 break
-            for job_config, on_base in round_order(order, this_round()):
-                measure(job_config, kind, repetition, on_base, command, base_command)
+            try:
+                for job_config, on_base in round_order(order, this_round()):
+                    measure(job_config, kind, repetition, on_base, command, base_command)
+            except _SuiteBroken:
+                return
             if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
                 progress("the narrowed suite ran none of its tests: screening the whole suite instead")
                 unfocus(job)
@@ -240,6 +262,22 @@ def screen(
             repetition += 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _SuiteBroken(Exception):
+    """A pytest run of the whole suite ran no test, and no further run would (a collection
+    error, no test collected, a usage error): the screen stops."""
+
+
+def _stopped_note(failure: str, label: str, measured: Measured) -> str:
+    where = f"the screen stopped after its first run ({label}): every other run would fail the same way"
+    if failure == pytest_command.COLLECTION_ERROR:
+        errors = measured.collection_errors
+        named = "; ".join(f"{e.module} ({e.exception})" for e in errors[:3]) + (" ..." if len(errors) > 3 else "")
+        return f"pytest could not collect {named}: no test ran, so {where}"
+    if failure == pytest_command.NO_TESTS:
+        return f"pytest collected no tests (exit 5): nothing ran, so {where}"
+    return f"pytest refused the command (exit 4, a usage error: a path or option it does not know): {where}"
 
 
 _ON_BASE = {RunKind.focus: RunKind.base_focus, RunKind.timing: RunKind.base}
