@@ -212,7 +212,7 @@ class BaseChange(_Part):
 
     test: str | None
     config: str
-    base_median_s: float
+    base_median_s: float | None  # None: a test new on the head (the base has none)
     head_median_s: float
     base_n: int
     head_n: int
@@ -221,7 +221,8 @@ class BaseChange(_Part):
     ratio_low: float | None
     ratio_high: float | None
     p_value: float | None  # rank test, base runs against head runs
-    verdict: Literal["regressed", "improved", "unchanged", "too_noisy"]
+    # new: the base commit does not have the test (and the whole command's row leaves it out)
+    verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new"]
 
 
 class BaseComparison(_Part):
