@@ -56,3 +56,24 @@ def test_a_suite_that_collects_nothing_is_named_after_one_run(suite, sqlite_url,
     [failed] = [f for f in report["findings"] if f["kind"] == "command_failed"]
     assert failed["title"].endswith("collected no tests (pytest exit 5)") and failed["severity"] == "high"
     assert "collected no tests" in result.stdout
+
+
+def test_a_job_that_fails_prints_a_report_that_says_so_first(sqlite_url, tmp_path):
+    # The node's lock directory cannot be made (a file is in its way): the job fails before
+    # its screen, after it was stored.
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    out = tmp_path / "out.json"
+    options = ["--executor", "local", "--config", "cpuset=0", "--repeat", "2", "--json", str(out)]
+    result = run_cli(
+        ["run", *options, "--", sys.executable, "-c", "pass"],
+        sqlite_url,
+        env={"LAGTRACE_NODE_LOCK_PATH": str(blocker / "locks")},
+    )
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stdout.splitlines()
+    # Not an empty stdout, nor a clean-looking "Findings: none": the failure, first.
+    assert lines[0].startswith("lagtrace job ") and lines[2].startswith("JOB FAILED: NotADirectoryError"), lines
+    assert "Findings: none" not in lines and "Findings: none (the job failed before any were made)" in lines
+    assert result.report(out)["job"]["status"] == "failed"
+    assert "lagtrace: failed: NotADirectoryError" in result.stderr
