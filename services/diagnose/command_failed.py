@@ -62,7 +62,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
             + ", so no test ran and nothing was measured."
         ]
     elif kind == pytest_command.NO_TESTS:
-        title = "The command collected no tests (pytest exit 5)"
+        title = "The command ran no test: no tests collected (pytest exit 5)"
         detail = [
             "pytest found no test to run, so nothing was measured: check the command's paths and -k/-m "
             "options, and that the test files are named test_*.py or *_test.py."

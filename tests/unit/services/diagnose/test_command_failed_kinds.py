@@ -63,7 +63,7 @@ def test_a_collection_error_is_reported_as_one_with_its_exception_and_no_failing
 def test_a_suite_that_collects_nothing_is_named_and_grouped_apart_from_a_collection_error():
     empty = _pytest_job({"cpuset=0": [run(0.3, exit_code=5, output_tail="no tests ran in 0.01s\n")], "cpus=1": []})
     [nothing] = command_failed.check(RuleContext(empty, Thresholds()))
-    assert nothing.title == "The command collected no tests (pytest exit 5)"
+    assert nothing.title == "The command ran no test: no tests collected (pytest exit 5)"
     assert "no test to run" in nothing.detail and nothing.metrics["failure"] == "no_tests_collected"
     broken = _pytest_job({"cpuset=0": [run(1.8, exit_code=2, output_tail=_tail())]})
     [collection] = command_failed.check(RuleContext(broken, Thresholds()))
