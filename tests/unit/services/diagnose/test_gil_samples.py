@@ -33,12 +33,15 @@ def test_no_symbol_in_a_file_that_is_not_elf(tmp_path):
     assert clock.elf_symbol(str(path), "_PyRuntime") is None
 
 
+# A waiter is there only while the threads have both cores: beside other work none was
+# seen in twenty looks. So it runs in the latency tier.
+@pytest.mark.latency
 @pytest.mark.parametrize("interpreter", sorted({str(DEBIAN_PYTHON), sys.executable, shutil.which("python3") or ""}))
 def test_threads_queueing_for_the_gil_are_seen_without_a_debug_extension(interpreter):
     if not interpreter or not Path(interpreter).exists():
         pytest.skip("interpreter not installed")
     # Threads handing a token through queues while another computes: on two cores some
-    # thread waits for the GIL nearly all the time. Not a latency verdict: only whether a
+    # thread waits for the GIL nearly all the time. No figure is judged: only whether a
     # waiter is seen at all in twenty looks.
     program = subprocess.Popen(
         [interpreter, str(REPO / "examples" / "handoff.py"), "1000000"], stdout=subprocess.DEVNULL
