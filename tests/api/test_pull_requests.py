@@ -152,9 +152,6 @@ def test_a_pull_request_on_a_suite_of_real_size_compares_only_what_the_survey_ke
     assert not [test for test in verdicts if test and "test_filler" in test and test not in report["survey"]["focused"]]
 
 
-# Needs test_parse to take under JUnit's millisecond on both sides: beside other work its
-# medians were 1 ms and the ratio 1.0.
-@pytest.mark.latency
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_pull_request_whose_base_has_a_0_ms_test_gets_its_whole_report(api, tmp_path):
     # Most real suites have tests under the JUnit XML's millisecond: their medians are 0 or
