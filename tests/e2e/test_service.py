@@ -353,7 +353,7 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert job["status"] == "done", job["error"]
     assert job["configs"] == ["cpuset=0", "cpuset=0-1"]
     mine = [r for r in stack.github.check_runs() if r.body.get("external_id") == str(job["id"])]
-    # A GitHub call that fails goes back to the ledger for 30 s (engine.notify_github):
+    # A GitHub call that fails goes back to the ledger for 30 s (services/github/notify.py):
     # the check run completes within one such retry.
     deadline = time.monotonic() + 75
     while not any(r.body.get("status") == "completed" for r in mine) and time.monotonic() < deadline:
