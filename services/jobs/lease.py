@@ -21,7 +21,7 @@ from services.db import unreachable
 from services.errors import EngineUnavailable
 from services.jobs import ledger, lifecycle
 from services.jobs.dispatch import Step
-from services.measure.executors.docker import remove_own_containers, stop_job_containers, wait_for_engine
+from services.measure.executors import remove_own_containers, stop_job_containers, wait_for_engine
 from services.models import Job, JobStatus, JobTask, TaskState
 from services.settings import Settings
 

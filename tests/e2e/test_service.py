@@ -22,7 +22,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, func, select, text
 
-from services.measure.executors.docker import INSTALLATION_LABEL
+from services.measure.executors.docker_guards import INSTALLATION_LABEL
 from services.models import Job, JobTask, WebhookDelivery
 from services.settings import Settings
 from tests.conftest import REPO
@@ -510,9 +510,9 @@ def test_worker_with_the_docker_executor_finds_gil_contention_at_the_stall(stack
 
 
 def require_docker() -> None:
-    from services.measure.executors import docker as docker_executor
+    from services.measure.executors import docker_engine
     from services.settings import Settings
     from tests.conftest import require
 
-    problem = docker_executor.unavailable_reason(Settings().docker_image)
+    problem = docker_engine.unavailable_reason(Settings().docker_image)
     require(problem is None, f"no usable Docker engine: {problem}")
