@@ -279,7 +279,7 @@ class DockerExecutor:
                 "-I",
                 "-S",
                 "-c",
-                _timer_source(),
+                timer_source(),
                 output,
                 timeout,
                 str(LINGER_S),
@@ -460,8 +460,21 @@ def _lines(stream):
         yield buffer.decode("utf-8", "replace")
 
 
-def _timer_source() -> str:
-    return resources.files("services.measure.executors").joinpath("container_timer.py").read_text()
+def timer_source() -> str:
+    """The container's timer as one program for ``python3 -I -S -c``: the stall clock it
+    imports is made a module under its own name first (lagtrace is not installed there)."""
+    files = resources.files("services.measure.executors")
+    clock = files.joinpath("stall_clock.py").read_text()
+    timer = files.joinpath("container_timer.py").read_text()
+    name = "services.measure.executors.stall_clock"
+    return (
+        "import sys, types\n"
+        f"clock = types.ModuleType({name!r})\n"
+        f"exec(compile({clock!r}, 'stall_clock.py', 'exec'), clock.__dict__)\n"
+        f"sys.modules[{name!r}] = clock\n"
+        "del sys, types, clock\n"
+        f"{timer}"
+    )
 
 
 def container_command(command: list[str], workdir: Path, run_dir: Path) -> list[str]:
