@@ -31,12 +31,12 @@ from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
+from services.evidence import EvidenceKind
 from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
 from services.measure.artifacts import make_artifact_store
-from services.measure.evidence import EvidenceKind
 from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus

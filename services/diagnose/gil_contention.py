@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
-from services.measure.evidence import (
+from services.evidence import (
     CoreThread,
     DumpedThread,
     EvidenceStatus,

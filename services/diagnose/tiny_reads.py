@@ -23,7 +23,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
+from services.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.measure.evidence import (
+from services.evidence import (
     EvidenceKind,
     GdbContent,
     ProcIoContent,
