@@ -48,7 +48,7 @@ from docker.types import Mount
 from services.errors import BadInput, EngineUnavailable, LagtraceError
 from services.measure import hostload
 from services.measure.configs import parse_cpulist
-from services.measure.executors.base import RunRequest, RunResult
+from services.measure.executors.base import RunRequest, RunResult, RunWatcher
 from services.measure.executors.docker_engine import BUILD_HINT, connect, engine_calls, engine_trouble, reason
 from services.measure.executors.docker_exec import DockerProcessHandle
 from services.measure.executors.docker_guards import (
@@ -110,7 +110,8 @@ class DockerExecutor:
         self.client = connect()
         with engine_calls("looking up the runner image"):
             try:
-                self._image_id = self.client.images.get(self.image).id
+                # The id the engine keys the image by (Image.id is its "Id", typed optional).
+                self._image_id: str = self.client.images.get(self.image).attrs["Id"]
             except ImageNotFound:
                 raise BadInput(f"image {self.image!r} does not exist in the Docker engine; {BUILD_HINT}") from None
             info = self.client.info()
@@ -336,7 +337,7 @@ class DockerExecutor:
             backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, stop)
             backstop.daemon = True
             backstop.start()
-        watched = False
+        watched: RunWatcher | None = None  # the watcher, once it was told the command started
         measured = None
         # The timer's stdout tells when the command started and when it ended; the stream
         # blocks without polling (and without a socket timeout) for as long as the run takes.
@@ -347,7 +348,7 @@ class DockerExecutor:
                     mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
                     handle = DockerProcessHandle(container, int(line[4:]), mounts)
                     request.watcher.started(handle)
-                    watched = True
+                    watched = request.watcher
                 elif line.startswith("{"):
                     measured = json.loads(line)
                     break
@@ -356,9 +357,9 @@ class DockerExecutor:
             if backstop is not None:
                 backstop.cancel()
         host_wall_s = time.perf_counter() - started
-        if watched:
+        if watched is not None:
             # The container still runs (the timer lingers): tools can read what they took.
-            request.watcher.finished()
+            watched.finished()
         if measured is None:
             # The timer itself was killed (out of memory, by the backstop, or from outside
             # the command: a cancel, the engine restarting), or the stream broke off while
@@ -403,9 +404,9 @@ class DockerExecutor:
             }
         oom_killed = bool(measured["oom_killed"] or state.get("OOMKilled"))
         throttling = measured["throttling"] if request.config.cpus is not None else None
-        busy = measured["busy_cpu_s"]
+        busy = measured["busy_cpu_s"]  # [before, after]
         own_cpu_s = measured["user_s"] + measured["sys_s"]
-        foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
+        foreign_cpus = hostload.foreign_cpus(busy[0], busy[1], own_cpu_s, measured["wall_s"]) if busy else 0.0
         failed = measured["exit_code"] != 0 or measured["timed_out"]
         output = request.run_dir / "output.log"
         # lexists: never stat through what the container left (a link into /root raises

@@ -28,7 +28,9 @@ ENGINE_BACKOFF_MAX_S = 10.0
 def connect(timeout_s: float = ENGINE_TIMEOUT_S) -> docker.DockerClient:
     """A client for the engine at DOCKER_HOST (or the local socket), or EngineUnavailable."""
     try:
-        client = docker.from_env(timeout=timeout_s)
+        # The stub says int; docker-py hands the timeout to requests, which takes a float
+        # (wait_for_engine's last try waits for what is left of its bound).
+        client = docker.from_env(timeout=timeout_s)  # type: ignore[arg-type]
         client.ping()
     except (DockerException, requests.RequestException) as exc:
         raise EngineUnavailable(

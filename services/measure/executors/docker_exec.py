@@ -63,5 +63,8 @@ class DockerProcessHandle:
                 member = next((m for m in archive.getmembers() if m.isfile()), None)
                 if member is None:
                     raise LagtraceError(f"{path} in the container is not a regular file")
-                with archive.extractfile(member) as data, create_exclusively(host_path) as target:
+                data = archive.extractfile(member)
+                if data is None:  # only for what is not a regular file, excluded above
+                    raise LagtraceError(f"{path} in the container is not a regular file")
+                with data, create_exclusively(host_path) as target:
                     shutil.copyfileobj(data, target)

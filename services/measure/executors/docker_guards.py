@@ -19,6 +19,7 @@ from pathlib import Path
 import docker
 import requests
 from docker.errors import DockerException, NotFound
+from docker.models.containers import Container
 
 from services.errors import BadInput, LagtraceError
 from services.measure.executors.docker_engine import ENGINE_TIMEOUT_S
@@ -138,7 +139,7 @@ def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:
     """
     host = socket.gethostname()
     removed = []
-    mine = {"label": [OWNER_LABEL, f"{INSTALLATION_LABEL}={installation}"]}
+    mine: dict[str, str | list[str] | bool] = {"label": [OWNER_LABEL, f"{INSTALLATION_LABEL}={installation}"]}
     for container in client.containers.list(all=True, filters=mine):
         owner_host, _, process = container.labels.get(OWNER_LABEL, "").partition(":")
         pid, _, start_time = process.partition(":")
@@ -147,7 +148,7 @@ def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:
         if process_start_time(int(pid)) == start_time:
             continue
         remove_container(container)
-        removed.append(container.name)
+        removed.append(container_name(container))
     return removed
 
 
@@ -163,7 +164,7 @@ def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
     try:
         for container in client.containers.list(filters={"label": labels, "status": "running"}):
             kill_container(container)
-            stopped.append(container.name)
+            stopped.append(container_name(container))
     except (DockerException, requests.RequestException):
         pass  # the engine is busy: the next heartbeat tries again
     finally:
@@ -181,12 +182,17 @@ def remove_own_containers(settings: Settings, job_id: int) -> list[str]:
         try:
             for container in client.containers.list(all=True, filters={"label": labels}):
                 remove_container(container)
-                removed.append(container.name)
+                removed.append(container_name(container))
         finally:
             client.close()
     except (DockerException, requests.RequestException):
         pass  # away again: the reaper of this installation gets them once this process ends
     return removed
+
+
+def container_name(container: Container) -> str:
+    """What the logs call a container: its name (an inspected container always has one)."""
+    return container.name or container.short_id
 
 
 def owner_id(pid: int | None = None) -> str:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
 
 STALL = "stall"
 BEFORE_TIMEOUT = "before_timeout"
@@ -45,7 +46,7 @@ def _stat(pid):
 def descendants(root):
     """The command's process tree, root first: walked by parent pid, because a wrapper's
     child may have left the process group (setsid, setpgid) and still be the test."""
-    children = {}
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             found = _stat(int(name))
@@ -88,7 +89,7 @@ def describe(pid):
 def threads_at(pid):
     """Each thread's kernel view while frozen: the syscall it sits in (202 = futex on
     x86_64; -1 = running user code when stopped) and its name."""
-    found = []
+    found: list[dict[str, Any]] = []
     try:
         tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
     except OSError:
@@ -149,7 +150,7 @@ def gil_range(pid):
     A thread blocked in futex on an address in this range waits for the GIL: locks,
     queues and conditions of Python code wait on semaphores allocated elsewhere."""
     maps = _read(f"/proc/{pid}/maps", 1 << 21) or ""
-    files = {}
+    files: dict[str, int] = {}
     for line in maps.splitlines():
         parts = line.split(None, 5)
         if len(parts) < 6 or not parts[5].startswith("/"):
@@ -192,7 +193,7 @@ def look_window(after):
 def thread_waits(pid, gil):
     """One look at every thread: tid -> "gil" (blocked in futex on the GIL), "futex"
     (another lock), "running", or "syscall"; read without stopping anything."""
-    states = {}
+    states: dict[str, str] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -328,7 +329,7 @@ class StallClock:
         self.pid = 0  # the command, also its process group (it called setsid())
         self.started = 0.0  # perf_counter() at fork
         self.out_dir = spec["out_dir"]
-        self.record = {"per_test": bool(spec.get("per_test")), "snapshots": [], "tests": []}
+        self.record: dict[str, Any] = {"per_test": bool(spec.get("per_test")), "snapshots": [], "tests": []}
         self._ended = threading.Event()
         self._lock = threading.Lock()  # held while frozen: the command is not reaped meanwhile
         self.per_test = bool(spec.get("per_test"))
@@ -376,7 +377,8 @@ class StallClock:
         deadline = None if self.per_test else after  # per test: armed by its start
         current = None  # the test whose clock runs: (pid, node id, started_s)
         stalled = False
-        looks, next_look, interval = None, None, GIL_SAMPLE_INTERVAL_S
+        looks: GilLooks | None = None
+        next_look, interval = None, GIL_SAMPLE_INTERVAL_S
         while True:
             if deadline is not None and looks is None and not stalled:
                 # Toward the deadline, repeated looks at which threads wait for the GIL
@@ -412,7 +414,7 @@ class StallClock:
                         next_look = None  # its looks stay in the record
             if lines:
                 continue
-            if next_look is not None and deadline is not None and next_look <= now < deadline:
+            if looks is not None and next_look is not None and deadline is not None and next_look <= now < deadline:
                 self._look(looks, current)
                 next_look = now + interval if looks.looks < GIL_SAMPLES else None
                 continue
