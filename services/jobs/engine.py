@@ -9,7 +9,8 @@ thread: prepare (fetch the code, read .lagtrace.yml, plan), screen (every config
 interleaved, on one node), finish (drill, then diagnose), notify (the GitHub check run,
 services/github/notify.py). Either way the screen holds the node's measurement lock
 from its first run to its last, so its configurations are compared on one machine under
-one load, and the drill is handed its targets here, from what the timing rules found.
+one load, and the drill is handed its targets here, from what the timing rules found
+(services/jobs/drill_targets.py).
 
 Each service step claims its ledger entry first and commits the claim before the long
 work; the steps it records are sent by the outbox once its last commit succeeds.
@@ -17,7 +18,6 @@ work; the steps it records are sent by the outbox once its last commit succeeds.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -50,8 +50,6 @@ from services.measure.executors import Executor
 from services.measure.screen import BaseSide, screen
 from services.models import Job, JobShard, JobStatus, JobTask, RunKind, TaskState
 from services.settings import Settings
-
-log = logging.getLogger("lagtrace.engine")
 
 
 def _quiet(message: str) -> None:
@@ -316,6 +314,8 @@ def execute_job(
 
 
 # --- driver 2: ledger steps (Celery workers, `lagtrace serve`'s thread) --------------------
+# Each runs under its lease (services/jobs/lease.py run_step) in a workspace of its own
+# (services/jobs/workspace.py); a checkpoint commits what was measured while the lease holds.
 
 
 class JobCancelled(Exception):
