@@ -35,6 +35,7 @@ class LeaseLost(Exception):
     presumed dead: its heartbeats did not reach the database): this one stops, recording nothing."""
 
 
+# The session.info key under which run_step keeps (worker, attempt) of the step it runs.
 HOLDER = "lagtrace.holder"
 
 
