@@ -74,6 +74,7 @@ def prepare_dependencies(executor: DockerExecutor, workdir: Path, progress: Call
 
 
 def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], prepared: str) -> None:
+    """Install ``lock_files`` in a container of the base image and commit it as ``prepared``."""
     # As the prepare container sees them: the tree is mounted at /workspace.
     inside = {path: f"{WORKSPACE}/{path.relative_to(workdir)}" for path in lock_files}
     requirements = [a for p in lock_files if p.name.startswith("requirements") for a in ("-r", inside[p])]
