@@ -60,6 +60,7 @@ from services.measure.executors.docker_guards import (
     RUNNER_USER,
     WORKSPACE,
     check_workdir,
+    container_command,
     disarm_run_dir,
     give_to_runner,
     kill_container,
@@ -476,22 +477,6 @@ def timer_source() -> str:
         "del sys, types, clock\n"
         f"{timer}"
     )
-
-
-def container_command(command: list[str], workdir: Path, run_dir: Path) -> list[str]:
-    """The command as the container runs it: an argument naming a host path under the
-    run_dir or the working tree (``/srv/co/x.py``, ``--rootdir=/srv/co``) names the same
-    file at its mount. The run_dir first: a test's run_dir may sit inside the tree."""
-    mounts = [(run_dir.as_posix(), RUN_DIR), (workdir.as_posix(), WORKSPACE)]
-    translated = []
-    for argument in command:
-        option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
-        for host, inside in mounts:
-            if host != "/" and (value == host or value.startswith(host + "/")):
-                value = inside + value[len(host) :]
-                break
-        translated.append(option + equals + value)
-    return translated
 
 
 def _host_py_spy() -> str | None:

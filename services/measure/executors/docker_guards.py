@@ -1,6 +1,8 @@
-"""What guards the host against the job's containers: the files they leave behind (never
-opened through a link or a device a container planted), and the containers a killed
-lagtrace leaves behind (the orphan reaper, and the kill of a cancelled job's runs).
+"""What guards the host against the job's containers: where host directories appear in
+them (the working tree read-only at /workspace, the run's directory at /lagtrace/run, as
+uid 1000), the files they leave behind (never opened through a link or a device a
+container planted), and the containers a killed lagtrace leaves behind (the orphan
+reaper, and the kill of a cancelled job's runs).
 
 Containers carry ``lagtrace.job``, ``lagtrace.installation`` (Settings.installation) and
 ``lagtrace.owner`` (host, pid and start time of the lagtrace process) labels: the reaper
@@ -38,6 +40,22 @@ RUN_DIR = "/lagtrace/run"
 # A removal can fail for a moment: overlay2's "device or resource busy" leaves the
 # container dead, a busy engine answers late, another removal is under way (409).
 REMOVE_ATTEMPTS = 4
+
+
+def container_command(command: list[str], workdir: Path, run_dir: Path) -> list[str]:
+    """The command as the container runs it: an argument naming a host path under the
+    run_dir or the working tree (``/srv/co/x.py``, ``--rootdir=/srv/co``) names the same
+    file at its mount. The run_dir first: a test's run_dir may sit inside the tree."""
+    mounts = [(run_dir.as_posix(), RUN_DIR), (workdir.as_posix(), WORKSPACE)]
+    translated = []
+    for argument in command:
+        option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
+        for host, inside in mounts:
+            if host != "/" and (value == host or value.startswith(host + "/")):
+                value = inside + value[len(host) :]
+                break
+        translated.append(option + equals + value)
+    return translated
 
 
 def create_exclusively(host_path: Path):
