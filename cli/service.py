@@ -17,13 +17,12 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services import migrate
+from services import migrate, steps
 from services.accounts.tokens import TokenListing, create_token, list_tokens, revoke_tokens
 from services.accounts.users import create_user, list_users
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
 from services.github.repositories import register_repository
-from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
@@ -48,7 +47,7 @@ def in_process_dispatcher(settings: Settings, engine: Engine) -> tuple[InProcess
     """The embedded job thread (not started) and the sessions it runs steps in, which send
     their follow-up steps back to it."""
     session_factory = make_session_factory(engine)
-    dispatcher = InProcessDispatcher(lambda step: job_engine.run_step(session_factory, settings, step))
+    dispatcher = InProcessDispatcher(lambda step: steps.run_step(session_factory, settings, step))
     outbox.bind(session_factory, dispatcher)
     return dispatcher, session_factory
 

@@ -23,8 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from services.measure import evidence as evidence_model
-from services.measure.evidence import EvidenceContent
+from services import evidence as evidence_model
+from services.evidence import EvidenceContent
 
 
 def utcnow() -> dt.datetime:
@@ -259,7 +259,7 @@ class Evidence(Base):
 
     @property
     def parsed(self) -> EvidenceContent:
-        """The content as its kind's model (services/measure/evidence.py)."""
+        """The content as its kind's model (services/evidence.py)."""
         return evidence_model.parse(self.kind, self.content)
 
 

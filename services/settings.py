@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from services.errors import Misconfigured
 from services.thresholds import Thresholds
 
-# The runner image's user (services/measure/executors/docker.py): it reads the checkouts.
+# The runner image's user (services/measure/executors/docker_guards.py): it reads the checkouts.
 RUNNER_UID = 1000
 
 

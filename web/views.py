@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote_plus
 
 from flask import (
@@ -31,12 +31,12 @@ from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
+from services.evidence import EvidenceKind
 from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
 from services.measure.artifacts import make_artifact_store
-from services.measure.evidence import EvidenceKind
 from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus
@@ -96,7 +96,8 @@ def path_to(endpoint: str, key: str) -> str:
     """The path of ``endpoint`` without its last part, an integer ``key``: a list appends each
     row's id to it. One url_for a page, not one a row (25 µs each: a 50-row list's links
     cost more than the rest of its rendering)."""
-    path = url_for(endpoint, **{key: 0})
+    values: dict[str, Any] = {key: 0}  # typed as url_for's values, not its _anchor/_external options
+    path = url_for(endpoint, **values)
     if not path.endswith("/0"):
         raise ValueError(f"{endpoint}: {key} is not the last part of its path ({path})")
     return path[:-1]
@@ -110,7 +111,8 @@ _ROW_KEY = 987654321987
 def path_around(endpoint: str, key: str, **values: Any) -> tuple[str, str]:
     """The path of ``endpoint`` cut where its integer ``key`` goes, for a row's key
     between the two parts (path_to's case when the key is not last: `/jobs/<id>/test?id=`)."""
-    before, marker, after = url_for(endpoint, **{key: _ROW_KEY}, **values).partition(str(_ROW_KEY))
+    values[key] = _ROW_KEY
+    before, marker, after = url_for(endpoint, **values).partition(str(_ROW_KEY))
     if not marker or str(_ROW_KEY) in after:
         raise ValueError(f"{endpoint}: {key} is not in its path once")
     return before, after
@@ -282,10 +284,19 @@ def sign_out():
 INBOX_PER_PAGE = 50
 
 
+class InboxFilters(TypedDict):
+    """The inbox's filters (services/diagnose/inbox.py inbox), as the page shows them too."""
+
+    project_id: int | None
+    kind: str | None
+    status: str | None
+    severity: str | None
+
+
 @bp.get("/")
 def inbox():
     ids = auth.project_ids()
-    filters = {
+    filters: InboxFilters = {
         "project_id": _int_arg("project"),
         "kind": request.args.get("kind") or None,
         "status": request.args.get("status") or None,
@@ -494,6 +505,16 @@ def test(job_id: int):
 NO_BRANCH = "(none)"  # the filter's name for jobs without a branch (an uploaded archive)
 
 
+class CatalogueFilters(TypedDict):
+    """The catalogue's filters (web/catalogue.py catalogue), as the page shows them too."""
+
+    project_id: int | None
+    branch: str | None
+    config: str | None
+    open_only: bool
+    search: str | None
+
+
 def _branch_arg() -> str | None:
     value = request.args.get("branch") or None
     return "" if value == NO_BRANCH else value
@@ -503,7 +524,7 @@ def _branch_arg() -> str | None:
 def tests():
     # Read only: each job brings the catalogue up to date when it finishes (services/jobs/summaries.py).
     ids = auth.project_ids()
-    filters = {
+    filters: CatalogueFilters = {
         "project_id": _int_arg("project"),
         "branch": _branch_arg(),
         "config": request.args.get("config") or None,

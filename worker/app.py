@@ -1,6 +1,6 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids and runs one step of the job engine (services.jobs.engine, which
+Each task takes ids and runs one step of the job engine (services/steps.py, which
 claims the step in the database ledger first); the outbox sends the next steps once the
 step's transaction commits. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
@@ -24,8 +24,8 @@ from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services import steps
 from services.db import make_engine, make_session_factory
-from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs import reconcile as reconciler
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
@@ -216,7 +216,7 @@ def make_celery(settings: Settings) -> Celery:
         # One task per step, so that steps can be routed and rate-limited apart; the body
         # is the same: ids in, one engine step (which commits; the outbox sends what follows).
         def task(job_id: int, name: str) -> None:
-            job_engine.run_step(database.session_factory(), settings, Step(kind, job_id, name))
+            steps.run_step(database.session_factory(), settings, Step(kind, job_id, name))
 
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)

@@ -17,7 +17,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import StraceContent
+from services.evidence import StraceContent
 
 SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
 # Non-blocking checks a poller makes between its sleeps (waitpid with WNOHANG).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity, format_seconds
-from services.measure.evidence import AsyncioLoopContent
+from services.evidence import AsyncioLoopContent
 from services.models import Evidence
 
 

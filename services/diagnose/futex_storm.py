@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import GdbContent, StraceContent, SyscallRow
+from services.evidence import GdbContent, StraceContent, SyscallRow
 from services.models import Evidence
 
 

@@ -32,7 +32,7 @@ from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.diagnose.symptoms import screen_findings, symptomatic
-from services.measure.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
+from services.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
 # A share this close to the whole thread is an entry point (<module>, main, the pytest

@@ -23,7 +23,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
+from services.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
 
@@ -125,11 +125,17 @@ def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     worst = None
     for config in context.job.configs:
-        runs = [run for run in context.timing_runs(config) if run.read_syscalls]
-        if not runs:
+        # The executors record both counters or neither (/proc io's syscr and rchar).
+        counted = [
+            (run, run.read_syscalls, run.read_bytes)
+            for run in context.timing_runs(config)
+            if run.read_syscalls and run.read_bytes is not None
+        ]
+        if not counted:
             continue
-        syscalls = statistics.median(run.read_syscalls for run in runs)
-        per_read = statistics.median(run.read_bytes / run.read_syscalls for run in runs)
+        runs = [run for run, _, _ in counted]
+        syscalls = statistics.median(reads for _, reads, _ in counted)
+        per_read = statistics.median(read_bytes / reads for _, reads, read_bytes in counted)
         tiny = syscalls >= limits.tiny_reads_min_syscalls and per_read <= limits.tiny_reads_max_avg_bytes
         if tiny and (worst is None or per_read < worst[2]):
             worst = (config, syscalls, per_read, runs)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from services.measure.executors.docker import JOB_LABEL
+from services.measure.executors.docker_guards import JOB_LABEL
 from services.models import Finding, JobConfig, JobTask, Run, RunKind
 from tests.chaos.conftest import EFFECTIVE, SLOW_YML, chaos_stack, record
 from tests.conftest import REPO

@@ -155,7 +155,7 @@ def test_a_lagtrace_yml_linked_to_a_host_file_is_not_read(service, tmp_path):
 
 
 def test_requirements_linked_out_of_the_tree_are_not_read(tmp_path):
-    from services.measure.executors.docker import _inside_tree, read_regular_file
+    from services.measure.executors.docker_guards import inside_tree, read_regular_file
 
     tree = tmp_path / "tree"
     (tree / "requirements").mkdir(parents=True)
@@ -164,7 +164,7 @@ def test_requirements_linked_out_of_the_tree_are_not_read(tmp_path):
     (tmp_path / "elsewhere" / "dev.txt").write_text("x\n")
     (tree / "requirements" / "dev.txt").symlink_to(tmp_path / "elsewhere" / "dev.txt")
     (tree / "constraints.txt").write_text("pytest<9\n")
-    found = [p.name for p in sorted(tree.rglob("*.txt")) if _inside_tree(p, tree)]
+    found = [p.name for p in sorted(tree.rglob("*.txt")) if inside_tree(p, tree)]
     assert found == ["constraints.txt"]
     with pytest.raises(BadInput, match="links are not followed"):
         read_regular_file(tree / "requirements.txt", 1024)

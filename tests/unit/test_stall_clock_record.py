@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from services.evidence import dump
 from services.measure.drill import retry_threshold
-from services.measure.evidence import dump
 from services.measure.executors.base import RunResult
-from services.measure.executors.container_timer import CLOCK_FILE
 from services.measure.executors.local import LocalExecutor
+from services.measure.executors.stall_clock import CLOCK_FILE
 from services.measure.probes import ProbeContext
 from services.measure.probes.core import CoreProbe
 from services.measure.stats import Summary

@@ -20,7 +20,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from services.measure.evidence import CensusContent, CensusTest, EvidenceKind
+from services.evidence import CensusContent, CensusTest, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, unavailable
 from services.measure.probes.hooks import install_hook

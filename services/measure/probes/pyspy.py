@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from services.measure.evidence import EvidenceKind, PySpyDumpContent, PySpyRecordContent
+from services.evidence import EvidenceKind, PySpyDumpContent, PySpyRecordContent
 from services.measure.executors.base import Executor, ProcessHandle, RunResult
 from services.measure.probes import flamegraph
 from services.measure.probes.base import (

@@ -15,7 +15,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from services.measure.evidence import EvidenceKind, ReadsContent
+from services.evidence import EvidenceKind, ReadsContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 

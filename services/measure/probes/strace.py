@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from services.measure.evidence import EvidenceKind, StraceContent
+from services.evidence import EvidenceKind, StraceContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.diagnose import gil_contention
-from services.measure.executors import container_timer as clock
+from services.measure.executors import stall_clock as clock
 from tests.support import jobs
 
 REPO = Path(__file__).resolve().parents[4]
