@@ -207,13 +207,10 @@ def render_cli() -> str:
             continue
         parent = None
         for depth, name in enumerate(path):
-            parent = click.Context(
-                cli if depth == 0 else parent.command.commands[name],  # type: ignore[union-attr]
-                info_name=name,
-                parent=parent,
-                max_content_width=100,
-                terminal_width=100,
-            )
+            current = cli if depth == 0 else parent.command.commands[name]  # type: ignore[union-attr]
+            # As the command line makes it: each command's own context settings (-h too).
+            settings = {**current.context_settings, "max_content_width": 100, "terminal_width": 100}
+            parent = click.Context(current, info_name=name, parent=parent, **settings)
         assert parent is not None
         heading = "#" * min(len(path) + 1, 4)
         out.append(f"{heading} `{' '.join(path)}`\n\n```text\n{parent.get_help()}\n```\n")

@@ -111,6 +111,20 @@ def test_the_cli_reference_is_every_commands_help(hook):
     assert "--repeat" in rendered and "--budget" in rendered
 
 
+@pytest.mark.parametrize("args", [["run"], ["token", "create"], []])
+def test_a_commands_reference_is_what_its_help_prints(hook, args):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    printed = CliRunner().invoke(
+        cli, [*args, "--help"], prog_name="lagtrace", terminal_width=100, max_content_width=100
+    )
+    assert printed.exit_code == 0, printed.output
+    rendered = hook.expand("<!-- reference:cli -->")
+    assert f"`{' '.join(['lagtrace', *args])}`\n\n```text\n{printed.output.rstrip()}\n```" in rendered
+
+
 def test_the_api_reference_lists_every_path_and_method(hook):
     rendered = hook.expand("<!-- reference:api -->")
     for path, operations in document()["paths"].items():
