@@ -279,7 +279,7 @@ class Finding(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     evidence_ids: Mapped[list[Any]] = mapped_column(default=list)
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
-    # Triage (the dashboard issue groups these by fingerprint across jobs).
+    # Triage (the dashboard groups these by fingerprint across jobs: docs/guides/dashboard.md).
     status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus), default=TriageStatus.new)
     assignee: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)

@@ -28,7 +28,7 @@ class Settings(BaseSettings):
 
     # The embedded default is a SQLite file, so `lagtrace run` needs no server.
     database_url: str = Field(default_factory=lambda: f"sqlite:///{_data_dir() / 'lagtrace.db'}")
-    # Unset: jobs run in-process (filled by the service issue).
+    # Unset: jobs run in-process (`lagtrace serve` runs them itself, one at a time).
     broker_url: str | None = None
     artifact_dir: Path = Field(default_factory=lambda: _data_dir() / "artifacts")
     # Evidence artifacts (cores, flame graphs) are stored zstd-compressed; one larger than

@@ -186,7 +186,7 @@ def make_celery(settings: Settings) -> Celery:
         # A worker killed mid-task (OOM, node lost) must not ack: the message comes back.
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # One measured run per node by default (DESIGN.md section 8).
+        # One measured run per node by default (docs/explanations/design.md#one-measurement-per-node).
         worker_concurrency=1,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,

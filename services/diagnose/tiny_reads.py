@@ -1,6 +1,6 @@
 """tiny_reads: huge numbers of read syscalls that each bring a few bytes.
 
-DESIGN.md story 2: a "CPU-bound" parser was really reading a response body in 1-byte
+docs/explanations/design.md, story 2: a "CPU-bound" parser was really reading a response body in 1-byte
 chunks. Two sources:
 
 - the reads probe (a drill's strace of every read, with its size and descriptor type)
@@ -10,7 +10,7 @@ chunks. Two sources:
 - before a drill, the timing runs' /proc io counters (file and pipe reads only; their
   mean includes start-up reads) flag the command so the drill traces it.
 
-A count is no cost (issue 22): a client reading 2,000 messages of 38 bytes that a peer
+A count is no cost (docs/reference/findings.md): a client reading 2,000 messages of 38 bytes that a peer
 sends over 4 s reads each as it comes, and a bigger buffer would save nothing. The
 finding is medium only where the reads cost time: the system time strace -c measured in
 the read syscalls, in the same configuration, against the untraced run's median

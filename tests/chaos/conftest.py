@@ -115,7 +115,7 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    """A Redis without persistence: a restart loses every queued message, as the issue's did."""
+    """A Redis without persistence: a restart loses every queued message (docs/guides/reliability.md)."""
 
     def __init__(self, base: Path):
         require(shutil.which("redis-server") is not None, "redis-server is not installed")

@@ -1,4 +1,4 @@
-"""The Docker engine fails under a running service (issue 26): it goes away mid-screen and
+"""The Docker engine fails under a running service (docs/guides/reliability.md): it goes away mid-screen and
 comes back, and a job is cancelled while its dependencies install.
 
 The engine the workers see is a forwarder in front of the shared one (engine_proxy.py),

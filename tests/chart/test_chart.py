@@ -401,7 +401,7 @@ def test_no_secret_value_appears_outside_secrets(helm, values):
 def test_configmap_settings_are_real_settings_and_load(rendered):
     config = next(o for o in rendered.of_kind("ConfigMap"))["data"]
     fields = {f"LAGTRACE_{name.upper()}" for name in Settings.model_fields}
-    # Read by the image's entrypoint, or by a setting another branch adds (security issue).
+    # Read by the image's entrypoint, or by a setting another branch adds (docs/guides/security.md).
     outside_settings = {"LAGTRACE_ALLOWED_EXECUTORS"}
     unknown = set(config) - fields - outside_settings
     assert not unknown, f"ConfigMap keys no setting reads: {unknown}"
@@ -469,7 +469,7 @@ def test_whole_cores_values_give_the_engine_guaranteed_integer_cpus(helm):
     assert integer == ["dind"], integer
     terms = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
-    # The default is Burstable: whole cores are a choice the README explains.
+    # The default is Burstable: whole cores are a choice docs/guides/kubernetes.md explains.
     assert _qos(pod_spec(render(helm).one("Deployment", "-worker"))) == "Burstable"
 
 
@@ -644,7 +644,7 @@ def test_an_in_chart_database_without_a_password_is_refused(helm, database):
     assert done.returncode != 0 and f"{database}.password is empty" in done.stderr, done.stderr
 
 
-# --- The prepare step's network, worker egress and artifacts in object storage (issue 25) ---
+# --- The prepare step's network, worker egress and artifacts in object storage (docs/guides/kubernetes.md) ---
 
 
 def _worker_egress(rendered: Rendered) -> dict:

@@ -286,7 +286,7 @@ def test_submit_over_http_finds_the_cpu_sensitive_hand_off(stack, repository, tm
         "python3",
         "handoff.py",
         "200",
-        "4",  # four clients: one loses its two-core cost beside a neighbour on CPU 0 (README quickstart)
+        "4",  # four clients: one loses its two-core cost beside a neighbour on CPU 0 (docs/guides/service.md, Quickstart)
     )
     assert done.returncode == 0, done.stderr + stack.logs()
     assert "lagtrace: job" in done.stderr and "runs" in done.stderr  # progress went to stderr

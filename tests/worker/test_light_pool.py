@@ -1,4 +1,4 @@
-"""The light queue (issue 26): the reconciler and check runs go to their own queue, served
+"""The light queue (docs/guides/service.md#two-queues): the reconciler and check runs go to their own queue, served
 by a light worker that every `lagtrace worker` runs beside itself as a child process,
 started again when it dies and stopped with its parent."""
 

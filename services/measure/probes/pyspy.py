@@ -28,7 +28,7 @@ RECORD_KIND = EvidenceKind.pyspy
 DUMP_KIND = EvidenceKind.pyspy_dump
 PROFILE_FILE = "pyspy-profile.speedscope.json"
 FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
-RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md section 8)
+RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (docs/explanations/design.md)
 TOP_FRAMES = 5
 TOP_FUNCTIONS = 8
 

@@ -517,7 +517,7 @@ def test_containers_of_a_killed_lagtrace_are_reaped_at_the_next_start(tmp_path, 
 
 @pytest.mark.latency
 def test_evidence_probes_work_inside_the_container(tmp_path):
-    """The evidence issue's probes, unchanged, through the docker executor's interface."""
+    """The evidence probes (docs/explanations/evidence.md), unchanged, through the docker executor's interface."""
     traced, _ = cli_report(
         ["--executor", "docker", "--config", "cpuset=0-1", "--repeat", "1", "--evidence", "strace"],
         ["python3", "examples/handoff.py", "300"],

@@ -87,7 +87,7 @@ def test_waits_present_in_the_slow_configuration_only_are_the_cause():
 
 
 def test_looks_from_a_slow_run_that_ended_before_its_deadline_count():
-    # Issue 22's tenth local job: no evidence run on two cores reached the deadline, so
+    # docs/measurements/accuracy.md (without debug information): no evidence run on two cores reached the deadline, so
     # only the looks taken while they ran can say where the time went.
     built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
     fast, slow = built.configs
