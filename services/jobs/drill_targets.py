@@ -61,7 +61,7 @@ def drill_targets(
     if flagged_tests or surveyed:
         # The tests carry the symptom; the command's own part is its start-up. A suite of
         # real size is never traced whole for what a tracer alone might see: each probe
-        # would cost the whole suite's time again (issue 23).
+        # would cost the whole suite's time again (docs/explanations/cost-model.md).
         command_flagged = any(
             draft.kind in COMMAND_SYMPTOMS and SEVERITY_ORDER[draft.severity] <= SEVERITY_ORDER[Severity.medium]
             for draft in command_findings

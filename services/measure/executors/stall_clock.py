@@ -1,7 +1,7 @@
 """The stall clock: at the stall deadline it freezes the command's whole process group,
 takes the snapshot tools while everything is frozen, and thaws it, with no round trip
 through the host or ``docker exec`` (a tool started beside a hand-off pathology lends it
-a core and can end the very stall it came to see; DESIGN.md section 8).
+a core and can end the very stall it came to see; docs/explanations/design.md).
 
 It runs in the process that owns the run's clock: the container's timer
 (container_timer.py, which the docker executor ships into the container with this module)
@@ -174,13 +174,13 @@ def gil_range(pid):
 FUTEX_SYSCALLS = (202, 98)
 # 40 looks before the stall deadline: the share of looks with a waiter is what
 # gil_contention prices, and with 20 a hand-off waiting in 40 % of the time was seen in
-# only 4 of them once in 10 jobs (issue 22), under the 25 % the rule needs.
+# only 4 of them once in 10 jobs (docs/measurements/accuracy.md), under the 25 % the rule needs.
 GIL_SAMPLES = 40
 GIL_SAMPLE_INTERVAL_S = 0.005  # the closest two looks come
 # The looks are spread over the last three quarters of the time to the deadline (at least
 # the 40 looks' 0.2 s), not bunched just before it: a run that is slow, but not slow
 # enough to reach the deadline, was still looked at (a hand-off run that took 0.37 s
-# against a 0.5 s deadline had no look at all in issue 22's tenth local job).
+# against a 0.5 s deadline had no look: docs/measurements/accuracy.md, without debug info).
 GIL_LOOKS_FROM = 0.25
 
 
