@@ -105,6 +105,19 @@ class Settings(BaseSettings):
     max_archive_unpacked_bytes: int = Field(500 * 1024 * 1024, gt=0)
     max_archive_members: int = Field(20000, gt=0)
     max_archive_ratio: float = Field(100.0, gt=1)
+    # What one archive's paths may be: the bytes of a member's path or a link's target
+    # (Linux's PATH_MAX), and their depth in directories; and the size of one extended
+    # (PAX or GNU long-name) header, which tarfile reads whole. Headers, directories and
+    # link text count toward the members and the unpacked bytes above.
+    max_archive_path_bytes: int = Field(4096, gt=0)
+    max_archive_path_depth: int = Field(64, gt=0)
+    max_archive_header_bytes: int = Field(64 * 1024, ge=512)
+    # The unpacking runs in a child process of its own with these caps: its address space
+    # (RLIMIT_AS: an xz stream's dictionary is allocated there), its CPU time (RLIMIT_CPU)
+    # and its wall time.
+    max_archive_memory_bytes: int = Field(256 * 1024 * 1024, ge=32 * 1024 * 1024)
+    max_archive_cpu_s: int = Field(60, gt=0)
+    archive_unpack_timeout_s: float = Field(120.0, gt=0)
     clone_timeout_s: float = Field(300.0, gt=0)
     # A clone's checked-out tree (and any one file git writes) may not exceed this.
     max_clone_bytes: int = Field(1024 * 1024 * 1024, gt=0)
