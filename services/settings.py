@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated
@@ -100,6 +101,15 @@ class Settings(BaseSettings):
     work_dir: Path = Field(default_factory=lambda: _data_dir() / "work")
     # file:// and plain paths read the server's own disk: only for tests and one-machine use.
     allow_file_repositories: bool = False
+    # The hosts https:// repositories may be cloned from, comma-separated ("*": any host).
+    # Unset: github.com and the GitHub Enterprise host of github_api_url, if it is one.
+    repository_hosts: Annotated[list[str] | None, NoDecode] = None
+    # A repository host whose address is loopback, link-local, private or otherwise not
+    # global (the cloud's metadata service, the cluster's own services) is refused unless
+    # the address is in one of these networks (comma-separated CIDRs, e.g. a GitHub
+    # Enterprise at 10.20.0.0/16). Every address the host resolves to is checked, and git
+    # connects only to those (http.curloptResolve; no redirects).
+    repository_allowed_networks: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_archive_bytes: int = Field(50 * 1024 * 1024, gt=0)
     # An uploaded tarball unpacked: total bytes, members, and unpacked/packed ratio (a bomb).
     max_archive_unpacked_bytes: int = Field(500 * 1024 * 1024, gt=0)
@@ -216,6 +226,34 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("repository_hosts", "repository_allowed_networks", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip().lower() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("repository_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"LAGTRACE_REPOSITORY_ALLOWED_NETWORKS: {item!r} is not a network") from None
+        return value
+
+    @property
+    def repository_host_list(self) -> list[str]:
+        """The hosts repositories may be cloned from (see ``repository_hosts``)."""
+        if self.repository_hosts is not None:
+            return [host.lower() for host in self.repository_hosts]
+        hosts = ["github.com"]
+        api_host = (urlsplit(self.github_api_url).hostname or "").lower()
+        if api_host and api_host not in ("api.github.com", "github.com"):
+            hosts.append(api_host)  # GitHub Enterprise: https://HOST/api/v3
+        return hosts
 
     @field_validator("allowed_executors")
     @classmethod

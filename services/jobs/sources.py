@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -67,6 +69,7 @@ def check_repository_url(url: str, settings: Settings) -> str:
             raise BadInput(f"repository.url {url!r}: no host")
         if parts.username or parts.password:
             raise BadInput(f"repository.url: credentials in the URL are not accepted ({parts.hostname})")
+        check_repository_host(parts.hostname, settings)
         return url
     if parts.scheme == "file" or (not parts.scheme and url.startswith("/")):
         if settings.allow_file_repositories:
@@ -75,6 +78,62 @@ def check_repository_url(url: str, settings: Settings) -> str:
             f"repository.url {url!r}: local repositories are off on this server (LAGTRACE_ALLOW_FILE_REPOSITORIES)"
         )
     raise BadInput(f"repository.url {url!r}: only https:// git URLs are accepted")
+
+
+def check_repository_host(host: str, settings: Settings) -> None:
+    """The host must be allowed (LAGTRACE_REPOSITORY_HOSTS); an address given as the host
+    must also be a global one (its resolution is checked where the clone is made)."""
+    allowed = settings.repository_host_list
+    if "*" not in allowed and host.lower() not in allowed:
+        raise BadInput(
+            f"repository.url: the host {host} is not one repositories may be cloned from "
+            f"({', '.join(allowed)}; LAGTRACE_REPOSITORY_HOSTS)"
+        )
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    problem = _address_problem(address, settings)
+    if problem:
+        raise BadInput(f"repository.url: {host} is {problem}")
+
+
+def _address_problem(address: ipaddress.IPv4Address | ipaddress.IPv6Address, settings: Settings) -> str | None:
+    """Why ``address`` may not be cloned from, or None."""
+    if any(address in ipaddress.ip_network(net, strict=False) for net in settings.repository_allowed_networks):
+        return None
+    if address.is_global:
+        return None
+    kind = next(
+        (
+            name
+            for name, flag in (
+                ("a loopback", address.is_loopback),
+                ("a link-local", address.is_link_local),
+                ("a private", address.is_private),
+            )
+            if flag
+        ),
+        "a non-global",
+    )
+    return f"{kind} address ({address}); allow its network with LAGTRACE_REPOSITORY_ALLOWED_NETWORKS"
+
+
+def resolve_repository_host(url: str, settings: Settings) -> tuple[str, int, list[str]]:
+    """The host, port and every address of an https repository URL, each checked as
+    ``check_repository_host`` checks a literal one; SourceError if any is refused."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise SourceError(f"repository host {host}: cannot be resolved ({exc})") from None
+    addresses = sorted({str(info[4][0]) for info in found})
+    for text in addresses:
+        problem = _address_problem(ipaddress.ip_address(text.split("%", 1)[0]), settings)
+        if problem:
+            raise SourceError(f"repository host {host} resolves to {problem}")
+    return host, port, addresses
 
 
 def check_ref(ref: str) -> str:
@@ -298,6 +357,12 @@ def _clone(source: JobSource, settings: Settings, directory: Path, commit: str |
     want = commit or source.commit_sha or source.ref or "HEAD"
     check_repository_url(source.repository_url or "", settings)
     _git(settings, "init", "--quiet", cwd=directory)
+    if urlsplit(source.repository_url or "").scheme in REMOTE_SCHEMES:
+        # git connects to the addresses checked here and nowhere else: not to what a second
+        # lookup (DNS rebinding) or a redirect would name.
+        host, port, addresses = resolve_repository_host(source.repository_url or "", settings)
+        _git(settings, "config", "http.curloptResolve", f"{host}:{port}:{','.join(addresses)}", cwd=directory)
+        _git(settings, "config", "http.followRedirects", "false", cwd=directory)
     # `--` everywhere a URL or ref follows: neither may become an option (--upload-pack=...).
     _git(settings, "remote", "add", "--", "origin", source.repository_url or "", cwd=directory)
     try:
