@@ -129,6 +129,11 @@ class Settings(BaseSettings):
     max_archive_cpu_s: int = Field(60, gt=0)
     archive_unpack_timeout_s: float = Field(120.0, gt=0)
     clone_timeout_s: float = Field(300.0, gt=0)
+    # A worker removes the checkouts of attempts whose process died (killed, OOM, a
+    # restarted container) when it starts and this often; a live attempt's are kept.
+    checkout_sweep_interval_s: float = Field(300.0, gt=0)
+    # Check-run updates (GitHub API calls) a worker sends at once, on their own pool.
+    check_run_concurrency: int = Field(4, ge=1, le=64)
     # A clone's checked-out tree (and any one file git writes) may not exceed this.
     max_clone_bytes: int = Field(1024 * 1024 * 1024, gt=0)
     # --- What a job may do (the service: API, dashboard, webhooks, workers) ----------

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import ipaddress
 import json
+import logging
 import os
 import re
 import resource
@@ -20,6 +22,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,7 @@ from services.jobs.spec import REPOSITORY_CONFIG_FILE, RepositoryConfig
 from services.models import JobSource
 from services.settings import Settings
 
+log = logging.getLogger("lagtrace.sources")
 # https only: ssh would use the worker's keys, git:// and http:// are unauthenticated
 # and let anyone on the path change the code. Local paths only where the operator says so.
 REMOTE_SCHEMES = ("https",)
@@ -191,9 +195,102 @@ def new_checkout_directory(settings: Settings, prefix: str) -> Path:
             name = f"{prefix}-{secrets.token_hex(8)}"
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, dir_fd=jobs)  # the umask's mode: the run containers read it
-                return settings.work_dir / "jobs" / name
+                if _hold(jobs, name):
+                    return settings.work_dir / "jobs" / name
     finally:
         os.close(jobs)
+
+
+# Each live checkout is held by its process with an exclusive flock on the directory, until
+# ``remove``; the kernel drops the lock when the process dies, however it dies (SIGKILL, the
+# OOM killer, a restarted container), so a checkout nobody holds is a dead attempt's.
+_held: dict[str, int] = {}
+_held_lock = threading.Lock()
+
+
+def _hold(jobs: int, name: str) -> bool:
+    """Lock the new checkout ``name``; False if a sweep removed it before the lock was taken
+    (the sweep holds the lock while it removes, so this waits for it, then sees it gone)."""
+    try:
+        fd = os.open(name, unpacker.DIRECTORY_FLAGS, dir_fd=jobs)
+    except FileNotFoundError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if os.fstat(fd).st_nlink == 0:
+        os.close(fd)
+        return False
+    with _held_lock:
+        _held[_key(jobs, name)] = fd
+    return True
+
+
+def _key(jobs: int, name: str) -> str:
+    return f"{os.fstat(jobs).st_ino}/{name}"
+
+
+def _release(directory: Path) -> None:
+    try:
+        jobs = os.open(directory.parent, unpacker.DIRECTORY_FLAGS)
+    except OSError:
+        return
+    try:
+        with _held_lock:
+            fd = _held.pop(_key(jobs, directory.name), None)
+    finally:
+        os.close(jobs)
+    if fd is not None:
+        os.close(fd)
+
+
+def sweep_checkouts(settings: Settings) -> list[str]:
+    """Remove the checkouts below the work dir that no live process holds (an attempt that
+    was killed never removed its own), and git's scratch homes beside them; the names
+    removed. Safe beside live attempts of any process sharing the work dir."""
+    try:
+        jobs = os.open(settings.work_dir / "jobs", unpacker.DIRECTORY_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    try:
+        names = sorted(os.listdir(jobs))
+        for name in names:
+            if name.startswith(".git-home-"):
+                continue  # with its checkout, below
+            try:
+                fd = os.open(name, unpacker.DIRECTORY_FLAGS, dir_fd=jobs)
+            except OSError:
+                continue  # gone meanwhile, or not a directory (nothing this code makes)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live attempt's
+                # Ours now: removed while locked, so a new checkout that just took this name
+                # waits and then sees it gone (``_hold``).
+                unpacker.remove_tree(settings.work_dir / "jobs" / name)
+                removed.append(name)
+            finally:
+                os.close(fd)
+        for name in names:
+            if name.startswith(".git-home-") and not os.path.lexists(settings.work_dir / "jobs" / name[10:]):
+                unpacker.remove_tree(settings.work_dir / "jobs" / name)
+                removed.append(name)
+    finally:
+        os.close(jobs)
+    return removed
+
+
+def sweep_forever(settings: Settings, stop: threading.Event) -> None:
+    """``sweep_checkouts`` now and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S until ``stop``."""
+    while True:
+        try:
+            removed = sweep_checkouts(settings)
+            if removed:
+                log.info("removed %d checkouts of attempts that died: %s", len(removed), ", ".join(removed[:10]))
+        except Exception:
+            log.exception("sweeping dead checkouts failed; trying again later")
+        if stop.wait(settings.checkout_sweep_interval_s):
+            return
 
 
 def _own_directory(parent: int, name: str, where: Path) -> int:
@@ -215,7 +312,9 @@ def _own_directory(parent: int, name: str, where: Path) -> int:
 def remove(directory: Path) -> bool:
     """Remove a checkout, however deep (not shutil.rmtree: it recurses once per level in
     this Python); True if nothing of it is left."""
-    return unpacker.remove_tree(directory)
+    gone = unpacker.remove_tree(directory)
+    _release(directory)
+    return gone
 
 
 # --- Archives ------------------------------------------------------------------------
