@@ -145,9 +145,20 @@ class Settings(BaseSettings):
     max_stall_after_s: float = Field(600.0, gt=0)
     # Stored evidence artifacts of one job, compressed; past it, artifacts are left out.
     artifact_job_quota_bytes: int = Field(1024 * 1024 * 1024, gt=0)
-    # Abuse limits, per API token and per sign-in name/address, in a sliding minute.
+    # Abuse limits in a sliding minute: submissions per API token (and per dashboard user),
+    # failed sign-ins per account and client, and per client whatever the names (spraying).
+    # Kept in Redis where there is one (the broker's, or rate_limit_storage_url: shared by
+    # every process and replica), else in the one serving process's memory.
     submissions_per_minute: int = Field(30, ge=1)
     sign_in_failures_per_minute: int = Field(5, ge=1)
+    sign_in_client_failures_per_minute: int = Field(20, ge=1)
+    # A redis:// (or rediss://) URL for the rate limits other than the broker's; "memory://"
+    # keeps them in each process (not shared).
+    rate_limit_storage_url: str | None = None
+    # Proxies in front of the service that set X-Forwarded-For/-Proto (an Ingress: 1). The
+    # client's address is then the one the nearest trusted proxy saw, not the proxy's own.
+    # 0: the connection's address (a proxy's would be everybody's).
+    trusted_proxies: int = Field(0, ge=0, le=5)
     # New API tokens expire after this many days (`lagtrace token create --days` overrides).
     token_days: float = Field(90.0, gt=0)
     # A task is killed at its hard limit, which must come before the broker hands the

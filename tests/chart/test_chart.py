@@ -751,3 +751,16 @@ def test_the_api_serves_one_process_per_cpu_it_requests(rendered):
     source = env["LAGTRACE_WEB_PROCESSES"]["valueFrom"]["resourceFieldRef"]
     assert source == {"containerName": "api", "resource": "requests.cpu", "divisor": "1"}
     assert container["resources"]["requests"]["cpu"]
+
+
+def test_the_api_trusts_one_proxy_where_the_chart_deploys_an_ingress(helm):
+    def proxies(*args: str) -> str:
+        api = pod_spec(render(helm, None, *args).one("Deployment", "-api"))["containers"][0]
+        return _env(api)["LAGTRACE_TRUSTED_PROXIES"]
+
+    # Without the Ingress, X-Forwarded-For is the client's own word: ignored.
+    assert proxies() == "0"
+    # With it, the ingress's entry names the client (tests/security/test_abuse.py).
+    assert proxies("--set", "ingress.enabled=true") == "1"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=2") == "2"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=0") == "0"
