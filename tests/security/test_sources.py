@@ -87,6 +87,16 @@ def test_a_decompression_bomb_is_cut_off_early_and_off_the_request_thread(servic
     assert not list((service.settings.work_dir / "jobs").rglob("zeros.bin"))
 
 
+def test_a_pax_header_bomb_fails_the_job_naming_the_setting(service):
+    from tests.security.test_archive_bounds import pax_header_bomb
+
+    packed = gzip.compress(pax_header_bomb(), 9)  # 64 MiB of header in 65 KB
+    job = service.wait(service.upload(packed, STEADY).get_json()["id"])
+    assert job["status"] == "failed", job
+    assert "PAX header" in job["error"] and "LAGTRACE_MAX_ARCHIVE_HEADER_BYTES" in job["error"], job["error"]
+    assert list((service.settings.work_dir / "jobs").iterdir()) == []
+
+
 def test_too_many_members_are_refused(make_service):
     service = make_service(max_archive_members=50)
     members = [file_member(f"f{i}.txt", b"x") for i in range(60)]
