@@ -246,22 +246,28 @@ def sign_in_page():
         return render_template("sign_in.html", next_url=next_url, error=None)
     session_ = db()
     username = request.form.get("username", "")
-    # Failed attempts are counted per name and per address: guessing one user's password,
-    # or spraying one password over many names, both stop at the limit (a right password
-    # included, until the window has passed).
-    failures = ctx().sign_in_failures
-    keys = (f"user:{username.strip().lower()}", f"address:{request.remote_addr}")
+    # Failed attempts are counted per account and client, and per client: guessing one
+    # user's password stops at LAGTRACE_SIGN_IN_FAILURES_PER_MINUTE, spraying guesses over
+    # many names at LAGTRACE_SIGN_IN_CLIENT_FAILURES_PER_MINUTE (a right password included,
+    # until the window has passed). Never per account alone, nor globally: a stranger's
+    # guesses do not lock the user out. The client is the address the nearest trusted proxy
+    # saw (LAGTRACE_TRUSTED_PROXIES, cli/wsgi.py).
+    client = request.remote_addr or "unknown"
+    limits = (
+        (ctx().sign_in_failures, f"{username.strip().lower()}|{client}"),
+        (ctx().sign_in_client_failures, client),
+    )
     try:
-        for key in keys:
-            failures.check(key, "failed sign-ins")
+        for window, key in limits:
+            window.check(key, "failed sign-ins")
     except TooManyRequests as exc:
         response = render_template("sign_in.html", next_url=next_url, error=str(exc)), 429
         return (*response, {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
     try:
         user = sign_in(session_, username, request.form.get("password", ""))
     except SignInFailed as exc:
-        for key in keys:
-            failures.hit(key)
+        for window, key in limits:
+            window.hit(key)
         return render_template("sign_in.html", next_url=next_url, error=str(exc)), 401
     session_.commit()
     auth.start_session(user)

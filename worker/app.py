@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services import steps
 from services.db import make_engine, make_session_factory
-from services.jobs import outbox
+from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
@@ -34,11 +34,16 @@ from services.settings import Settings
 log = logging.getLogger("lagtrace.worker")
 # Measurement work (prepare, screen, finish): one task at a time per worker, hours long.
 QUEUE = "lagtrace"
-# Light work (the reconciler, GitHub check runs): seconds long, and served by every
-# worker's own light pool (cli/service.py), so it never waits behind a screen; behind one,
-# the reconciler's message expired unrun and a killed step waited for the backlog to drain.
+# Light work (the reconciler): seconds long, and served by every worker's own light pool
+# (cli/service.py), so it never waits behind a screen; behind one, the reconciler's message
+# expired unrun and a killed step waited for the backlog to drain.
 LIGHT_QUEUE = "light"
-LIGHT_KINDS = frozenset({NOTIFY, RECONCILE})
+LIGHT_KINDS = frozenset({RECONCILE})
+# GitHub check runs: a pool of their own beside the light one, because each GitHub call
+# may wait up to 10 s per socket operation; sharing the light pool, a GitHub outage held
+# the reconciler about 5 s per queued check run.
+CHECKS_QUEUE = "checks"
+CHECK_KINDS = frozenset({NOTIFY})
 # How often the heartbeat file is touched; a probe allows several missed beats.
 HEARTBEAT_INTERVAL_S = 5.0
 
@@ -48,7 +53,9 @@ def task_name(kind: str) -> str:
 
 
 def queue_for(kind: str) -> str:
-    return LIGHT_QUEUE if kind in LIGHT_KINDS else QUEUE
+    if kind in LIGHT_KINDS:
+        return LIGHT_QUEUE
+    return CHECKS_QUEUE if kind in CHECK_KINDS else QUEUE
 
 
 class CeleryDispatcher:
@@ -156,6 +163,30 @@ class Heartbeat(bootsteps.StartStopStep):
             self.path.unlink(missing_ok=True)
 
 
+class CheckoutSweeper(bootsteps.StartStopStep):
+    """Removes the checkouts of attempts whose process died (services/jobs/sources.py
+    sweep_checkouts), once at start and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S, on a
+    thread of its own: a large tree's removal must not stall the worker's event loop (and
+    its heartbeat). Only a worker that checks code out has one (``lagtrace_sweep``)."""
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.settings: Settings | None = parent.app.conf.get("lagtrace_sweep")
+        self.stopping = threading.Event()
+
+    def start(self, parent) -> None:
+        if self.settings is not None:
+            threading.Thread(
+                target=sources.sweep_forever,
+                args=(self.settings, self.stopping),
+                name="lagtrace-checkout-sweeper",
+                daemon=True,
+            ).start()
+
+    def stop(self, parent) -> None:
+        self.stopping.set()
+
+
 class HeartbeatScheduler(Scheduler):
     """The beat's scheduler, touching the heartbeat file on every tick of its loop.
 
@@ -178,7 +209,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("lagtrace", broker=settings.broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=QUEUE,
-        task_routes={task_name(kind): {"queue": LIGHT_QUEUE} for kind in LIGHT_KINDS},
+        task_routes={task_name(kind): {"queue": queue_for(kind)} for kind in LIGHT_KINDS | CHECK_KINDS},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -197,6 +228,8 @@ def make_celery(settings: Settings) -> Celery:
         beat_max_loop_interval=HEARTBEAT_INTERVAL_S,
         beat_scheduler=f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__qualname__}",
         lagtrace_heartbeat_file=settings.worker_heartbeat_file,
+        # The measurement worker sweeps its work dir (cli/service.py; the light pools do not).
+        lagtrace_sweep=None,
         beat_schedule={
             "reconcile": {
                 "task": task_name(RECONCILE),
@@ -209,6 +242,7 @@ def make_celery(settings: Settings) -> Celery:
         },
     )
     app.steps["worker"].add(Heartbeat)
+    app.steps["worker"].add(CheckoutSweeper)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 

@@ -517,15 +517,17 @@ def test_no_manifest_gives_the_prepare_step_the_host_network(rendered):
 def test_light_work_has_its_own_queue_and_only_the_measurement_queue_scales(helm):
     from cli.main import cli
     from services.jobs.dispatch import NOTIFY, RECONCILE, SCREEN
-    from worker.app import LIGHT_QUEUE, QUEUE, queue_for
+    from worker.app import CHECKS_QUEUE, LIGHT_QUEUE, QUEUE, queue_for
 
-    # Check runs and the reconciler never wait behind a screen: every `lagtrace worker`
-    # serves the light queue with a pool of its own (tests/worker/test_light_pool.py).
-    assert {queue_for(NOTIFY), queue_for(RECONCILE)} == {LIGHT_QUEUE} and queue_for(SCREEN) == QUEUE
+    # Check runs and the reconciler never wait behind a screen, nor the reconciler behind
+    # check runs: every `lagtrace worker` serves the light queue and the check-run queue
+    # with a pool each (tests/worker/test_light_pool.py).
+    assert queue_for(RECONCILE) == LIGHT_QUEUE and queue_for(NOTIFY) == CHECKS_QUEUE and queue_for(SCREEN) == QUEUE
     trial = render(helm, CHART / "ci" / "trial-values.yaml")
     worker = pod_spec(trial.one("Deployment", "-worker"))["containers"][0]
     assert worker["args"][0] == "worker" and "worker" in cli.commands
     assert _env(worker)["LAGTRACE_WORKER_CONCURRENCY"] == "1"  # one screen at a time
+    assert _env(worker)["LAGTRACE_CHECK_RUN_CONCURRENCY"] == "4"
     # KEDA adds workers for queued measurements only.
     lists = [t["metadata"]["listName"] for t in trial.one("ScaledObject", "-worker")["spec"]["triggers"]]
     assert lists == [QUEUE]
@@ -749,3 +751,16 @@ def test_the_api_serves_one_process_per_cpu_it_requests(rendered):
     source = env["LAGTRACE_WEB_PROCESSES"]["valueFrom"]["resourceFieldRef"]
     assert source == {"containerName": "api", "resource": "requests.cpu", "divisor": "1"}
     assert container["resources"]["requests"]["cpu"]
+
+
+def test_the_api_trusts_one_proxy_where_the_chart_deploys_an_ingress(helm):
+    def proxies(*args: str) -> str:
+        api = pod_spec(render(helm, None, *args).one("Deployment", "-api"))["containers"][0]
+        return _env(api)["LAGTRACE_TRUSTED_PROXIES"]
+
+    # Without the Ingress, X-Forwarded-For is the client's own word: ignored.
+    assert proxies() == "0"
+    # With it, the ingress's entry names the client (tests/security/test_abuse.py).
+    assert proxies("--set", "ingress.enabled=true") == "1"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=2") == "2"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=0") == "0"

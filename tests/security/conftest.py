@@ -105,6 +105,7 @@ def build_service(
         "work_dir": tmp_path / "work",
         "artifact_dir": tmp_path / "artifacts",
         "allow_file_repositories": True,
+        "repository_hosts": ["*"],
         "github_webhook_secret": SECRET,
         "github_api_url": github.url,
         "github_token": GITHUB_TOKEN_CANARY,
