@@ -51,7 +51,7 @@ def expected_default(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list):
-        return ",".join(value)
+        return ",".join(value) or "(empty)"
     if isinstance(value, Path):
         return str(value).replace(str(Path.home()) + "/", "~/")
     if isinstance(value, float) and value == int(value):
