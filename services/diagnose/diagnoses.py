@@ -30,6 +30,9 @@ CAUSES = (
     "off_cpu_wait",
     "stall",
 )
+# Causes that act on the whole process in one configuration, each of its tests alike: a
+# test slower there shares the cause found on the whole command (build_diagnoses).
+CONFIGURATION_CAUSES = ("cpu_throttling",)
 # Causes whose evidence is the timing runs' own measurements (cgroup cpu.stat, exit
 # codes and output) rather than a probe's evidence entry.
 MEASURED_CAUSES = ("cpu_throttling", "command_failed")
@@ -158,7 +161,12 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
     groups: dict[str | None, list[dict[str, Any]]] = {}
     for finding in findings:
         groups.setdefault(finding["test"], []).append(finding)
-    command_causes = [f for f in groups.get(None, []) if f["kind"] in CAUSES and f["kind"] not in ("stall",)]
+    # Only a cause that acts on every test of a configuration's runs is a test's cause by
+    # being found on the whole command in that configuration: a quota that throttles the
+    # process throttles each of its tests. Another finding of the command (a failing
+    # test, a hot path, a wait) says nothing of this test's latency unless its evidence
+    # names the test, and then the rule attributed it to the test already.
+    command_causes = [f for f in groups.get(None, []) if f["kind"] in CONFIGURATION_CAUSES and f.get("config")]
     diagnoses = []
     for test, members in groups.items():
         # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
@@ -169,7 +177,7 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
             # A test slower in a configuration where the whole command is throttled (or
             # otherwise diagnosed) most likely shares that cause.
             slow_configs = {f.get("config") for f in symptoms}
-            matching = [f for f in command_causes if f.get("config") in slow_configs or f.get("config") is None]
+            matching = [f for f in command_causes if f.get("config") in slow_configs]
             if matching:
                 cause, inherited = matching[0], True
         symptom = symptoms[0] if symptoms else cause or members[0]
