@@ -75,6 +75,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 test_id=test_id,
                 metrics={
                     "blocked_s": blocked,
+                    # What the mechanism takes of one run: the loop stood still this long
+                    # (per run of a test repeated in its evidence run, probes/amplify.py).
+                    "accounts_s": blocked / (content.run.iterations if content.run else 1),
                     "slow_callbacks": content.slow_callbacks,
                     "callbacks": content.callbacks,
                     "blocking_calls": [call.model_dump() for call in calls],

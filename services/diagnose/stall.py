@@ -60,6 +60,11 @@ def check(context: RuleContext) -> list[FindingDraft]:
             detail += f"; not taken: {'; '.join(not_captured)}"
         if (content.attempts or 1) > 1:
             detail += f" (the stall came on attempt {content.attempts})"
+        # What the stall took: the stalled run beyond the screen's median of the same
+        # configuration and subject (the run's whole length where no median is known).
+        label = stall.config.label if stall.config else None
+        median = context.timing_median(label, stall.test_id) if label else None
+        stalled_s = content.wall_s or content.elapsed_s or 0.0
         stacks = any("py-spy" in item or "core" in item or item in ("pyspy_dump", "gdb") for item in captured)
         drafts.append(
             FindingDraft(
@@ -71,6 +76,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 config_label=stall.config.label if stall.config else None,
                 test_id=stall.test_id,
                 metrics={
+                    "accounts_s": max(0.0, stalled_s - (median or 0.0)),
                     "elapsed_s": content.elapsed_s,
                     "stall_after_s": content.stall_after_s,
                     "wall_s": content.wall_s,

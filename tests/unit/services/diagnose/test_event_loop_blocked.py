@@ -30,6 +30,7 @@ def test_a_synchronous_logging_handler_is_named_as_the_blocking_call():
     assert finding.severity == "medium"
     assert "emit" in finding.title
     assert 1.2 <= finding.metrics["blocked_s"] <= 1.6
+    assert finding.metrics["accounts_s"] == finding.metrics["blocked_s"]  # the seconds it weighs as a cause
     assert "48 times" in finding.detail and "QueueHandler" in finding.detail
     assert "warning (" in finding.detail  # the logging call on the loop thread's stack
 
