@@ -28,7 +28,7 @@ async def test_workers_run_concurrently():
 async def test_timeouts_fire():
     try:
         await asyncio.wait_for(asyncio.sleep(1), timeout=0.1)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return
     raise AssertionError("no timeout")
 
