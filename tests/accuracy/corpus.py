@@ -70,6 +70,9 @@ class Side:
     # ... and the test whose diagnosis must name it (`expect_cause_test:`): evidence that
     # names a test belongs to that test, not to the whole command.
     expect_cause_test: str | None = None
+    # Kinds that must not be found at medium or high severity on this side (`forbid:`): a
+    # pathology's own finding beside, say, a suite's healthy tests read as CPU-sensitive.
+    forbid: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -113,8 +116,12 @@ class Outcome:
         )
 
     @property
+    def forbidden(self) -> list[tuple[str, str]]:
+        return [(kind, severity) for kind, severity in self.found if kind in self.side.forbid and severity in SERIOUS]
+
+    @property
     def failed(self) -> bool:
-        if self.error or self.missed or self.cause_right is False:
+        if self.error or self.missed or self.cause_right is False or self.forbidden:
             return True
         # A healthy twin may carry a low note, never a medium or high finding, tolerated
         # or not: a twin's tolerate list excuses a note in the precision count only.
@@ -164,6 +171,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     part.get("expect_cause") if variant == "pathology" else None,
                     part.get("expect_cause_in") if variant == "pathology" else None,
                     part.get("expect_cause_test") if variant == "pathology" else None,
+                    part.get("forbid", []),
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -524,6 +532,8 @@ def _print_outcome(outcome: Outcome) -> None:
         print(f"     {outcome.error}")
     elif outcome.missed:
         print(f"     missed: {', '.join(outcome.missed)}")
+    if outcome.forbidden:
+        print(f"     forbidden: {', '.join(f'{kind}:{severity}' for kind, severity in outcome.forbidden)}")
     if outcome.side.expect_cause:
         named = ", ".join(
             kind + (f" ({test})" if test else "")

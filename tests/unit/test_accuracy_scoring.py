@@ -94,3 +94,10 @@ def test_a_cause_must_belong_to_its_test_when_the_case_names_one():
         suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[suite.expect_cause_test]
     )
     assert on_test.cause_right and not on_test.failed
+
+
+def test_a_forbidden_kind_at_medium_fails_a_pathology_that_found_its_own():
+    suite = side("pathology", ["command_failed"])
+    suite.forbid = ["cpu_sensitivity"]
+    assert not Outcome(suite, [("command_failed", "medium"), ("cpu_sensitivity", "low")], 1.0).failed
+    assert Outcome(suite, [("command_failed", "medium"), ("cpu_sensitivity", "medium")], 1.0).failed
