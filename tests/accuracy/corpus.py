@@ -443,7 +443,9 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
             print(f"{kind:<20} {right:>5} {of:>3}  {_pct(right / of):>8}")
     failures = [o for o in outcomes if o.failed]
     total = sum(o.seconds for o in outcomes)
-    print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {out_dir.relative_to(REPO)}")
+    # A worktree's .state is a link to the main checkout's: its runs are not under REPO.
+    shown = out_dir.relative_to(REPO) if out_dir.is_relative_to(REPO) else out_dir
+    print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {shown}")
     summary = {
         "executor": executor,
         "outcomes": [
