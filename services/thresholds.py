@@ -115,6 +115,8 @@ class Thresholds(BaseModel):
     # share of the untraced median (a pool's workers sleeping between jobs make a few
     # hundred calls, which hold most of a quiet program's syscall time and none of its run).
     futex_min_share: float = Field(0.05, ge=0, le=1)
+    # ... and high where futex holds at least this share of syscall time (story 1: 97-99 %).
+    futex_storm_high_pct: float = Field(95.0, gt=0, le=100)
 
     # busy_polling: sleep and non-blocking wait syscalls (nanosleep, wait4 with WNOHANG;
     # strace) per second of a traced run of at least busy_polling_min_wall_s, at a CPU
@@ -127,6 +129,11 @@ class Thresholds(BaseModel):
     busy_polling_min_switches_per_s: float = Field(10.0, gt=0)
     busy_polling_max_cpu_share: float = Field(0.5, gt=0, le=1)
     busy_polling_min_wall_s: float = Field(0.5, ge=0)
+    # Below this many wake-ups a second, sleeps alone do not make a poller (a peer that
+    # trickles its answer every 50 ms sleeps 20 times a second and polls nothing): a slow
+    # poller also checks between its sleeps, at least this many times per sleep.
+    busy_polling_fast_per_s: float = Field(100.0, gt=0)
+    busy_polling_min_checks_per_sleep: float = Field(0.5, ge=0)
 
     # tiny_reads: at least this many reads with data per run whose typical size (the
     # median, from the reads probe's strace of every read; the /proc io mean before a drill)
@@ -181,6 +188,15 @@ class Thresholds(BaseModel):
     # only its own plugins starts in ~0.3 s here: a small healthy suite stays below.
     slow_startup_share: float = Field(0.5, gt=0, le=1)
     slow_startup_min_s: float = Field(0.5, ge=0)
+    # ... medium from this share of the run (and, for a pytest run, this many seconds).
+    slow_startup_medium_share: float = Field(0.75, gt=0, le=1)
+    slow_startup_medium_s: float = Field(1.0, ge=0)
+    # The least share of a pytest start-up that plugin and conftest imports must hold before
+    # the finding blames them: 44 % in the corpus's 18-plugin case, 9 % in jsonschema's suite.
+    slow_startup_plugin_share: float = Field(0.25, gt=0, le=1)
+    # A start-up that imports do not explain is pytest's and collection's; below this it is
+    # the ordinary price of a pytest run.
+    slow_startup_collection_min_s: float = Field(1.0, ge=0)
 
     # gil_contention from the clock's looks at the threads before the stall deadline: a
     # thread waited for the GIL in at least this share of them in the slow configuration,

@@ -93,6 +93,12 @@ class RuleContext:
         return statistics.median(values) if values else None
 
     @cached_property
+    def tests(self) -> list[str]:
+        """Every test id the job's runs reported (evidence that names one of them belongs
+        to it: services/diagnose/attribution.py)."""
+        return sorted({r.test_id for config in self.job.configs for run in config.runs for r in run.test_results})
+
+    @cached_property
     def surveyed(self) -> dict[str, dict[str, list[float]]]:
         """Test id -> configuration label -> its durations in the survey's runs."""
         return surveyed(self.job)

@@ -57,12 +57,16 @@ def check(context: RuleContext) -> list[FindingDraft]:
         drafts.append(
             FindingDraft(
                 kind="futex_storm",
-                severity=(Severity.high if row.pct_time >= 95 else Severity.medium) if costly else Severity.low,
+                severity=(Severity.high if row.pct_time >= limits.futex_storm_high_pct else Severity.medium)
+                if costly
+                else Severity.low,
                 title=f"{subject(test_id)}: futex holds {row.pct_time:.0f} % of syscall time",
                 detail=detail,
                 config_label=evidence.config.label if evidence.config else None,
                 test_id=test_id,
                 metrics={
+                    # The wake-ups' system time per run, no more than the untraced run lasts.
+                    "accounts_s": min(row.seconds / times, median) if median else row.seconds / times,
                     "futex_pct_time": row.pct_time,
                     "futex_calls": row.calls,
                     "futex_seconds": row.seconds,

@@ -48,6 +48,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
             ),
             config_label=config.label,
             metrics={
+                # The wait: wall time the median run spent off the CPU.
+                "accounts_s": max(0.0, wall_s - cpu_s),
                 "cpu_share": share,
                 "median_wall_s": wall_s,
                 "median_cpu_s": cpu_s,

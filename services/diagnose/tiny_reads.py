@@ -66,7 +66,7 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
     syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.syscalls.items()))
     histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.histogram.items())
     wall = content.wall_s or 0.0
-    cost, costs = _cost(context, entry)
+    cost, costs, accounts = _cost(context, entry)
     # Tracing every read costs ~90 us each: a long loop of them meets the evidence timeout,
     # and the counts then cover the run up to the tracer's stop.
     partial = " (stopped before the timeout: counts up to then)" if content.stopped_before_timeout else ""
@@ -85,6 +85,7 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
             ),
             config_label=entry.config.label if entry.config else None,
             metrics={
+                **({"accounts_s": accounts} if accounts is not None else {}),
                 "fd_type": fd_type,
                 "reads": reads,
                 "median_bytes": median,
@@ -98,10 +99,11 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
     ]
 
 
-def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool]:
-    """What the read syscalls cost, said, and whether that is enough for a medium finding:
-    their system time in the strace -c evidence of the same configuration and test,
-    against the untraced median."""
+def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool, float | None]:
+    """What the read syscalls cost, said, whether that is enough for a medium finding
+    (their system time in the strace -c evidence of the same configuration and test,
+    against the untraced median), and the seconds of one run they account for (None:
+    not measured)."""
     limits = context.thresholds
     label = reads.config.label if reads.config else None
     median = context.timing_median(label, reads.test_id) if label else None
@@ -109,16 +111,20 @@ def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool]:
         if entry.config is not reads.config or entry.test_id != reads.test_id or not content.syscalls:
             continue
         seconds = sum(row.seconds for row in content.syscalls if row.name in READ_SYSCALLS)
+        # Per run of a test repeated in its evidence run (probes/amplify.py), no more than
+        # the untraced run lasts.
+        per_run = seconds / (content.run.iterations if content.run else 1)
+        accounts = min(per_run, median) if median else per_run
         if not median:
-            return f"The read syscalls took {seconds:.3f} s of system time (strace -c). ", False
+            return f"The read syscalls took {seconds:.3f} s of system time (strace -c). ", False, accounts
         share = seconds / median
         costs = seconds >= limits.tiny_reads_min_cost_s and share >= limits.tiny_reads_min_share
         said = (
             f"The read syscalls took {seconds:.3f} s of system time (strace -c), {share:.0%} of the "
             f"{median:.3f} s untraced median"
         )
-        return (said + (". " if costs else ": too little to be worth a larger buffer. ")), costs
-    return "What the reads cost was not measured (no strace -c in this configuration). ", False
+        return (said + (". " if costs else ": too little to be worth a larger buffer. ")), costs, accounts
+    return "What the reads cost was not measured (no strace -c in this configuration). ", False, None
 
 
 def _from_proc_io(context: RuleContext) -> list[FindingDraft]:

@@ -215,6 +215,7 @@ def test_a_command_failing_in_every_run_is_a_high_finding_with_its_exit_code_and
     [finding] = command_failed.check(RuleContext(built, LIMITS))
     assert finding.severity == "high"
     assert finding.metrics["exit_code"] == 1 and finding.metrics["runs"] == 27
+    assert finding.metrics["accounts_s"] > 0  # every run's time is the failure's
     assert "No module named pytest" in finding.detail and "every configuration" in finding.title
 
 
