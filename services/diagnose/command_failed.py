@@ -7,6 +7,7 @@ without this finding the report would show "no findings" over runs that all exit
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 
 from services.diagnose.context import RuleContext
@@ -89,6 +90,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
             detail=" ".join(detail),
             config_label=None if everywhere else next(iter(failing)),
             metrics={
+                # No run measured anything but the failure: each run's whole time is its.
+                "accounts_s": statistics.median(run.wall_s for run in runs),
                 "configs": {label: len(per_config) for label, per_config in failing.items()},
                 "runs": len(runs),
                 "timed_out": timed_out,
