@@ -225,6 +225,7 @@ def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str, ligh
     if light_only:
         # The probe watches the measurement worker's main loop; this one's parent restarts it.
         app.conf.lagtrace_heartbeat_file = None
+        app.conf.lagtrace_settings = None  # nor does the database count it as a worker of its own
         threading.Thread(target=_exit_with_parent, name="lagtrace-parent-watch", daemon=True).start()
         app.worker_main(
             [
