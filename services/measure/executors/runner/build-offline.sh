@@ -7,19 +7,12 @@
 # recipe is never rebuilt; the image is also tagged NAME:latest, lagtrace's default.
 #
 #   services/measure/executors/runner/build-offline.sh [NAME]     (default NAME: lagtrace-runner)
-#   services/measure/executors/runner/build-offline.sh --print-image   the image it builds, NAME:TAG
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-PRINT=false
-[ "${1:-}" = --print-image ] && { PRINT=true; shift; }
 NAME=${1:-lagtrace-runner}
 TAG=$(cat "$HERE/build-offline.sh" "$HERE/packages.txt" | sha256sum | cut -c1-12)
 IMAGE="$NAME:$TAG"
-if $PRINT; then
-    echo "$IMAGE"
-    exit 0
-fi
 
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
     echo "build-offline: $IMAGE exists, nothing to build" >&2
@@ -63,10 +56,8 @@ mount -t proc proc "$ROOT/proc"
 
 PACKAGES=$(grep -v '^[[:space:]]*#' "$HERE/packages.txt" | tr '\n' ' ')
 echo "build-offline: installing $PACKAGES" >&2
-# --force-unsafe-io: no fsync per unpacked file (the tree is thrown away if the build
-# fails, and imported whole once it is done); the image's contents are the same.
 chroot "$ROOT" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends -o DPkg::Options::=--force-unsafe-io $PACKAGES >/dev/null"
+    apt-get install -y -qq --no-install-recommends $PACKAGES >/dev/null"
 # Same user and directories as the Dockerfile: runs are made as uid 1000.
 chroot "$ROOT" sh -c 'useradd --uid 1000 --create-home --shell /bin/bash runner \
     && mkdir -p /lagtrace/deps /work && chown runner:runner /lagtrace/deps'
