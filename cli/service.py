@@ -237,6 +237,7 @@ def worker(
     if light_only or checks_only:
         # The probe watches the measurement worker's main loop; this one's parent restarts it.
         app.conf.lagtrace_heartbeat_file = None
+        app.conf.lagtrace_settings = None  # nor does the database count it as a worker of its own
         threading.Thread(target=_exit_with_parent, name="lagtrace-parent-watch", daemon=True).start()
         queue, threads = (
             (LIGHT_QUEUE, LIGHT_CONCURRENCY) if light_only else (CHECKS_QUEUE, settings.check_run_concurrency)

@@ -589,3 +589,20 @@ class ProblemSummary(Base):
     # The newest finding's slowdown ratio, at least 1 (1 for kinds without one): the inbox
     # orders by ratio x recurrence without parsing every problem's metrics (JSON) per view.
     ratio: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+
+
+class Worker(Base):
+    """A running `lagtrace worker` (its main process), refreshed by its own heartbeat
+    whether or not it runs a step (services/jobs/workers.py): the service knows which
+    workers are alive from the database, not from the broker."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # host/pid
+    node: Mapped[str | None] = mapped_column(String(255))  # the Kubernetes node (LAGTRACE_NODE_NAME)
+    cpus: Mapped[str] = mapped_column(String(255))  # the CPUs it measures on, a kernel list
+    cpu_model: Mapped[str | None] = mapped_column(String(200))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)

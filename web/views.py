@@ -417,7 +417,7 @@ def new_job():
 def job(job_id: int):
     found = auth.visible_job(job_id)
     # The digest stored when the job finished: flagged, widest and slowest tests, the rest counted.
-    detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True)
+    detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True, settings=ctx().settings)
     report = detail["report"]
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
@@ -463,7 +463,7 @@ def job_tests(job_id: int):
 def job_progress(job_id: int):
     """For the page's script: the progress bar without a reload (the page itself also refreshes)."""
     found = auth.visible_job(job_id)
-    return jsonify({"status": found.status.value, **submissions.progress(db(), found)})
+    return jsonify({"status": found.status.value, **submissions.progress(db(), found, ctx().settings)})
 
 
 @bp.get("/jobs/<int:job_id>/test")

@@ -28,6 +28,7 @@ from services import steps
 from services.db import make_engine, make_session_factory
 from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
+from services.jobs import workers as registry
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
 
@@ -131,6 +132,77 @@ def _touch(path: Path) -> None:
         log.warning("could not touch the heartbeat file %s", path, exc_info=True)
 
 
+class Registration(bootsteps.StartStopStep):
+    """Keeps this worker's row in the database fresh (services/jobs/workers.py), idle or
+    busy, from a thread of the main process: the service knows which workers are alive
+    from the database, the record, not from the broker. A worker stopping on purpose
+    removes its row; one killed leaves it to lapse.
+
+    A thread rather than the worker's timer: a database that hangs must not stall the
+    main loop (the liveness probe's heartbeat would go stale and the pod restart, which
+    cures nothing). Its beats are every Settings.heartbeat_interval_s, as a step's are.
+    """
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.settings: Settings | None = parent.app.conf.get("lagtrace_settings")
+        self.concurrency = parent.concurrency or 1
+        self.identity: registry.Identity | None = None
+        self._engine: Engine | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        parent.lagtrace_registration = self
+
+    def start(self, parent) -> None:
+        if self.settings is None:
+            return
+        self.identity = registry.Identity.here(self.settings, self.concurrency)
+        self._engine = make_engine(self.settings, pool_size=1)
+        # Pool processes forked from this one must not use (or close) its connection.
+        worker_process_init.connect(self._after_fork, weak=False)
+        self._thread = threading.Thread(target=self._loop, name="lagtrace-worker-heartbeat", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """False once its thread died: the liveness heartbeat then goes stale too."""
+        return self._thread is None or self._thread.is_alive()
+
+    def beat(self) -> None:
+        assert self._engine is not None and self.identity is not None
+        with Session(self._engine) as session:
+            registry.beat(session, self.identity)
+            session.commit()
+
+    def _loop(self) -> None:
+        assert self.settings is not None
+        while True:
+            try:
+                self.beat()
+            except Exception as exc:
+                # The database is away: the row lapses and the next beat brings it back.
+                log.warning("worker heartbeat missed: %s: %s", type(exc).__name__, exc)
+            if self._stop.wait(self.settings.heartbeat_interval_s):
+                return
+
+    def _after_fork(self, **_kwargs) -> None:
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+
+    def stop(self, parent) -> None:
+        if self._thread is None or self._engine is None or self.identity is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=15)
+        try:
+            with Session(self._engine) as session:
+                registry.leave(session, self.identity.name)
+                session.commit()
+        except Exception as exc:
+            log.warning("could not remove this worker's row (it lapses): %s: %s", type(exc).__name__, exc)
+        self._engine.dispose()
+        self._thread = None
+
+
 class Heartbeat(bootsteps.StartStopStep):
     """Touches LAGTRACE_WORKER_HEARTBEAT_FILE from the worker's own timer.
 
@@ -138,6 +210,8 @@ class Heartbeat(bootsteps.StartStopStep):
     is stuck (a hung broker connection) but stays fresh while a pool process runs a long
     measured task: a liveness probe on it restarts dead workers, never busy ones. Cheaper
     and more honest than `celery inspect ping`, which needs the broker and a free consumer.
+    It goes stale too when the thread keeping the worker's database row fresh died
+    (Registration): a worker the service takes for dead is restarted, not left running.
     """
 
     requires: ClassVar = {"celery.worker.components:Timer"}
@@ -151,8 +225,16 @@ class Heartbeat(bootsteps.StartStopStep):
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _touch(self.path)
-        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, _touch, (self.path,), priority=10)
+        registration: Registration | None = getattr(parent, "lagtrace_registration", None)
+
+        def touch(path: Path) -> None:
+            if registration is None or registration.alive():
+                _touch(path)
+            else:
+                log.error("the worker's database heartbeat thread died: the liveness heartbeat stops")
+
+        touch(self.path)
+        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, touch, (self.path,), priority=10)
 
     def stop(self, parent) -> None:
         if self.tref is not None:
@@ -241,6 +323,9 @@ def make_celery(settings: Settings) -> Celery:
             }
         },
     )
+    # The light worker (cli/service.py) is part of its measurement worker: not counted apart.
+    app.conf.lagtrace_settings = settings
+    app.steps["worker"].add(Registration)
     app.steps["worker"].add(Heartbeat)
     app.steps["worker"].add(CheckoutSweeper)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
