@@ -21,7 +21,8 @@ BROKER = "redis://127.0.0.1:1/0"  # never reached: only whether jobs go to worke
 
 @pytest.fixture
 def session(db_session, tmp_path):
-    db_session.settings = Settings(work_dir=tmp_path / "work", broker_url=BROKER)
+    # example.com is never cloned here: any host may be named.
+    db_session.settings = Settings(work_dir=tmp_path / "work", broker_url=BROKER, repository_hosts=["*"])
     return db_session
 
 
