@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate
+from services.accounts.secret_key import shared_secret_key
 from services.accounts.tokens import TokenListing, create_token, list_tokens, revoke_tokens
 from services.accounts.users import create_user, list_users
 from services.db import make_engine, make_session_factory
@@ -84,7 +85,12 @@ def serve(settings: Settings, host: str, port: int, threads: int, processes: int
         _serve_one(settings, threads, host=host, port=port)
         return
     # Schema check once, before forking: no engine, pool or thread crosses a fork.
-    _current_engine(settings).dispose()
+    engine = _current_engine(settings)
+    if settings.secret_key is None:
+        # Made here once, so the children only read it (each would make it if it were missing).
+        with make_session_factory(engine)() as session:
+            shared_secret_key(session)
+    engine.dispose()
     listener = socket.create_server((host, port), backlog=1024)
     log.info("serving on %s:%s with %d processes of %d threads", host, port, wanted, threads)
     _supervise(wanted, lambda: _serve_one(settings, threads, sockets=[listener]))

@@ -182,8 +182,9 @@ class Settings(BaseSettings):
     # (slower_since: services/diagnose/change_points.py), comma-separated; empty: none.
     change_point_branches: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["main"])
     # --- The dashboard -----------------------------------------------------------
-    # Signs the sign-in cookie. Unset: a random key per process (everyone signs in again
-    # after a restart, and replicas do not share sign-ins): set it when deploying.
+    # Signs the sign-in cookie. Unset: a random key made once and kept in the database
+    # (services/accounts/secret_key.py), shared by every serving process and kept across
+    # restarts. Set it (the chart does, from a Secret) to keep it out of the database.
     secret_key: SecretStr | None = None
     # Sign-in cookies are Secure (HTTPS only; browsers also accept them on
     # http://127.0.0.1 and localhost). Off only for a plain-HTTP deployment on another host.
