@@ -59,6 +59,11 @@ def error_response(status: int, message: str, problems: list[dict] | None = None
     return response
 
 
+def http_error(exc: HTTPException):
+    """An HTTP error (no route, a wrong method, a body too large) as the API's JSON."""
+    return error_response(exc.code or 500, exc.description or exc.name)
+
+
 def register(app: Flask) -> None:
     @app.errorhandler(ValidationError)
     def _invalid(exc: ValidationError):
@@ -82,9 +87,7 @@ def register(app: Flask) -> None:
             response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         return response
 
-    @app.errorhandler(HTTPException)
-    def _http(exc: HTTPException):
-        return error_response(exc.code or 500, exc.description or exc.name)
+    app.register_error_handler(HTTPException, http_error)
 
     @app.errorhandler(DBAPIError)
     def _database(exc: DBAPIError):

@@ -7,8 +7,9 @@ opened and closed here, around every request.
 
 from __future__ import annotations
 
-from flask import Flask, g
+from flask import Flask, g, request
 from sqlalchemy import Engine
+from werkzeug.exceptions import HTTPException
 
 import api
 import web
@@ -37,4 +38,13 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
 
     api.register(app, shared)
     web.register(app, shared)
+
+    # An error no view raised (no route matched: /jobs/abc, a wrong method): a page in the
+    # dashboard's paths, the API's JSON in its own (tests/web/test_pages.py).
+    @app.errorhandler(HTTPException)
+    def _routing_error(exc: HTTPException):
+        if request.path.startswith(api.API_PATHS):
+            return api.http_error(exc)
+        return web.error_page(exc)
+
     return app

@@ -22,7 +22,7 @@ from flask import (
     url_for,
 )
 from pydantic import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from services.accounts.ratelimit import TooManyRequests
 from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in
@@ -227,6 +227,26 @@ def _invalid(exc: ValidationError):
 @bp.errorhandler(HTTPException)
 def _http_error(exc: HTTPException):
     return render_template("error.html", status=exc.code, message=exc.description), exc.code or 500
+
+
+def error_page(exc: HTTPException) -> Response:
+    """An error no dashboard view raised (no route matched the path: /jobs/abc) as the
+    dashboard's page, with its headers; the nav shows when the visitor is signed in."""
+    try:
+        auth.identify()
+    except Exception:  # the page about the error must render whatever else is wrong
+        g.user = None
+    message = exc.description or exc.name
+    if exc.code == 404:
+        kind, _, key = request.path.strip("/").partition("/")
+        # /jobs/abc: a page of an object whose id is not a number (no route takes it).
+        named = {"jobs": "job", "findings": "finding", "evidence": "evidence"}.get(kind)
+        key = key.split("/")[0]
+        message = f"{named} {key!r} does not exist: ids are numbers" if named and key else f"no page at {request.path}"
+    response = Response(render_template("error.html", status=exc.code, message=message), exc.code or 500)
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        response.headers["Allow"] = ", ".join(exc.valid_methods)
+    return _headers(response)
 
 
 def _int_arg(name: str) -> int | None:
@@ -530,10 +550,11 @@ def tests():
 def test_entry():
     project_id = _int_arg("project")
     test_id = request.args.get("id") or ""
-    if project_id is None or project_id not in auth.project_ids():
-        raise NotFound(f"project {request.args.get('project')!r} does not exist or you cannot see it")
-    if not test_id:
-        raise BadInput("id: name a test (its pytest node id)")
+    if project_id is None or not test_id:
+        # The catalogue links here with both: a bare /tests/entry names no test at all.
+        raise NotFound("a test's page needs ?project=ID&id=TEST: open a test from the Tests list")
+    if project_id not in auth.project_ids():
+        raise NotFound(f"project {project_id} does not exist or you cannot see it")
     project = require_project(db(), g.user, project_id)
     entry = catalogue.test_entry(db(), project, test_id)
     if not entry.points and not entry.findings:

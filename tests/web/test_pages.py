@@ -327,3 +327,34 @@ def test_the_job_list_shows_each_jobs_counts_and_pages_by_id(database_url, tmp_p
         assert "No jobs yet" in made.page("/jobs?project=999")
     finally:
         made.engine.dispose()
+
+
+def test_pages_for_unknown_ids_are_404_pages_and_the_api_stays_json(dashboard):
+    _signed_in_with_jobs(dashboard)
+    for path, says in [
+        ("/jobs/abc", "job &#39;abc&#39; does not exist: ids are numbers"),
+        ("/findings/abc", "finding &#39;abc&#39; does not exist: ids are numbers"),
+        ("/jobs/99999", "job 99999 does not exist"),
+        ("/tests/entry", "a test&#39;s page needs ?project=ID&amp;id=TEST"),
+        ("/tests/entry?project=99&id=x", "project 99 does not exist"),
+        ("/no/such/page", "no page at /no/such/page"),
+    ]:
+        response = dashboard.client.get(path)
+        html = response.get_data(as_text=True)
+        assert response.status_code == 404, (path, html[:500])
+        assert response.mimetype == "text/html", (path, html[:500])
+        assert says in html, (path, html[:3000])
+        assert "None" not in html and '"error"' not in html
+        # The dashboard's page: its nav (signed in) and its strict policy.
+        assert 'id="main-nav"' in html
+        assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    # The API's paths keep their JSON errors, naming the field.
+    for path in ("/api/v1/jobs/abc", "/api/v1/nothing"):
+        response = dashboard.client.get(path)
+        assert response.status_code == 404 and response.mimetype == "application/json"
+        assert response.get_json()["problems"]
+    # Signed out: still a page, not JSON (and no nav).
+    dashboard.client.post("/sign-out", data={"csrf_token": dashboard.csrf("/")})
+    response = dashboard.client.get("/findings/abc")
+    assert response.status_code == 404 and response.mimetype == "text/html"
+    assert 'id="main-nav"' not in response.get_data(as_text=True)
