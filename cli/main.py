@@ -586,9 +586,10 @@ def submit(
         # Only when given: a server from before budgets would refuse the field.
         **({"budget_s": budget_s} if budget_s is not None else {}),
     }
+    client = ApiClient(url, api_token, progress=_progress)
     try:
         job = submit_and_wait(
-            ApiClient(url, api_token, progress=_progress),
+            client,
             spec,
             repository={"url": repo, "ref": ref} if repo else None,
             directory=None if repo else (directory or Path.cwd()),
@@ -600,7 +601,7 @@ def submit(
         click.echo(f"lagtrace: error: {exc}", err=True)
         sys.exit(2 if 400 <= exc.status < 500 else 1)
     if not wait:
-        click.echo(json.dumps({"id": job["id"], "status": job["status"]}))
+        click.echo(json.dumps({"id": job["id"], "status": job["status"], "url": client.page_url(job["id"])}))
         return
     report = job["report"]
     if json_path is not None:
