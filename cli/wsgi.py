@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flask import Flask, g, request
 from sqlalchemy import Engine
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 import api
 import web
@@ -46,5 +46,11 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
         if request.path.startswith(api.API_PATHS):
             return api.http_error(exc)
         return web.error_page(exc)
+
+    # A body over the limit, in the API or a dashboard form: the limit and its setting named.
+    # (A handler for the code comes before a blueprint's for HTTPException.)
+    @app.errorhandler(RequestEntityTooLarge)
+    def _too_large(exc: RequestEntityTooLarge):
+        return _routing_error(RequestEntityTooLarge(description=api.body_limit_message()))
 
     return app

@@ -120,6 +120,12 @@ def test_an_archive_over_the_cap_is_413(sqlite_api):
         content_type="multipart/form-data",
     )
     assert response.status_code == 413
+    # The limit and the setting that raises it, not werkzeug's "exceeds the capacity limit".
+    assert response.get_json()["error"] == (
+        "the upload is over the 50 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 52,428,800 bytes, for the archive; "
+        "the form around it may add 1 MiB): nothing was stored"
+    )
+    assert response.get_json()["problems"][0]["field"] == "(body)"
 
 
 @pytest.mark.parametrize(

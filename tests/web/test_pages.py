@@ -4,6 +4,7 @@ artifacts, reruns. Pages are read as HTML without JavaScript."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 import time
 
@@ -358,3 +359,23 @@ def test_pages_for_unknown_ids_are_404_pages_and_the_api_stays_json(dashboard):
     response = dashboard.client.get("/findings/abc")
     assert response.status_code == 404 and response.mimetype == "text/html"
     assert 'id="main-nav"' not in response.get_data(as_text=True)
+
+
+def test_an_upload_over_the_limit_names_the_limit_and_its_setting(dashboard):
+    _signed_in_with_jobs(dashboard)
+    dashboard.settings.max_archive_bytes = 1024 * 1024
+    dashboard.client.application.config["MAX_CONTENT_LENGTH"] = 2 * 1024 * 1024
+    response = dashboard.client.post(
+        "/jobs/new",
+        data={
+            "csrf_token": dashboard.csrf("/jobs/new"),
+            "project": "1",
+            "command": "python3 -c pass",
+            "archive": (io.BytesIO(b"0" * (2 * 1024 * 1024 + 1)), "code.tgz"),
+        },
+        content_type="multipart/form-data",
+    )
+    html = response.get_data(as_text=True)
+    assert response.status_code == 413 and response.mimetype == "text/html", html[:500]
+    assert "the upload is over the 1 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 1,048,576 bytes" in html
+    assert "capacity limit" not in html
