@@ -437,16 +437,43 @@ def repo() -> None:
 @click.option("--secret-stdin", is_flag=True, help="Read the webhook secret from stdin (default: a new random one).")
 @click.option("--allow-forks", is_flag=True, help="Run pull requests from forks (with the base branch's config).")
 @click.option("--image", "images", multiple=True, help="A runner image its jobs may name. Repeatable.")
+@click.option(
+    "--rotate-secret",
+    is_flag=True,
+    help="Make a new webhook secret for a registered repository (default: keep the one GitHub signs with).",
+)
 def repo_register(
-    full_name: str, project: str | None, url: str | None, secret_stdin: bool, allow_forks: bool, images: tuple[str, ...]
+    full_name: str,
+    project: str | None,
+    url: str | None,
+    secret_stdin: bool,
+    allow_forks: bool,
+    images: tuple[str, ...],
+    rotate_secret: bool,
 ) -> None:
-    """Register (or update) a repository; prints the webhook secret to give GitHub."""
+    """Register (or update) a repository; prints the webhook secret to give GitHub.
+
+    Registering it again (to change --allow-forks or --image) keeps its secret unless
+    --rotate-secret or --secret-stdin is given; stderr says which."""
     from cli.service import register
 
+    if rotate_secret and secret_stdin:
+        raise click.UsageError("give --rotate-secret or --secret-stdin, not both")
     secret = sys.stdin.readline().strip() if secret_stdin else None
     with _exit_on_domain_errors():
-        made = register(_load_settings(), project or full_name, full_name, url, secret, allow_forks, list(images))
+        made, state = register(
+            _load_settings(), project or full_name, full_name, url, secret, allow_forks, list(images), rotate_secret
+        )
     click.echo(made)
+    _progress(
+        {
+            "new": f"{full_name}: a new webhook secret (above): give it to GitHub with the webhook",
+            "kept": f"{full_name}: webhook secret kept (the one GitHub has); --rotate-secret makes a new one",
+            "rotated": f"{full_name}: webhook secret rotated: GitHub's deliveries are refused (401) until the "
+            "webhook's secret is the one above",
+            "set": f"{full_name}: webhook secret set from stdin",
+        }[state]
+    )
 
 
 @cli.group()

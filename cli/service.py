@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate
@@ -28,6 +28,7 @@ from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
+from services.models import Project
 from services.redact import redact
 from services.settings import Settings, prepare_work_dir
 
@@ -335,8 +336,12 @@ def register(
     secret: str | None,
     allow_forks: bool,
     images: list[str],
-) -> str:
-    def action(session):
+    rotate_secret: bool = False,
+) -> tuple[str, str]:
+    """The repository's webhook secret, and what became of it: new, kept, rotated or set."""
+
+    def action(session: Session) -> tuple[str, str]:
+        before = session.scalar(select(Project.webhook_secret).where(Project.github_repository == full_name))
         _, made = register_repository(
             session,
             settings,
@@ -346,8 +351,10 @@ def register(
             secret=secret,
             allow_forks=allow_forks,
             images=images,
+            rotate_secret=rotate_secret,
         )
-        return made
+        state = "new" if before is None else "kept" if made == before else "rotated" if secret is None else "set"
+        return made, state
 
     return _committed(settings, action)
 
