@@ -21,7 +21,15 @@ def _load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise click.UsageError(f"invalid LAGTRACE_* setting: {exc}") from None
+        from services.jobs.sources import error_message
+
+        problems = []
+        for error in exc.errors():
+            variable = "LAGTRACE_" + "__".join(str(part) for part in error["loc"]).upper() if error["loc"] else ""
+            message = error_message(error)
+            # A validator's message may name its variable itself (settings.py's do).
+            problems.append(message if not variable or message.startswith(variable) else f"{variable}: {message}")
+        raise click.UsageError(f"invalid setting: {'; '.join(problems)}") from None
 
 
 def _cancel(signum, frame) -> None:

@@ -114,3 +114,13 @@ def test_registering_a_repository_again_keeps_its_webhook_secret_unless_asked_to
     engine.dispose()
     both = run_cli(["repo", "register", "octo/demo", "--rotate-secret", "--secret-stdin"], sqlite_url)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_bad_setting_is_named_by_its_variable_without_pydantics_wording(sqlite_url):
+    done = run_cli(["token", "list"], sqlite_url, env={"LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE": "-1"})
+    assert done.returncode == 2
+    assert "invalid setting: LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE: Input should be greater than 1" in done.stderr
+    done = run_cli(["token", "list"], sqlite_url, env={"LAGTRACE_ALLOWED_EXECUTORS": "kubernetes"})
+    assert done.returncode == 2
+    assert "LAGTRACE_ALLOWED_EXECUTORS: LAGTRACE_ALLOWED_EXECUTORS: a comma-separated list" not in done.stderr
+    assert "Value error" not in done.stderr and "LAGTRACE_ALLOWED_EXECUTORS" in done.stderr
