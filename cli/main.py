@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services.errors import LagtraceError, ServiceUnreachable
+from services.errors import BadInput, LagtraceError, ServiceUnreachable
 from services.settings import Settings
 
 
@@ -126,7 +126,8 @@ def cli() -> None:
     type=int,
     default=5,
     show_default=True,
-    help="Most timing runs per configuration (fewer when the verdict settles early).",
+    help="Most timing runs per configuration (fewer when the verdict settles early); at most "
+    "LAGTRACE_MAX_REPEAT (default 30).",
 )
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill a run after this many seconds.")
 @click.option(
@@ -199,6 +200,11 @@ def run(
     # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
     # container is removed on the way out, instead of the process vanishing mid-run.
     signal.signal(signal.SIGTERM, _cancel)
+    with _exit_on_domain_errors():
+        if repeat > settings.max_repeat:
+            from services.jobs.spec import repeat_limit_message
+
+            raise BadInput(f"--repeat: {repeat_limit_message(settings.max_repeat)}")
     try:
         with _exit_on_domain_errors():
             report = run_job(
@@ -557,7 +563,13 @@ def user_list() -> None:
     help="Directory to upload as a tarball (default: the current one).",
 )
 @click.option("--config", "specs", multiple=True, metavar="SPEC", help="A CPU configuration, as for `run`.")
-@click.option("--repeat", type=int, default=5, show_default=True)
+@click.option(
+    "--repeat",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Most timing runs per configuration; at most the server's LAGTRACE_MAX_REPEAT (default 30).",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None)
 @click.option(
     "--evidence",

@@ -196,11 +196,25 @@ def test_rerun_of_one_test_narrows_the_command_and_bad_input_goes_back_to_the_fo
     page = f"/jobs/{job_id}"
     response = dashboard.client.post(
         f"/jobs/{job_id}/rerun",
-        data={"config": ["cpus=banana"], "csrf_token": dashboard.csrf(page)},
+        data={
+            "config": ["cpuset=0", "cpus=0.5"],
+            "other_configs": "cpus=banana\ncpuset=0-1",
+            "repeat": "31",
+            "csrf_token": dashboard.csrf(page),
+        },
         headers={"Referer": "http://localhost" + page},
     )
-    assert response.status_code == 302 and response.headers["Location"].endswith(page)
-    assert "cpus=banana" in dashboard.page(page)  # the flash message says what to change
+    # The job's page again, its rerun form as typed and every problem listed.
+    assert response.status_code == 422
+    form = _section(response.get_data(as_text=True), 'id="rerun"', "</form>")
+    assert "change these 2:" in form
+    assert "configs: cpus=banana: cpus=&#39;banana&#39; is not a number" in form
+    assert "repeat: at most 30 (LAGTRACE_MAX_REPEAT)" in form
+    assert "Value error" not in form
+    assert re.search(r'value="cpus=0.5" checked', form) and re.search(r'value="cpuset=0" checked', form)
+    assert not re.search(r'value="cpuset=0-1" checked', form)  # the job's own, not ticked this time
+    assert "cpus=banana\ncpuset=0-1</textarea>" in form and 'value="31"' in form
+    assert 'max="30"' in form
 
 
 def test_jobs_list_pages_and_filters(dashboard):
@@ -379,3 +393,52 @@ def test_an_upload_over_the_limit_names_the_limit_and_its_setting(dashboard):
     assert response.status_code == 413 and response.mimetype == "text/html", html[:500]
     assert "the upload is over the 1 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 1,048,576 bytes" in html
     assert "capacity limit" not in html
+
+
+def _section(html: str, start: str, end: str) -> str:
+    begin = html.index(start)
+    return html[begin : html.index(end, begin)]
+
+
+def test_the_new_job_form_keeps_what_was_typed_and_lists_every_problem(dashboard):
+    _signed_in_with_jobs(dashboard)
+    typed = {
+        "project": "1",
+        "repository": "http://example.com/code.git",
+        "ref": "main",
+        "command": "python3 -m pytest tests -k 'slow'",
+        "config": ["cpuset=0", "cpus=0.5"],
+        "other_configs": "cpus=abc",
+        "repeat": "500",
+        "evidence": "chosen",
+        "probe": ["strace"],
+        "stall_after": "2.5",
+        "executor": "docker",
+    }
+    response = dashboard.post("/jobs/new", typed, form_page="/jobs/new")
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422, html[:2000]
+    problems = re.findall(r"<li>(.*?)</li>", _section(html, 'id="problems"', "</div>"))
+    assert problems == [
+        "configs: cpus=abc: cpus=&#39;abc&#39; is not a number",
+        "repeat: at most 30 (LAGTRACE_MAX_REPEAT)",
+        "repository.url &#39;http://example.com/code.git&#39;: only https:// git URLs are accepted",
+    ]
+    form = _section(html, '<form class="card"', "</form>")
+    assert 'value="http://example.com/code.git"' in form and 'name="ref" value="main"' in form
+    assert 'value="python3 -m pytest tests -k &#39;slow&#39;"' in form
+    assert 'value="cpuset=0" checked' in form and 'value="cpus=0.5" checked' in form
+    assert 'value="cpuset=0-1" checked' not in form
+    assert "cpus=abc</textarea>" in form and 'value="500"' in form and 'value="2.5"' in form
+    assert 'value="chosen" checked' in form and 'value="strace" checked' in form
+    assert "<option selected>docker</option>" in form and '<option value="1" selected>demo</option>' in form
+    assert 'max="30"' in form
+    with dashboard.session_factory() as session:
+        assert session.query(Job).count() == 1  # the stored job only: nothing was submitted
+    # No repository and no command: both named, with what to give.
+    html = dashboard.post("/jobs/new", {"project": "1", "repeat": "5"}, form_page="/jobs/new").get_data(as_text=True)
+    problems = re.findall(r"<li>(.*?)</li>", _section(html, 'id="problems"', "</div>"))
+    assert problems == [
+        "command: give the test command (python3 -m pytest ...)",
+        "repository: give a git URL or upload an archive",
+    ]
