@@ -184,6 +184,12 @@ BENCHMARKS = [
         what="a pull request's base-against-head comparison, simulated with the real statistics (issue 24)",
     ),
     Benchmark(
+        "gate",
+        "tests.bench.bench_gate:run",
+        ("false 'regressed' per unchanged test, sequential against history", "power at 2x", "gate runs per test"),
+        what="a test's fresh runs judged sequentially against 20 stored runs, simulated suites of 500 tests",
+    ),
+    Benchmark(
         "false_positives",
         "tests.bench.bench_false_positives:run",
         ("false cpu_sensitivity per test",),
