@@ -58,6 +58,13 @@ class UnknownRepository(NotFound):
         self.field = field
 
 
+def unregistered(full_name: str) -> str:
+    return (
+        f"repository {full_name} is not registered here: nothing was run; register it with "
+        f"`lagtrace repo register {full_name} --project PROJECT` and use the secret it prints"
+    )
+
+
 class ReplayedDelivery(Conflict):
     """A body seen before under another delivery id."""
 
@@ -168,11 +175,7 @@ def verify_delivery(
     if repository is not None and not projects and server_wide is None:
         # The per-repository URL of a repository nobody registered: webhooks may well be on
         # for others, and what is true is that this one is not registered.
-        raise UnknownRepository(
-            f"repository {repository} is not registered here: nothing was run; register it with "
-            f"`lagtrace repo register {repository} --project PROJECT` and use the secret it prints",
-            field="path",
-        )
+        raise UnknownRepository(unregistered(repository), field="path")
     if server_wide is None and not own:
         raise WebhooksOff(
             "GitHub webhooks are off: register the repository with a secret or set LAGTRACE_GITHUB_WEBHOOK_SECRET"
@@ -252,9 +255,7 @@ def handle_delivery(
 
 def _registered(project: Project | None, repository: Repository) -> Project:
     if project is None or project.github_repository != repository.full_name or not project.repository_url:
-        raise UnknownRepository(
-            f"repository {repository.full_name} is not registered here (lagtrace repo register): nothing was run"
-        )
+        raise UnknownRepository(unregistered(repository.full_name))
     return project
 
 

@@ -20,6 +20,8 @@ def test_an_unregistered_repositorys_delivery_starts_nothing(service, tmp_path):
     response = service.deliver(push_payload(url, head, full_name="mallory/anything"), "d-unregistered")
     assert response.status_code == 404, response.get_json()
     assert "not registered" in response.get_json()["error"]
+    assert "`lagtrace repo register mallory/anything --project PROJECT`" in response.get_json()["error"]
+    assert response.get_json()["problems"][0]["field"] == "repository.full_name"
     assert service.count(Job) == 0 and service.count(WebhookDelivery) == 0
 
 
