@@ -96,7 +96,6 @@ def test_finding_page_puts_slow_and_fast_evidence_side_by_side(browser, server, 
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    page.on("response", lambda r: errors.append(r.url) if r.status == 404 else None)
     try:
         sign_in(page)
         page.goto(f"/findings/{stored['futex']}")

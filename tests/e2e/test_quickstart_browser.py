@@ -153,6 +153,9 @@ def test_the_readme_quickstart_then_the_dashboard_in_a_browser(
                     flame = page.locator(".flame[data-profile]").first
                     break
             assert flame is not None, f"no finding of job {job_id} shows a py-spy profile: {finding_links}"
+            # Evidence the finding does not cite is folded: opened as a reader would.
+            while (closed := flame.locator("xpath=ancestor::details[not(@open)]")).count():
+                closed.first.locator("xpath=./summary").click()
             page.locator(".flame[data-ready=true]").first.wait_for(timeout=30_000)
             assert flame.locator(".flame-chart svg g.frame").count() >= 3
             assert "needs its script" not in flame.locator(".flame-details").inner_text()
