@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test unit install install-test check bench clean accuracy chaos nightly
+.PHONY: demo test unit install install-test check docs bench clean accuracy chaos nightly
 
 # `make install` (and `make demo`) install what running lagtrace needs; the targets that
 # test or check it add the test extra (pytest, Playwright, moto, ruff, mypy, ...).
@@ -38,15 +38,35 @@ check: install-test
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The documentation site, into site/: broken links, missing pages and anchors no heading
+# makes fail the build; the reference pages are rendered from the code (docs/hooks/).
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # The unit tier: rules and parsers on recorded tool output, no services, seconds.
 unit: install-test
 	$(VENV)/bin/pytest -q tests/unit
 
 # Everything but the `nightly` cases (pytest prints how many it deselected): each is a
 # slow variant of a path that a case in make test takes too, kept out to hold CI's time.
+# Two tiers, each closing with its own "N passed" line and wall time:
+#   parallel  every test that asserts no latency verdict, on TEST_WORKERS pytest-xdist
+#             workers (they mostly wait on PostgreSQL, Redis, Docker and HTTP); each
+#             worker has its own Redis and data directory (tests/support/xdist.py);
+#   latency   the `latency`-marked tests, one at a time, with nothing else running.
+# Either tier failing (or selecting no test: exit 5) fails the target; both always run.
+TEST_WORKERS ?= 4
 test: install-test
 	.ci/provision.sh
-	. .state/test.env && $(VENV)/bin/pytest -m "not nightly" $(PYTEST_ARGS)
+	@. .state/test.env; \
+	start=$$(date +%s); \
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not nightly and not latency" $(PYTEST_ARGS); parallel=$$?; \
+	middle=$$(date +%s); \
+	$(VENV)/bin/pytest -m "latency and not nightly" $(PYTEST_ARGS); latency=$$?; \
+	end=$$(date +%s); \
+	echo "tier parallel: $$((middle - start)) s ($(TEST_WORKERS) workers, pytest exit $$parallel)"; \
+	echo "tier latency: $$((end - middle)) s (serial, pytest exit $$latency)"; \
+	[ $$parallel -eq 0 ] && [ $$latency -eq 0 ]
 
 # The slow variants make test leaves out (a long backlog of screens, the quickstart with
 # its work directory under /srv), with the suite's settings. About 3 minutes.
@@ -74,4 +94,4 @@ bench: install-test
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) .state build *.egg-info bench.json
+	rm -rf $(VENV) .state build *.egg-info bench.json site

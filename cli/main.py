@@ -307,17 +307,25 @@ def serve(host: str, port: int, threads: int, processes: int | None) -> None:
     help="Serve only the light queue (reconciler, check runs). Every worker starts one of these "
     "beside itself; this option is for running more of them apart.",
 )
-def worker(concurrency: int, beat: bool, loglevel: str, light_only: bool) -> None:
-    """Run a Celery worker on LAGTRACE_BROKER_URL (measurement steps, and a light pool beside it)."""
+@click.option(
+    "--checks-only",
+    is_flag=True,
+    help="Serve only the check-run queue (GitHub check runs; LAGTRACE_CHECK_RUN_CONCURRENCY threads). "
+    "Every worker starts one of these beside itself; this option is for running more of them apart.",
+)
+def worker(concurrency: int, beat: bool, loglevel: str, light_only: bool, checks_only: bool) -> None:
+    """Run a Celery worker on LAGTRACE_BROKER_URL (measurement steps, and light and check-run pools beside it)."""
     from cli.service import worker as run_worker
 
     settings = _load_settings()
     if not settings.broker_url:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
-    if light_only and beat:
-        raise click.UsageError("--beat goes with a measurement worker, not --light-only")
+    if (light_only or checks_only) and beat:
+        raise click.UsageError("--beat goes with a measurement worker, not --light-only or --checks-only")
+    if light_only and checks_only:
+        raise click.UsageError("--light-only and --checks-only are two workers: start each apart")
     with _exit_on_domain_errors():
-        run_worker(settings, concurrency, beat, loglevel, light_only=light_only)
+        run_worker(settings, concurrency, beat, loglevel, light_only=light_only, checks_only=checks_only)
 
 
 @cli.command()

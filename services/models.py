@@ -23,8 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from services.measure import evidence as evidence_model
-from services.measure.evidence import EvidenceContent
+from services import evidence as evidence_model
+from services.evidence import EvidenceContent
 
 
 def utcnow() -> dt.datetime:
@@ -259,7 +259,7 @@ class Evidence(Base):
 
     @property
     def parsed(self) -> EvidenceContent:
-        """The content as its kind's model (services/measure/evidence.py)."""
+        """The content as its kind's model (services/evidence.py)."""
         return evidence_model.parse(self.kind, self.content)
 
 
@@ -279,7 +279,7 @@ class Finding(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     evidence_ids: Mapped[list[Any]] = mapped_column(default=list)
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
-    # Triage (the dashboard issue groups these by fingerprint across jobs).
+    # Triage (the dashboard groups these by fingerprint across jobs: docs/guides/dashboard.md).
     status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus), default=TriageStatus.new)
     assignee: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)

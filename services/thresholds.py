@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 class Thresholds(BaseModel):
     # cpu_sensitivity: slowest vs fastest configuration median ratio that counts as a
-    # finding (DESIGN.md section 5: >= 2x), when a rank test says the configurations
+    # finding (docs/reference/findings.md: >= 2x), when a rank test says the configurations
     # differ at all (cpu_sensitivity_fdr below).
     cpu_sensitivity_ratio: float = Field(2.0, gt=1.0)
     # Ratios from which a cpu_sensitivity finding is medium / high severity.
@@ -40,7 +40,7 @@ class Thresholds(BaseModel):
     # A test whose slowest and fastest configurations look apart on their own (the pair's
     # rank test under cpu_sensitivity_fdr, the ratio gates passed) but is no discovery yet
     # after --repeat runs gets up to this many more runs of that pair: at 5 runs a pair's
-    # smallest p-value is 0.008, at 9 it is 4e-5 (issue 22: a websocket test fully apart
+    # smallest p-value is 0.008, at 9 it is 4e-5 (docs/explanations/statistics.md: a websocket test fully apart
     # 5 against 5 was missed). The false positive rate with them: bench_false_positives.
     undecided_extra_runs: int = Field(4, ge=0)
     # A pytest suite of at least focus_min_tests tests is surveyed (services/measure/survey.py):
@@ -53,7 +53,7 @@ class Thresholds(BaseModel):
     # After this many focused rounds, a kept test that every round cleared by the survey's
     # own rule (and whose runs show no two modes) stops being rerun (0: never).
     focus_futility_runs: int = Field(2, ge=0)
-    # A job's time budget (issue 23) when none is given (`--budget`, budget_s): this many
+    # A job's time budget (docs/explanations/cost-model.md) when none is given (`--budget`, budget_s): this many
     # times the wall time of its first run in the configuration with the most CPUs (a
     # surveyed suite's survey run there, else the command's warm-up), never below
     # budget_floor_s. It counts the wall time of every run of the job (survey, timing,
@@ -120,7 +120,7 @@ class Thresholds(BaseModel):
     # strace) per second of a traced run of at least busy_polling_min_wall_s, at a CPU
     # share no higher than busy_polling_max_cpu_share (a loop that computes is not polling).
     # A slow poller counts: psutil 5.x's Process.wait(timeout) wakes ~28 times a second
-    # (DESIGN.md story 4: 258 context switches in a 10 s wait, against 2 for a blocking one).
+    # (docs/explanations/design.md, story 4: 258 context switches in a 10 s wait, against 2 for a blocking one).
     # Selector waits (epoll_wait, poll, select) are not counted: an event loop blocks there.
     busy_polling_min_calls_per_s: float = Field(10.0, gt=0)
     busy_polling_min_calls: int = Field(20, ge=1)

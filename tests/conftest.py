@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from services import migrate
 from services.db import make_engine, make_session_factory
 from services.settings import Settings
+from tests.support.xdist import WORKER, own_redis
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -25,6 +27,21 @@ IN_CI = os.environ.get("CI") == "true"
 # Programs under test run on the real interpreter: a version manager's shim (pyenv's
 # costs ~0.15 s of CPU per start) would add start-up CPU that a quota then throttles.
 PYTHON = sys.executable
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_data_dir(tmp_path_factory) -> Iterator[None]:
+    """An xdist worker's own lagtrace data directory (tests/support/xdist.py says why)."""
+    if WORKER is None:
+        yield
+        return
+    before = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg-data"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = before
 
 
 def require(condition: bool, reason: str) -> None:
@@ -130,28 +147,51 @@ class CliResult:
         return json.loads(path.read_text())
 
 
+# The lagtrace processes this test process started: a container left by a dead one is
+# this process's to answer for (tests/services/measure/executors/test_docker.py), one
+# left by another xdist worker's is not.
+CLI_PIDS: set[int] = set()
+
+
 def run_cli(
     args: list[str], database_url: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None
 ) -> CliResult:
     """`lagtrace ARGS` as a separate process, as a user would run it."""
     env = {**os.environ, "LAGTRACE_DATABASE_URL": database_url, **(env or {})}
-    done = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-m", "cli.main", *args],
         cwd=cwd or REPO,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-    )
-    return CliResult(done.returncode, done.stdout, done.stderr)
+    ) as process:
+        CLI_PIDS.add(process.pid)
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+    return CliResult(process.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="session")
-def redis_url() -> str:
-    """The test Redis (.ci/redis.sh); each test uses its own database number where it matters."""
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    """The test Redis (.ci/redis.sh); each test uses its own database number where it matters.
+    An xdist worker gets a Redis server of its own, since the numbers are fixed per test
+    (tests/support/xdist.py)."""
     url = os.environ.get("LAGTRACE_TEST_REDIS_URL")
     require(bool(url), "LAGTRACE_TEST_REDIS_URL is not set: no Redis server")
-    return url
+    if WORKER is None:
+        yield url
+        return
+    with own_redis(tmp_path_factory.mktemp("redis")) as own:
+        os.environ["LAGTRACE_TEST_REDIS_URL"] = own
+        try:
+            yield own
+        finally:
+            os.environ["LAGTRACE_TEST_REDIS_URL"] = url
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids and runs one step of the job engine (services.jobs.engine, which
+Each task takes ids and runs one step of the job engine (services/steps.py, which
 claims the step in the database ledger first); the outbox sends the next steps once the
 step's transaction commits. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
@@ -24,9 +24,9 @@ from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services import steps
 from services.db import make_engine, make_session_factory
-from services.jobs import engine as job_engine
-from services.jobs import outbox
+from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
@@ -34,11 +34,16 @@ from services.settings import Settings
 log = logging.getLogger("lagtrace.worker")
 # Measurement work (prepare, screen, finish): one task at a time per worker, hours long.
 QUEUE = "lagtrace"
-# Light work (the reconciler, GitHub check runs): seconds long, and served by every
-# worker's own light pool (cli/service.py), so it never waits behind a screen; behind one,
-# the reconciler's message expired unrun and a killed step waited for the backlog to drain.
+# Light work (the reconciler): seconds long, and served by every worker's own light pool
+# (cli/service.py), so it never waits behind a screen; behind one, the reconciler's message
+# expired unrun and a killed step waited for the backlog to drain.
 LIGHT_QUEUE = "light"
-LIGHT_KINDS = frozenset({NOTIFY, RECONCILE})
+LIGHT_KINDS = frozenset({RECONCILE})
+# GitHub check runs: a pool of their own beside the light one, because each GitHub call
+# may wait up to 10 s per socket operation; sharing the light pool, a GitHub outage held
+# the reconciler about 5 s per queued check run.
+CHECKS_QUEUE = "checks"
+CHECK_KINDS = frozenset({NOTIFY})
 # How often the heartbeat file is touched; a probe allows several missed beats.
 HEARTBEAT_INTERVAL_S = 5.0
 
@@ -48,7 +53,9 @@ def task_name(kind: str) -> str:
 
 
 def queue_for(kind: str) -> str:
-    return LIGHT_QUEUE if kind in LIGHT_KINDS else QUEUE
+    if kind in LIGHT_KINDS:
+        return LIGHT_QUEUE
+    return CHECKS_QUEUE if kind in CHECK_KINDS else QUEUE
 
 
 class CeleryDispatcher:
@@ -156,6 +163,30 @@ class Heartbeat(bootsteps.StartStopStep):
             self.path.unlink(missing_ok=True)
 
 
+class CheckoutSweeper(bootsteps.StartStopStep):
+    """Removes the checkouts of attempts whose process died (services/jobs/sources.py
+    sweep_checkouts), once at start and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S, on a
+    thread of its own: a large tree's removal must not stall the worker's event loop (and
+    its heartbeat). Only a worker that checks code out has one (``lagtrace_sweep``)."""
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.settings: Settings | None = parent.app.conf.get("lagtrace_sweep")
+        self.stopping = threading.Event()
+
+    def start(self, parent) -> None:
+        if self.settings is not None:
+            threading.Thread(
+                target=sources.sweep_forever,
+                args=(self.settings, self.stopping),
+                name="lagtrace-checkout-sweeper",
+                daemon=True,
+            ).start()
+
+    def stop(self, parent) -> None:
+        self.stopping.set()
+
+
 class HeartbeatScheduler(Scheduler):
     """The beat's scheduler, touching the heartbeat file on every tick of its loop.
 
@@ -178,7 +209,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("lagtrace", broker=settings.broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=QUEUE,
-        task_routes={task_name(kind): {"queue": LIGHT_QUEUE} for kind in LIGHT_KINDS},
+        task_routes={task_name(kind): {"queue": queue_for(kind)} for kind in LIGHT_KINDS | CHECK_KINDS},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -186,7 +217,7 @@ def make_celery(settings: Settings) -> Celery:
         # A worker killed mid-task (OOM, node lost) must not ack: the message comes back.
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # One measured run per node by default (DESIGN.md section 8).
+        # One measured run per node by default (docs/explanations/design.md#one-measurement-per-node).
         worker_concurrency=1,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
@@ -197,6 +228,8 @@ def make_celery(settings: Settings) -> Celery:
         beat_max_loop_interval=HEARTBEAT_INTERVAL_S,
         beat_scheduler=f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__qualname__}",
         lagtrace_heartbeat_file=settings.worker_heartbeat_file,
+        # The measurement worker sweeps its work dir (cli/service.py; the light pools do not).
+        lagtrace_sweep=None,
         beat_schedule={
             "reconcile": {
                 "task": task_name(RECONCILE),
@@ -209,6 +242,7 @@ def make_celery(settings: Settings) -> Celery:
         },
     )
     app.steps["worker"].add(Heartbeat)
+    app.steps["worker"].add(CheckoutSweeper)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 
@@ -216,7 +250,7 @@ def make_celery(settings: Settings) -> Celery:
         # One task per step, so that steps can be routed and rate-limited apart; the body
         # is the same: ids in, one engine step (which commits; the outbox sends what follows).
         def task(job_id: int, name: str) -> None:
-            job_engine.run_step(database.session_factory(), settings, Step(kind, job_id, name))
+            steps.run_step(database.session_factory(), settings, Step(kind, job_id, name))
 
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)

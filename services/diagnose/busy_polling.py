@@ -1,6 +1,6 @@
 """busy_polling: waiting by waking up to check (short sleeps, WNOHANG waits), not on an event.
 
-DESIGN.md story 4: `Popen.wait(timeout)` (and psutil 5.x's `Process.wait(timeout)`)
+docs/explanations/design.md, story 4: `Popen.wait(timeout)` (and psutil 5.x's `Process.wait(timeout)`)
 sleep in a loop of growing short sleeps around a non-blocking waitpid; an event-driven
 wait cut voluntary context switches for a 10 s wait from 258 to 2. Slow pollers count
 too: tens of wake-ups per second at almost no CPU over a long wait.
@@ -17,7 +17,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import StraceContent
+from services.evidence import StraceContent
 
 SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
 # Non-blocking checks a poller makes between its sleeps (waitpid with WNOHANG).

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
-from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind, EvidenceStatus
+from services.evidence import CONTENT, EvidenceContent, EvidenceKind, EvidenceStatus
 from services.measure.samples import JobSamples, collect, succeeded, surveyed
 from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
 from services.thresholds import Thresholds

@@ -1,12 +1,12 @@
 """event_loop_blocked: an asyncio event loop held up by synchronous work in a callback.
 
-DESIGN.md story 3: coroutines logging through a slow synchronous handler; every log
+docs/explanations/design.md, story 3: coroutines logging through a slow synchronous handler; every log
 call blocked the loop, and with it every other coroutine, for a network round trip.
 The asyncio_loop probe reports each callback that ran past its threshold with the loop
 thread's stack taken while it was stuck, so the finding names the blocking call, how
 often it blocked and for how long.
 
-Blocking is measured where no quota stretches it (issue 22): under cpus=0.5 the whole
+Blocking is measured where no quota stretches it (docs/reference/findings.md): under cpus=0.5 the whole
 process stands still now and then, and whatever callback is running grows past the
 threshold for no fault of its own (a healthy asyncio echo server's 1 ms callbacks grew to
 50 ms). Evidence from a configuration with a quota counts only where no configuration
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity, format_seconds
-from services.measure.evidence import AsyncioLoopContent
+from services.evidence import AsyncioLoopContent
 from services.models import Evidence
 
 

@@ -2,7 +2,7 @@
 
 The first witness works on any interpreter: just before the stall deadline the clock
 looks at every thread about forty times, and a thread blocked in futex on an address
-inside the interpreter's ``_PyRuntime`` waits for the GIL (container_timer.py
+inside the interpreter's ``_PyRuntime`` waits for the GIL (stall_clock.py
 ``gil_samples``: no debug symbols, no gdb extension). Read in the slow and in the fast
 configuration, it says how much of the slowdown the waits account for: three threads on
 one core queue for the GIL a little too; the cause is the difference.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
-from services.measure.evidence import (
+from services.evidence import (
     CoreThread,
     DumpedThread,
     EvidenceStatus,

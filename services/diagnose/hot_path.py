@@ -1,6 +1,6 @@
 """hot_path: where a slow or flagged command's (or test's) CPU time goes, by function.
 
-DESIGN.md story 2's `iter_content(chunk_size=1)`: 4 s of CPU in Python, which quota
+The design's story 2 (docs/explanations/design.md), `iter_content(chunk_size=1)`: 4 s of CPU in Python, which quota
 rules can only call "CPU-sensitive". The py-spy profile of the drill names the
 functions (file:line) that hold the samples of the busiest thread, each with its own
 share (running in the function itself) and its cumulative share (on the stack), and
@@ -32,7 +32,7 @@ from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.diagnose.symptoms import screen_findings, symptomatic
-from services.measure.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
+from services.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
 # A share this close to the whole thread is an entry point (<module>, main, the pytest
@@ -41,7 +41,7 @@ ENTRY_POINT_PCT = 95.0
 NAMED = 3
 # The test runner's and the interpreter's own machinery: collection, fixtures, hooks,
 # assertion rewriting, runpy, imports. Every pytest run holds samples there, a short
-# test's run mostly (issue 22: a 10 ms websocket test's "cause" was pytest's
+# test's run mostly (docs/reference/findings.md: a 10 ms websocket test's "cause" was pytest's
 # getfixturemarker); they are never the answer to where a test's time goes.
 HARNESS = (
     "/_pytest/",
@@ -285,7 +285,7 @@ def _differential(
     # Callers on the same path grow as much as their callee: among those that hold nearly
     # the largest growth, name the innermost (fewest seconds on the stack in the slow run).
     # "Nearly" is wide: a profile of a few hundred samples moves a function's growth by a
-    # fifth between runs (issue 22: a starlette route's frame 9.8 ms, the anyio sleep it
+    # fifth between runs (docs/measurements/accuracy.md, 26 Nov: a starlette route's frame 9.8 ms, the anyio sleep it
     # loops on 7.7 ms, then the other way round).
     top = min((g for g in grown if g.accounts_s >= NEARLY_THE_MOST * most), key=lambda g: g.slow_s)
     named = [top, *[g for g in sorted(grown, key=lambda g: -g.accounts_s) if g is not top][: NAMED - 1]]

@@ -159,14 +159,14 @@ def inbox(
         groups = groups.where(Finding.kind == kind)
     if severity:
         groups = groups.where(Finding.severity == severity)
-    groups = groups.subquery()
+    grouped = groups.subquery()
     ratio = _ratio_in_sql()
     query = (
-        select(*_SHOWN, ratio, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
-        .join(groups, Finding.id == groups.c.latest_id)
+        select(*_SHOWN, ratio, Project.name, grouped.c.recurrence, grouped.c.first_seen, grouped.c.last_seen)
+        .join(grouped, Finding.id == grouped.c.latest_id)
         .join(Job, Job.id == Finding.job_id)
         .join(Project, Project.id == Job.project_id)
-        .order_by((ratio * groups.c.recurrence).desc(), Finding.id.desc())
+        .order_by((ratio * grouped.c.recurrence).desc(), Finding.id.desc())
         .offset(offset)
         .limit(limit)
     )

@@ -1,7 +1,7 @@
 """off_cpu_wait: the command spends its wall time waiting, not computing.
 
 Wall far above CPU time points at I/O patterns, locks or sleeps rather than at the CPU
-(DESIGN.md story 2: 'CPU-bound' parsing that was really reading a response in 1-byte
+(docs/explanations/design.md, story 2: 'CPU-bound' parsing that was really reading a response in 1-byte
 chunks). Judged per configuration on median CPU share.
 
 A symptom, never more than low: a wait is where the time goes, not what is wrong with

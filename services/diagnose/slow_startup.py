@@ -22,8 +22,8 @@ import sys
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.evidence import ImportsContent, ImportTiming
 from services.measure import pytest_command as junit
-from services.measure.evidence import ImportsContent, ImportTiming
 from services.models import Evidence
 
 SLOWEST = 5

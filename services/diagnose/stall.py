@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import StallContent
+from services.evidence import StallContent
 
 SNAPSHOT_KINDS = ("pyspy_dump", "gdb", "faulthandler", "proc_io")
 

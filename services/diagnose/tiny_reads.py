@@ -1,6 +1,6 @@
 """tiny_reads: huge numbers of read syscalls that each bring a few bytes.
 
-DESIGN.md story 2: a "CPU-bound" parser was really reading a response body in 1-byte
+docs/explanations/design.md, story 2: a "CPU-bound" parser was really reading a response body in 1-byte
 chunks. Two sources:
 
 - the reads probe (a drill's strace of every read, with its size and descriptor type)
@@ -10,7 +10,7 @@ chunks. Two sources:
 - before a drill, the timing runs' /proc io counters (file and pipe reads only; their
   mean includes start-up reads) flag the command so the drill traces it.
 
-A count is no cost (issue 22): a client reading 2,000 messages of 38 bytes that a peer
+A count is no cost (docs/reference/findings.md): a client reading 2,000 messages of 38 bytes that a peer
 sends over 4 s reads each as it comes, and a bigger buffer would save nothing. The
 finding is medium only where the reads cost time: the system time strace -c measured in
 the read syscalls, in the same configuration, against the untraced run's median
@@ -23,7 +23,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
+from services.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
 
@@ -125,11 +125,17 @@ def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     worst = None
     for config in context.job.configs:
-        runs = [run for run in context.timing_runs(config) if run.read_syscalls]
-        if not runs:
+        # The executors record both counters or neither (/proc io's syscr and rchar).
+        counted = [
+            (run, run.read_syscalls, run.read_bytes)
+            for run in context.timing_runs(config)
+            if run.read_syscalls and run.read_bytes is not None
+        ]
+        if not counted:
             continue
-        syscalls = statistics.median(run.read_syscalls for run in runs)
-        per_read = statistics.median(run.read_bytes / run.read_syscalls for run in runs)
+        runs = [run for run, _, _ in counted]
+        syscalls = statistics.median(reads for _, reads, _ in counted)
+        per_read = statistics.median(read_bytes / reads for _, reads, read_bytes in counted)
         tiny = syscalls >= limits.tiny_reads_min_syscalls and per_read <= limits.tiny_reads_max_avg_bytes
         if tiny and (worst is None or per_read < worst[2]):
             worst = (config, syscalls, per_read, runs)

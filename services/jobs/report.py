@@ -6,16 +6,12 @@ import shlex
 import statistics
 from typing import Any
 
+from services import evidence as evidence_models
 from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
-from services.jobs import pull_requests
-from services.jobs.report_schema import SCHEMA_ID, validated
-from services.measure import budget as job_budget
-from services.measure import evidence as evidence_models
-from services.measure import hostload
-from services.measure.evidence import (
+from services.evidence import (
     AsyncioLoopContent,
     CensusContent,
     FaulthandlerContent,
@@ -28,6 +24,10 @@ from services.measure.evidence import (
     StallContent,
     StraceContent,
 )
+from services.jobs import pull_requests
+from services.jobs.report_schema import SCHEMA_ID, validated
+from services.measure import budget as job_budget
+from services.measure import hostload
 from services.measure.samples import collect, surveyed
 from services.measure.stats import Summary, compare
 from services.models import COMMAND_KINDS, Job, RunKind

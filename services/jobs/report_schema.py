@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services import evidence as evidence_models
 from services.diagnose.findings import Severity
-from services.measure import evidence as evidence_models
-from services.measure.evidence import EvidenceKind
+from services.evidence import EvidenceKind
 
 SCHEMA_ID = "lagtrace.report/v1"
 SCHEMA_FILE = Path(__file__).with_name("report-v1.schema.json")
@@ -141,7 +141,7 @@ class ReportEvidence(_Part):
     test: str | None
     kind: EvidenceKind
     run: int | None
-    content: dict[str, Any]  # the kind's model in services/measure/evidence.py
+    content: dict[str, Any]  # the kind's model in services/evidence.py
     text: str | None
     artifacts: list[dict[str, Any]]
     notes: list[EvidenceNote] = []

@@ -21,9 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput
-from services.measure import budget, pytest_command
-from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
-from services.measure.evidence import (
+from services.evidence import (
     CensusContent,
     EvidenceKind,
     EvidenceRunTiming,
@@ -33,6 +31,8 @@ from services.measure.evidence import (
     StallContent,
     dump,
 )
+from services.measure import budget, pytest_command
+from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable

@@ -1,4 +1,4 @@
-"""One measured run per node at a time, across processes (DESIGN.md section 8).
+"""One measured run per node at a time, across processes (docs/explanations/design.md#one-measurement-per-node).
 
 A busy neighbouring core changes the very latency under study, so by default every
 screen on a node takes the same lock. With LAGTRACE_PACK_DISJOINT_CORES runs lock only

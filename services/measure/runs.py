@@ -35,7 +35,7 @@ class Wrapping:
     command: Callable[[list[str]], list[str]] = lambda command: command
     env: dict[str, str] = field(default_factory=dict)
     watcher: RunWatcher | None = None
-    # The stall clock the executor runs (executors/container_timer.py StallClock).
+    # The stall clock the executor runs (executors/stall_clock.py StallClock).
     stall_clock: dict[str, Any] | None = None
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -38,11 +37,14 @@ def test_concurrent_migrations_wait_for_a_held_lock_with_a_clear_message(private
     try:
         holder.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_LOCK_KEY})
         held_s = 12.0  # over the 10 s lock_timeout that used to end both with a traceback
-        threading.Timer(held_s, lambda: holder.execute(text("SELECT pg_advisory_unlock_all()"))).start()
         started = time.monotonic()
         patient = [migrate(url, 60) for _ in range(2)]
         impatient = migrate(url, 2)
         _, complaint = impatient.communicate(timeout=60)
+        # Released once the impatient one gave up, and not before held_s: on a busy machine its
+        # start-up alone took longer than a timer of held_s, and it found the lock free.
+        time.sleep(max(0.0, held_s - (time.monotonic() - started)))
+        holder.execute(text("SELECT pg_advisory_unlock_all()"))
         assert impatient.returncode == 1
         assert "held the migration lock" in complaint and "LAGTRACE_MIGRATE_LOCK_WAIT_S" in complaint
         assert "Traceback" not in complaint, complaint

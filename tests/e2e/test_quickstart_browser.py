@@ -1,12 +1,12 @@
-"""The README's service quickstart followed literally (no LAGTRACE_SECRET_KEY: `serve`
+"""The service quickstart followed literally (no LAGTRACE_SECRET_KEY: `serve`
 starts one process per CPU), then the dashboard in headless Chromium as its new user
 meets it: sign in, the inbox, the job `submit` named, a finding with its flame graph
 drawn, the evidence entry's own page, and the test's page.
 
-The commands come from the README (tests/e2e/test_quickstart.py reads them), with a
-database, a Redis database and a port of the test's own; after `submit` the script adds
-the Dashboard section's `user create` and keeps `serve` and the worker running while
-the browser looks.
+The commands come from the service guide's quickstart (tests/e2e/test_quickstart.py
+reads them), with a database, a Redis database and a port of the test's own; after
+`submit` the script adds the dashboard guide's `user create` and keeps `serve` and the
+worker running while the browser looks.
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ import pytest
 
 from tests.conftest import REPO, require
 from tests.e2e.test_dashboard_browser import browser, shots  # noqa: F401 (fixtures)
-from tests.e2e.test_quickstart import QUICKSTART_TIMEOUT_S, free_port, quickstart_commands, script, services  # noqa: F401
+from tests.e2e.test_quickstart import (  # noqa: F401 (services: a fixture)
+    DASHBOARD_PAGE,
+    QUICKSTART_TIMEOUT_S,
+    free_port,
+    quickstart_commands,
+    script,
+    services,
+)
 from tests.web.conftest import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.latency]
@@ -35,9 +42,9 @@ FRESH_SIGN_INS = 4
 
 
 def dashboard_user_command() -> str:
-    """The Dashboard section's `user create` for the quickstart's project, its password on
-    stdin (the README's line prompts for it)."""
-    section = (REPO / "README.md").read_text().split("## Dashboard", 1)[1].split("\n## ", 1)[0]
+    """The dashboard guide's `user create` for the quickstart's project, its password on
+    stdin (the guide's line prompts for it)."""
+    section = DASHBOARD_PAGE.read_text().split("# Dashboard", 1)[1].split("\n## ", 1)[0]
     line = next(raw.strip() for raw in section.splitlines() if f"user create {USER} " in raw)
     command = re.sub(r"\s+#.*$", "", line)
     return f"printf '%s\\n' {shlex.quote(PASSWORD)} | {command} --password-stdin"
@@ -116,7 +123,7 @@ def test_the_readme_quickstart_then_the_dashboard_in_a_browser(
     require(os.geteuid() == 0, "the quickstart's provisioning is root's")
     require(shutil.which("docker") is not None, "no docker CLI")
     with quickstart_running(services, postgres_server_url, redis_url, tmp_path) as (port, out, err):
-        # The hand-off's finding, as the README promises; `submit` named the job's page.
+        # The hand-off's finding, as the guide promises; `submit` named the job's page.
         assert re.search(r"^  (HIGH|MEDIUM|LOW)\s+cpu_sensitivity: ", out, re.M), out
         # No key per process (whose sign-ins the other process refused): one, kept in the database.
         assert "sign-ins last until this process exits" not in err

@@ -55,7 +55,7 @@ def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
     (job_id,) = _signed_in_with_jobs(dashboard)
     html = dashboard.page(f"/jobs/{job_id}")
     assert html.index("Findings (3)") < html.index("test × CPU configuration")
-    # The three findings of the slow test told as one story, before the findings (issue 12).
+    # The three findings of the slow test told as one story, before the findings (docs/guides/dashboard.md).
     story = html[html.index('id="diagnoses"') : html.index("Findings (3)")]
     assert "Diagnoses (1)" in story and TEST_SLOW in story
     assert "is 90.0x slower with cpuset=0-1" in story  # the symptom

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from services.measure.evidence import AsyncioLoopContent, EvidenceKind
+from services.evidence import AsyncioLoopContent, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, unavailable
 from services.measure.probes.hooks import install_hook

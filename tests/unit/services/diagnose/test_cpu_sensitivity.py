@@ -157,7 +157,7 @@ def _runs(walls: list[float], cpu_share: float) -> list:
 
 
 def test_a_slowdown_the_quota_explains_is_no_finding():
-    # issue 12: a healthy CPU-bound program under cpus=0.5 is twice as slow by physics
+    # docs/reference/findings.md: a healthy CPU-bound program under cpus=0.5 is twice as slow by physics
     # (faker's twin, 22 Nov: 2.1x); two busy threads are four times as slow.
     one_thread = {"cpuset=0": _runs([0.95, 0.96, 0.94, 0.95, 0.97], 0.98), "cpus=0.5": _runs([2.0] * 5, 0.49)}
     assert cpu_sensitivity.judge(collect(job(one_thread, cpus={"cpus=0.5": 0.5})), LIMITS) == []
@@ -202,7 +202,7 @@ def _pinned(configs: dict) -> object:
 
 
 def test_parallel_work_pinned_to_fewer_cores_is_the_cores_share_not_a_finding():
-    # Issue 22: a process pool keeping two CPUs busy on two cores is twice as slow on one.
+    # docs/reference/findings.md: a process pool keeping two CPUs busy on two cores is twice as slow on one.
     pool = {"cpuset=0": _runs([0.2, 0.21, 0.2, 0.19, 0.2], 1.0), "cpuset=0-1": _runs([0.1, 0.1, 0.11, 0.1, 0.1], 1.95)}
     assert cpu_sensitivity.judge(collect(_pinned(pool)), LIMITS) == []
     # Five times as slow on one core is more than the lost core explains, and said so.

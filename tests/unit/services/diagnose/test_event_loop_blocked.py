@@ -41,7 +41,7 @@ def test_a_queue_handler_keeps_the_loop_free():
 
 
 def test_callbacks_a_quota_stretched_are_no_blocked_loop_where_an_unquoted_drill_tells():
-    # Issue 22: the blocking handler's report, but taken under cpus=0.5; the same loop
+    # docs/reference/findings.md (event_loop_blocked): the blocking handler's report, but taken under cpus=0.5; the same loop
     # drilled without a quota kept every callback short.
     blocked = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-blocking-handler.json"))])
     free = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-queue-handler.json"))])

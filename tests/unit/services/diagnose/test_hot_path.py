@@ -102,7 +102,7 @@ def test_start_up_inside_imports_is_no_hot_path():
     built, _ = _startup_job()
     assert hot_path.check(jobs.context(built)) == []
     # The same samples with imports not told apart: the import system's _path_stat held
-    # the most, but it is the interpreter's machinery, as pytest's own frames are (issue 22).
+    # the most, but it is the interpreter's machinery, as pytest's own frames are (docs/reference/findings.md).
     built, _ = _startup_job(imports_told_apart=False)
     assert hot_path.check(jobs.context(built)) == []
 
@@ -157,7 +157,7 @@ def test_a_caller_on_the_hot_path_is_titled_with_its_cumulative_share():
 
 
 def test_pytest_s_and_the_interpreter_s_frames_are_never_the_hot_path():
-    # Issue 22: a 15 ms test's drill is mostly pytest (fixtures, hooks, runpy); the test's
+    # docs/reference/findings.md (hot_path): a 15 ms test's drill is mostly pytest (fixtures, hooks, runpy); the test's
     # own code or its library's is named, however few samples it holds.
     def frame(function: str, file: str, own: int, cumulative: int) -> dict:
         return {

@@ -64,7 +64,7 @@ def test_tiny_socket_reads_are_a_finding_naming_the_typical_size():
 
 
 def test_tiny_reads_that_cost_little_or_nothing_measured_are_a_low_note():
-    # Issue 22: a client reading small messages as a peer sends them spends 2 % of its run
+    # docs/reference/findings.md (tiny_reads): a client reading small messages as a peer sends them spends 2 % of its run
     # in the reads; a bigger buffer would save nothing.
     parsed = by_type("strace-reads-recv1.txt")
     [cheap] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=0.008)))

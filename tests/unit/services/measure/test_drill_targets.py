@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.jobs.engine import drill_targets
+from services.jobs.drill_targets import drill_targets
 from services.settings import Settings
 from tests.support import jobs
 
