@@ -82,7 +82,10 @@ def _operation(
     return operation
 
 
-def document(settings: Settings) -> dict[str, Any]:
+def document(settings: Settings | None = None) -> dict[str, Any]:
+    """The document a server with ``settings`` serves (None: the settings' defaults, as the
+    docs' API reference shows it)."""
+    max_repeat = settings.max_repeat if settings is not None else Settings.model_fields["max_repeat"].default
     schemas: dict[str, Any] = {}
     for model in BODY_MODELS:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -91,7 +94,7 @@ def document(settings: Settings) -> dict[str, Any]:
     # The limits that are the server's settings, not the model's (validation_context).
     for name in ("JobCreate", "Rerun"):
         repeat = schemas[name]["properties"]["repeat"]
-        (repeat["anyOf"][0] if "anyOf" in repeat else repeat)["maximum"] = settings.max_repeat
+        (repeat["anyOf"][0] if "anyOf" in repeat else repeat)["maximum"] = max_repeat
     schemas["Error"] = {
         "type": "object",
         "required": ["error", "problems"],
