@@ -4,9 +4,13 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test unit install check docs bench clean accuracy chaos nightly
+.PHONY: demo test unit install install-test check docs bench clean accuracy chaos nightly
 
+# `make install` (and `make demo`) install what running lagtrace needs; the targets that
+# test or check it add the test extra (pytest, Playwright, moto, ruff, mypy, ...).
 install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
@@ -15,6 +19,10 @@ $(VENV)/.installed: pyproject.toml
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq python3-venv >/dev/null && \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[test]'
 	@touch $@
 
@@ -24,7 +32,7 @@ demo: install
 	$(VENV)/bin/lagtrace run --repeat 5 -- python3 examples/handoff.py
 
 # The quality gate: lint and format (ruff), types (mypy), layer contracts (import-linter).
-check: install
+check: install-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -32,11 +40,11 @@ check: install
 
 # The documentation site, into site/: broken links, missing pages and anchors no heading
 # makes fail the build; the reference pages are rendered from the code (docs/hooks/).
-docs: install
+docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The unit tier: rules and parsers on recorded tool output, no services, seconds.
-unit: install
+unit: install-test
 	$(VENV)/bin/pytest -q tests/unit
 
 # Everything but the `nightly` cases (pytest prints how many it deselected): each is a
@@ -48,7 +56,7 @@ unit: install
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
 TEST_WORKERS ?= 4
-test: install
+test: install-test
 	.ci/provision.sh
 	@. .state/test.env; \
 	start=$$(date +%s); \
@@ -62,26 +70,26 @@ test: install
 
 # The slow variants make test leaves out (a long backlog of screens, the quickstart with
 # its work directory under /srv), with the suite's settings. About 3 minutes.
-nightly: install
+nightly: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/pytest -m nightly $(PYTEST_ARGS)
 
 # The fault-injection suite (tests/chaos) once with the shipped defaults (lease 60 s,
 # heartbeat 15 s, reconcile 30 s, not the suite's shortened ones): it lists each fault's
 # recovery time at the end. Nightly length (about 20 minutes); not part of .ci/run.
-chaos: install
+chaos: install-test
 	.ci/provision.sh
 	. .state/test.env && LAGTRACE_CHAOS_DEFAULTS=1 $(VENV)/bin/pytest -q tests/chaos $(PYTEST_ARGS)
 
 # The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
 # high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.
-accuracy: install
+accuracy: install-test
 	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(REJUDGE),--rejudge $(REJUDGE))
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run under 2 minutes that
 # fails only on a broken benchmark, never on a slow machine. Measure on a quiet machine.
-bench: install
+bench: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
 

@@ -10,6 +10,8 @@ from api import artifacts, errors, findings, health, jobs, openapi, webhooks, wo
 from api.metrics import make_metrics, metrics
 from services.context import AppContext
 
+# The paths the API answers (in JSON, errors included); every other path is the dashboard's.
+API_PATHS = ("/api/", "/healthz", "/readyz", "/metrics")
 # Room for the multipart envelope around the largest archive accepted.
 MULTIPART_OVERHEAD = 1024 * 1024
 

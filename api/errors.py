@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import HTTPException
 
+from services.context import ctx
 from services.db import unreachable
 from services.errors import LagtraceError
 from services.jobs.sources import validation_problems
@@ -59,6 +60,32 @@ def error_response(status: int, message: str, problems: list[dict] | None = None
     return response
 
 
+MIB = 1024 * 1024
+
+
+def body_limit_message() -> str:
+    """Why a body was refused as too large (413), naming the limit and the setting that
+    sets it: werkzeug's own text ("The data value transmitted exceeds the capacity
+    limit.") named neither."""
+    settings = ctx().settings
+    if request.endpoint == "webhooks.github" and settings.webhook_max_bytes <= settings.max_archive_bytes:
+        # (A webhook's limit is never above the app's, which the archive limit sets.)
+        return (
+            f"the delivery is over the {settings.webhook_max_bytes:,} byte limit (LAGTRACE_WEBHOOK_MAX_BYTES): "
+            "nothing was stored"
+        )
+    archive = settings.max_archive_bytes
+    return (
+        f"the upload is over the {archive / MIB:.4g} MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, {archive:,} bytes, "
+        "for the archive; the form around it may add 1 MiB): nothing was stored"
+    )
+
+
+def http_error(exc: HTTPException):
+    """An HTTP error (no route, a wrong method, a body too large) as the API's JSON."""
+    return error_response(exc.code or 500, exc.description or exc.name)
+
+
 def register(app: Flask) -> None:
     @app.errorhandler(ValidationError)
     def _invalid(exc: ValidationError):
@@ -82,9 +109,7 @@ def register(app: Flask) -> None:
             response.headers["Retry-After"] = str(max(1, math.ceil(retry_after)))
         return response
 
-    @app.errorhandler(HTTPException)
-    def _http(exc: HTTPException):
-        return error_response(exc.code or 500, exc.description or exc.name)
+    app.register_error_handler(HTTPException, http_error)
 
     @app.errorhandler(DBAPIError)
     def _database(exc: DBAPIError):

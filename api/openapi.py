@@ -12,6 +12,8 @@ from flask import Blueprint, jsonify
 from pydantic import BaseModel
 
 from api.schemas import FindingListQuery, JobCreate, JobListQuery, Rerun, Triage
+from services.context import ctx
+from services.settings import Settings
 
 bp = Blueprint("openapi", __name__, url_prefix="/api/v1")
 
@@ -80,12 +82,19 @@ def _operation(
     return operation
 
 
-def document() -> dict[str, Any]:
+def document(settings: Settings | None = None) -> dict[str, Any]:
+    """The document a server with ``settings`` serves (None: the settings' defaults, as the
+    docs' API reference shows it)."""
+    max_repeat = settings.max_repeat if settings is not None else Settings.model_fields["max_repeat"].default
     schemas: dict[str, Any] = {}
     for model in BODY_MODELS:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
+    # The limits that are the server's settings, not the model's (validation_context).
+    for name in ("JobCreate", "Rerun"):
+        repeat = schemas[name]["properties"]["repeat"]
+        (repeat["anyOf"][0] if "anyOf" in repeat else repeat)["maximum"] = max_repeat
     schemas["Error"] = {
         "type": "object",
         "required": ["error", "problems"],
@@ -266,4 +275,4 @@ def _webhook_operation(which: str, params: list[dict]) -> dict:
 
 @bp.get("/openapi.json")
 def openapi():
-    return jsonify(document())
+    return jsonify(document(ctx().settings))

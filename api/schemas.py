@@ -9,9 +9,10 @@ from flask import request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from api.errors import BadRequest
+from services.context import ctx
 from services.diagnose.findings import Severity
 from services.jobs.sources import validation_problems
-from services.jobs.spec import JobSpec, RerunSpec
+from services.jobs.spec import JobSpec, RerunSpec, validation_context
 
 JOB_STATUSES = Literal["queued", "running", "done", "failed", "cancelled"]
 TRIAGE_STATUSES = Literal["new", "acknowledged", "muted", "fixed"]
@@ -87,7 +88,8 @@ def parse_json_text(model: type[M], raw: bytes | str, what: str, field: str = "(
     except ValueError as exc:
         message = f"{what} is not valid JSON: {exc}"
         raise BadRequest(message, 400, [{"field": field, "message": message}]) from None
-    return model.model_validate(data)
+    # The server's own limits (the repeat limit) are checked beside the other fields.
+    return model.model_validate(data, context=validation_context(ctx().settings))
 
 
 def query(model: type[M]) -> M:

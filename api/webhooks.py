@@ -39,6 +39,9 @@ def github(owner: str | None = None, name: str | None = None):
         signer = webhooks.verify_delivery(session, settings, body, signature, repository)
         payload = _payload(body)
         project = webhooks.authenticate_delivery(session, signer, payload, repository)
+    except webhooks.UnknownRepository:
+        metrics.webhooks.labels(outcome="not_registered").inc()
+        raise
     except webhooks.WebhooksOff as exc:
         metrics.webhooks.labels(outcome="not_configured").inc()
         return error_response(503, str(exc))

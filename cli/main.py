@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from services.errors import LagtraceError, ServiceUnreachable
+from services.errors import BadInput, LagtraceError, ServiceUnreachable
 from services.settings import Settings
 
 
@@ -21,7 +21,15 @@ def _load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise click.UsageError(f"invalid LAGTRACE_* setting: {exc}") from None
+        from services.jobs.sources import error_message
+
+        problems = []
+        for error in exc.errors():
+            variable = "LAGTRACE_" + "__".join(str(part) for part in error["loc"]).upper() if error["loc"] else ""
+            message = error_message(error)
+            # A validator's message may name its variable itself (settings.py's do).
+            problems.append(message if not variable or message.startswith(variable) else f"{variable}: {message}")
+        raise click.UsageError(f"invalid setting: {'; '.join(problems)}") from None
 
 
 def _cancel(signum, frame) -> None:
@@ -118,7 +126,8 @@ def cli() -> None:
     type=int,
     default=5,
     show_default=True,
-    help="Most timing runs per configuration (fewer when the verdict settles early).",
+    help="Most timing runs per configuration (fewer when the verdict settles early); at most "
+    "LAGTRACE_MAX_REPEAT (default 30).",
 )
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Kill a run after this many seconds.")
 @click.option(
@@ -192,6 +201,11 @@ def run(
     # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
     # container is removed on the way out, instead of the process vanishing mid-run.
     signal.signal(signal.SIGTERM, _cancel)
+    with _exit_on_domain_errors():
+        if repeat > settings.max_repeat:
+            from services.jobs.spec import repeat_limit_message
+
+            raise BadInput(f"--repeat: {repeat_limit_message(settings.max_repeat)}")
     try:
         with _exit_on_domain_errors():
             report = run_job(
@@ -451,16 +465,43 @@ def repo() -> None:
 @click.option("--secret-stdin", is_flag=True, help="Read the webhook secret from stdin (default: a new random one).")
 @click.option("--allow-forks", is_flag=True, help="Run pull requests from forks (with the base branch's config).")
 @click.option("--image", "images", multiple=True, help="A runner image its jobs may name. Repeatable.")
+@click.option(
+    "--rotate-secret",
+    is_flag=True,
+    help="Make a new webhook secret for a registered repository (default: keep the one GitHub signs with).",
+)
 def repo_register(
-    full_name: str, project: str | None, url: str | None, secret_stdin: bool, allow_forks: bool, images: tuple[str, ...]
+    full_name: str,
+    project: str | None,
+    url: str | None,
+    secret_stdin: bool,
+    allow_forks: bool,
+    images: tuple[str, ...],
+    rotate_secret: bool,
 ) -> None:
-    """Register (or update) a repository; prints the webhook secret to give GitHub."""
+    """Register (or update) a repository; prints the webhook secret to give GitHub.
+
+    Registering it again (to change --allow-forks or --image) keeps its secret unless
+    --rotate-secret or --secret-stdin is given; stderr says which."""
     from cli.service import register
 
+    if rotate_secret and secret_stdin:
+        raise click.UsageError("give --rotate-secret or --secret-stdin, not both")
     secret = sys.stdin.readline().strip() if secret_stdin else None
     with _exit_on_domain_errors():
-        made = register(_load_settings(), project or full_name, full_name, url, secret, allow_forks, list(images))
+        made, state = register(
+            _load_settings(), project or full_name, full_name, url, secret, allow_forks, list(images), rotate_secret
+        )
     click.echo(made)
+    _progress(
+        {
+            "new": f"{full_name}: a new webhook secret (above): give it to GitHub with the webhook",
+            "kept": f"{full_name}: webhook secret kept (the one GitHub has); --rotate-secret makes a new one",
+            "rotated": f"{full_name}: webhook secret rotated: GitHub's deliveries are refused (401) until the "
+            "webhook's secret is the one above",
+            "set": f"{full_name}: webhook secret set from stdin",
+        }[state]
+    )
 
 
 @cli.group()
@@ -536,7 +577,13 @@ def user_list() -> None:
     help="Directory to upload as a tarball (default: the current one).",
 )
 @click.option("--config", "specs", multiple=True, metavar="SPEC", help="A CPU configuration, as for `run`.")
-@click.option("--repeat", type=int, default=5, show_default=True)
+@click.option(
+    "--repeat",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Most timing runs per configuration; at most the server's LAGTRACE_MAX_REPEAT (default 30).",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None)
 @click.option(
     "--evidence",
@@ -600,9 +647,10 @@ def submit(
         # Only when given: a server from before budgets would refuse the field.
         **({"budget_s": budget_s} if budget_s is not None else {}),
     }
+    client = ApiClient(url, api_token, progress=_progress)
     try:
         job = submit_and_wait(
-            ApiClient(url, api_token, progress=_progress),
+            client,
             spec,
             repository={"url": repo, "ref": ref} if repo else None,
             directory=None if repo else (directory or Path.cwd()),
@@ -614,7 +662,7 @@ def submit(
         click.echo(f"lagtrace: error: {exc}", err=True)
         sys.exit(2 if 400 <= exc.status < 500 else 1)
     if not wait:
-        click.echo(json.dumps({"id": job["id"], "status": job["status"]}))
+        click.echo(json.dumps({"id": job["id"], "status": job["status"], "url": client.page_url(job["id"])}))
         return
     report = job["report"]
     if json_path is not None:

@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services import migrate, steps
+from services.accounts.secret_key import shared_secret_key
 from services.accounts.tokens import TokenListing, create_token, list_tokens, revoke_tokens
 from services.accounts.users import create_user, list_users
 from services.db import make_engine, make_session_factory
@@ -27,6 +28,7 @@ from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
 from services.jobs.sources import sweep_forever
+from services.models import Project
 from services.redact import redact
 from services.settings import Settings, prepare_work_dir
 
@@ -84,7 +86,12 @@ def serve(settings: Settings, host: str, port: int, threads: int, processes: int
         _serve_one(settings, threads, host=host, port=port)
         return
     # Schema check once, before forking: no engine, pool or thread crosses a fork.
-    _current_engine(settings).dispose()
+    engine = _current_engine(settings)
+    if settings.secret_key is None:
+        # Made here once, so the children only read it (each would make it if it were missing).
+        with make_session_factory(engine)() as session:
+            shared_secret_key(session)
+    engine.dispose()
     listener = socket.create_server((host, port), backlog=1024)
     log.info("serving on %s:%s with %d processes of %d threads", host, port, wanted, threads)
     _supervise(wanted, lambda: _serve_one(settings, threads, sockets=[listener]))
@@ -356,8 +363,12 @@ def register(
     secret: str | None,
     allow_forks: bool,
     images: list[str],
-) -> str:
-    def action(session):
+    rotate_secret: bool = False,
+) -> tuple[str, str]:
+    """The repository's webhook secret, and what became of it: new, kept, rotated or set."""
+
+    def action(session: Session) -> tuple[str, str]:
+        before = session.scalar(select(Project.webhook_secret).where(Project.github_repository == full_name))
         _, made = register_repository(
             session,
             settings,
@@ -367,8 +378,10 @@ def register(
             secret=secret,
             allow_forks=allow_forks,
             images=images,
+            rotate_secret=rotate_secret,
         )
-        return made
+        state = "new" if before is None else "kept" if made == before else "rotated" if secret is None else "set"
+        return made, state
 
     return _committed(settings, action)
 

@@ -76,6 +76,10 @@ class ApiClient:
                     continue
                 raise ApiError(0, f"cannot reach {self.base_url}: {exc}") from None
 
+    def page_url(self, job_id: int) -> str:
+        """The dashboard's page of a job, on the server this client talks to."""
+        return f"{self.base_url}/jobs/{job_id}"
+
     def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", path, json.dumps(payload).encode())
 
@@ -132,7 +136,8 @@ def submit_and_wait(
         archive = pack_directory(directory)
         progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
         job = client.post_archive("/api/v1/jobs", spec, archive)
-    progress(f"job {job['id']} queued" + _warning(job))
+    # The dashboard is served with the API (`lagtrace serve`): its page of the job is here.
+    progress(f"job {job['id']} queued: {client.page_url(job['id'])}" + _warning(job))
     last = None
     while wait and job["report"] is None:
         time.sleep(poll_s)

@@ -7,8 +7,9 @@ opened and closed here, around every request.
 
 from __future__ import annotations
 
-from flask import Flask, g
+from flask import Flask, g, request
 from sqlalchemy import Engine
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 import api
@@ -44,4 +45,19 @@ def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None
 
     api.register(app, shared)
     web.register(app, shared)
+
+    # An error no view raised (no route matched: /jobs/abc, a wrong method): a page in the
+    # dashboard's paths, the API's JSON in its own (tests/web/test_pages.py).
+    @app.errorhandler(HTTPException)
+    def _routing_error(exc: HTTPException):
+        if request.path.startswith(api.API_PATHS):
+            return api.http_error(exc)
+        return web.error_page(exc)
+
+    # A body over the limit, in the API or a dashboard form: the limit and its setting named.
+    # (A handler for the code comes before a blueprint's for HTTPException.)
+    @app.errorhandler(RequestEntityTooLarge)
+    def _too_large(exc: RequestEntityTooLarge):
+        return _routing_error(RequestEntityTooLarge(description=api.body_limit_message()))
+
     return app

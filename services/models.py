@@ -481,6 +481,18 @@ class User(Base):
     projects: Mapped[list[Project]] = relationship(secondary="project_members", order_by="Project.name")
 
 
+class ServiceSecret(Base):
+    """A secret the service makes for itself once and every process shares (the dashboard's
+    cookie-signing key when LAGTRACE_SECRET_KEY is unset): the database is what every
+    `serve` process, on any host, has in common."""
+
+    __tablename__ = "service_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class ProjectMember(Base):
     __tablename__ = "project_members"
 

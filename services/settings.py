@@ -217,12 +217,18 @@ class Settings(BaseSettings):
     # this set (cpuset=0 is its first) and unpinned ones are pinned to all of it, so two
     # workers on one machine never measure on each other's cores. Unset: every CPU.
     worker_cpus: str | None = None
+    # How many CPUs the measuring nodes have, as configurations name them (cpuset=0 up to
+    # N-1, a quota up to N): a job naming others is refused when it is submitted, not
+    # failed by its worker later. Unset: LAGTRACE_WORKER_CPUS' count where it is set,
+    # else the CPUs this process may use (the API's host stands for the nodes).
+    node_cpus: int | None = Field(None, ge=1, le=4096)
     # Branches whose history is searched for change points after each of their jobs
     # (slower_since: services/diagnose/change_points.py), comma-separated; empty: none.
     change_point_branches: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["main"])
     # --- The dashboard -----------------------------------------------------------
-    # Signs the sign-in cookie. Unset: a random key per process (everyone signs in again
-    # after a restart, and replicas do not share sign-ins): set it when deploying.
+    # Signs the sign-in cookie. Unset: a random key made once and kept in the database
+    # (services/accounts/secret_key.py), shared by every serving process and kept across
+    # restarts. Set it (the chart does, from a Secret) to keep it out of the database.
     secret_key: SecretStr | None = None
     # Sign-in cookies are Secure (HTTPS only; browsers also accept them on
     # http://127.0.0.1 and localhost). Off only for a plain-HTTP deployment on another host.
@@ -316,6 +322,20 @@ class Settings(BaseSettings):
                     "time limit and fail the job instead of timing out"
                 )
         return self
+
+    @property
+    def node_cpu_count(self) -> int:
+        """The CPUs a configuration may name on the nodes (see ``node_cpus``)."""
+        if self.node_cpus is not None:
+            return self.node_cpus
+        if self.worker_cpus:
+            from services.measure.configs import parse_cpulist
+
+            return len(parse_cpulist(self.worker_cpus))
+        try:
+            return len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            return os.cpu_count() or 1
 
     @property
     def lease_s(self) -> float:

@@ -1,5 +1,6 @@
 """The dashboard: server-rendered Flask + Jinja pages over the same services as the API."""
 
 from web.app import register
+from web.views import error_page
 
-__all__ = ["register"]
+__all__ = ["error_page", "register"]

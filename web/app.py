@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import secrets
 
 from flask import Flask, Request
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface, SessionMixin
 from itsdangerous import BadSignature
 
+from services.accounts.secret_key import shared_secret_key
 from services.context import AppContext
 from web import views
 
@@ -64,8 +64,12 @@ def register(app: Flask, context: AppContext) -> None:
     """Add the dashboard at / to an app made by cli.wsgi.create_app."""
     settings = context.settings
     if settings.secret_key is None:
-        log.warning("LAGTRACE_SECRET_KEY is not set: sign-ins last until this process exits")
-        app.secret_key = secrets.token_bytes(32)
+        # One key for every serving process: a key of each process's own sent every
+        # sign-in whose next request reached another process back to the sign-in form
+        # (tests/cli/test_serve_processes.py signs in 8 times through 2 processes).
+        with context.session_factory() as session:
+            app.secret_key = shared_secret_key(session)
+        log.info("LAGTRACE_SECRET_KEY is not set: sign-ins are signed with the key kept in the database")
     else:
         app.secret_key = settings.secret_key.get_secret_value()
     app.config.update(

@@ -43,6 +43,14 @@ def check_csrf() -> None:
 def load_user():
     """Before every dashboard request: CSRF, then the signed-in user (or off to sign in)."""
     check_csrf()
+    user = identify()
+    if user is None and request.endpoint not in PUBLIC_ENDPOINTS:
+        return redirect(url_for("web.sign_in", next=request.full_path if request.query_string else request.path))
+    return None
+
+
+def identify() -> User | None:
+    """The signed-in user (g.user, and g.projects when there is one), or None."""
     user_id = session.get("user_id")
     # The projects the user may see come with the user, in the same query (see projects()).
     user, visible = user_with_projects(db(), user_id) if user_id is not None else (None, [])
@@ -53,9 +61,7 @@ def load_user():
     g.user = user
     if user is not None:
         g.projects = visible
-    if user is None and request.endpoint not in PUBLIC_ENDPOINTS:
-        return redirect(url_for("web.sign_in", next=request.full_path if request.query_string else request.path))
-    return None
+    return user
 
 
 def start_session(user: User) -> None:

@@ -22,7 +22,7 @@ from flask import (
     url_for,
 )
 from pydantic import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from services.accounts.ratelimit import TooManyRequests
 from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in
@@ -30,12 +30,12 @@ from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
-from services.errors import BadInput, LagtraceError, NotFound
+from services.errors import BadInput, Conflict, LagtraceError, NotFound
 from services.evidence import EvidenceKind
 from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
-from services.jobs.sources import validation_problems
-from services.jobs.spec import JobSpec, RerunSpec
+from services.jobs.sources import check_ref, check_repository_url, validation_problems
+from services.jobs.spec import JobSpec, RerunSpec, validation_context
 from services.measure.artifacts import make_artifact_store
 from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
@@ -84,6 +84,12 @@ ARTIFACT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; sa
 def evidence_kinds() -> type[EvidenceKind]:
     """Templates compare kinds with the enum's members, never with bare strings."""
     return EvidenceKind
+
+
+@bp.app_template_global()
+def max_repeat() -> int:
+    """The server's repeat limit (LAGTRACE_MAX_REPEAT), as the API checks it."""
+    return ctx().settings.max_repeat
 
 
 @bp.app_template_global()
@@ -231,6 +237,26 @@ def _http_error(exc: HTTPException):
     return render_template("error.html", status=exc.code, message=exc.description), exc.code or 500
 
 
+def error_page(exc: HTTPException) -> Response:
+    """An error no dashboard view raised (no route matched the path: /jobs/abc) as the
+    dashboard's page, with its headers; the nav shows when the visitor is signed in."""
+    try:
+        auth.identify()
+    except Exception:  # the page about the error must render whatever else is wrong
+        g.user = None
+    message = exc.description or exc.name
+    if exc.code == 404:
+        kind, _, key = request.path.strip("/").partition("/")
+        # /jobs/abc: a page of an object whose id is not a number (no route takes it).
+        named = {"jobs": "job", "findings": "finding", "evidence": "evidence"}.get(kind)
+        key = key.split("/")[0]
+        message = f"{named} {key!r} does not exist: ids are numbers" if named and key else f"no page at {request.path}"
+    response = Response(render_template("error.html", status=exc.code, message=message), exc.code or 500)
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        response.headers["Allow"] = ", ".join(exc.valid_methods)
+    return _headers(response)
+
+
 def _int_arg(name: str) -> int | None:
     value = request.args.get(name, "")
     return int(value) if value.isdigit() else None
@@ -368,54 +394,122 @@ def _spec_from_form(form, *, command: list[str] | None = None) -> dict[str, Any]
     }
 
 
+def _typed(form) -> dict[str, Any]:
+    """What a job form holds, as typed, to fill the form in again."""
+    return {
+        "project": form.get("project", ""),
+        "repository": form.get("repository", ""),
+        "ref": form.get("ref", ""),
+        "command": form.get("command", ""),
+        "configs": form.getlist("config"),
+        "other_configs": form.get("other_configs", ""),
+        "repeat": form.get("repeat", ""),
+        "evidence": form.get("evidence", "default"),
+        "probes": form.getlist("probe"),
+        "stall_after": form.get("stall_after", ""),
+        "executor": form.get("executor", "auto"),
+    }
+
+
+def _problem(exc: LagtraceError) -> dict[str, str]:
+    """A domain error as a form's problem: the field it names (BadInput), and the message."""
+    return {"field": getattr(exc, "field", None) or "", "message": str(exc)}
+
+
+def _new_job_form(typed: dict[str, Any] | None = None, problems: list[dict[str, str]] | None = None, status=200):
+    return render_template(
+        "new_job.html",
+        projects=auth.projects(),
+        common_configs=COMMON_CONFIGS,
+        probes=PROBES,
+        executors=ctx().settings.allowed_executors,  # the server refuses the others anyway
+        typed=typed or {"repeat": "5", "evidence": "default", "executor": "auto"},
+        problems=problems or [],
+    ), status
+
+
 @bp.route("/jobs/new", methods=["GET", "POST"])
 def new_job():
-    projects = auth.projects()
     if request.method == "GET":
-        return render_template(
-            "new_job.html",
-            projects=projects,
-            common_configs=COMMON_CONFIGS,
-            probes=PROBES,
-            executors=ctx().settings.allowed_executors,  # the server refuses the others anyway
-        )
+        return _new_job_form()
     form = request.form
-    try:
-        project_id = int(form.get("project", ""))
-    except ValueError:
-        raise BadInput("project: choose one") from None
-    project = require_project(db(), g.user, project_id)
+    settings = ctx().settings
     _count_submission()
+    # Every problem at once, and the form filled in again as typed (a redirect to an
+    # empty form lost the command, the repository and the configurations).
+    problems: list[dict[str, str]] = []
+    project = None
+    try:
+        project = require_project(db(), g.user, int(form.get("project", "")))
+    except (ValueError, NotFound):
+        problems.append({"field": "project", "message": "project: choose one of yours"})
+    command: list[str] = []
     try:
         command = shlex.split(form.get("command", ""))
     except ValueError as exc:
-        raise BadInput(f"command: {exc}") from None
-    # A ValidationError becomes a 422 naming the field (_invalid), back on the form.
-    spec = JobSpec(**_spec_from_form(form, command=command), executor=form.get("executor", "auto"))
-    archive = request.files.get("archive")
-    session_ = db()
-    if archive and archive.filename:
-        job = submissions.submit_job(session_, ctx().settings, project, spec, archive=archive.read(), origin="web")
+        problems.append({"field": "command", "message": f"command: {exc}"})
     else:
-        url = form.get("repository", "").strip()
-        if not url:
-            raise BadInput("repository: give a git URL or upload an archive")
-        job = submissions.submit_job(
-            session_,
-            ctx().settings,
-            project,
-            spec,
-            repository_url=url,
-            ref=form.get("ref", "").strip() or None,
-            origin="web",
+        if not command:
+            problems.append({"field": "command", "message": "command: give the test command (python3 -m pytest ...)"})
+    spec = None
+    try:
+        spec = JobSpec.model_validate(
+            {**_spec_from_form(form, command=command), "executor": form.get("executor", "auto")},
+            context=validation_context(settings),
         )
-    session_.commit()  # the outbox sends the job's first step now
+    except ValidationError as exc:
+        problems += [
+            {"field": p["field"], "message": f"{p['field']}: {p['message']}"}
+            for p in validation_problems(exc)
+            if not (p["field"] == "command" and any(q["field"] == "command" for q in problems))
+        ]
+    archive = request.files.get("archive")
+    has_archive = bool(archive and archive.filename)
+    url = form.get("repository", "").strip()
+    ref = form.get("ref", "").strip() or None
+    if has_archive and url:
+        problems.append({"field": "repository", "message": "repository: give a git URL or upload an archive, not both"})
+    elif not has_archive:
+        if not url:
+            problems.append({"field": "repository", "message": "repository: give a git URL or upload an archive"})
+        else:
+            for check in (lambda: check_repository_url(url, settings), lambda: ref and check_ref(ref)):
+                try:
+                    check()
+                except BadInput as exc:
+                    problems.append(_problem(exc))
+    job = None
+    if not problems and project is not None and spec is not None:
+        session_ = db()
+        try:
+            job = submissions.submit_job(
+                session_,
+                settings,
+                project,
+                spec,
+                **({"archive": archive.read()} if has_archive and archive else {"repository_url": url, "ref": ref}),
+                origin="web",
+            )
+        except (BadInput, Conflict) as exc:
+            session_.rollback()
+            problems.append(_problem(exc))
+        else:
+            session_.commit()  # the outbox sends the job's first step now
+    if job is None:
+        if has_archive:
+            # A browser never fills a file input in again.
+            problems.append({"field": "archive", "message": "archive: choose the file again"})
+        return _new_job_form(_typed(form), problems, 422)
     return redirect(url_for("web.job", job_id=job.id))
 
 
 @bp.get("/jobs/<int:job_id>")
 def job(job_id: int):
-    found = auth.visible_job(job_id)
+    return _job_page(auth.visible_job(job_id))
+
+
+def _job_page(found, rerun: dict[str, Any] | None = None, status: int = 200):
+    """A job's page; ``rerun``: its rerun form as typed, with its problems (422)."""
     # The digest stored when the job finished: flagged, widest and slowest tests, the rest counted.
     detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True, settings=ctx().settings)
     report = detail["report"]
@@ -431,7 +525,8 @@ def job(job_id: int):
         common_configs=COMMON_CONFIGS,
         probes=PROBES,
         finished=found.status in lifecycle.FINISHED,
-    )
+        rerun=rerun,
+    ), status
 
 
 TESTS_PER_PAGE = 100
@@ -468,8 +563,12 @@ def job_progress(job_id: int):
 
 @bp.get("/jobs/<int:job_id>/test")
 def test(job_id: int):
-    found = auth.visible_job(job_id)
-    test_id = request.args.get("id") or None
+    return _test_page(auth.visible_job(job_id), request.args.get("id") or None)
+
+
+def _test_page(found, test_id: str | None, rerun: dict[str, Any] | None = None, status: int = 200):
+    """A test's page in a job; ``rerun``: its rerun form as typed, with its problems (422)."""
+    job_id = found.id
     samples = collect(found)
     if test_id is None:
         per_config = samples.wall
@@ -502,7 +601,8 @@ def test(job_id: int):
         trend=trend_plot(history, labels, f"{test_id or 'command'}: median per job"),
         common_configs=COMMON_CONFIGS,
         probes=PROBES,
-    )
+        rerun=rerun,
+    ), status
 
 
 # --- Test catalogue ----------------------------------------------------------------------
@@ -557,10 +657,11 @@ def tests():
 def test_entry():
     project_id = _int_arg("project")
     test_id = request.args.get("id") or ""
-    if project_id is None or project_id not in auth.project_ids():
-        raise NotFound(f"project {request.args.get('project')!r} does not exist or you cannot see it")
-    if not test_id:
-        raise BadInput("id: name a test (its pytest node id)")
+    if project_id is None or not test_id:
+        # The catalogue links here with both: a bare /tests/entry names no test at all.
+        raise NotFound("a test's page needs ?project=ID&id=TEST: open a test from the Tests list")
+    if project_id not in auth.project_ids():
+        raise NotFound(f"project {project_id} does not exist or you cannot see it")
     project = require_project(db(), g.user, project_id)
     entry = catalogue.test_entry(db(), project, test_id)
     if not entry.points and not entry.findings:
@@ -593,17 +694,33 @@ def rerun(job_id: int):
     # A rerun queues a whole job: it spends the same allowance as the new-job form.
     _count_submission()
     asked = _spec_from_form(request.form)
-    wanted = RerunSpec(configs=asked["configs"], repeat=asked["repeat"])
+    test_id = request.form.get("test_id") or None
     session_ = db()
-    child = submissions.rerun_job(
-        session_,
-        ctx().settings,
-        parent,
-        configs=wanted.configs,
-        repeat=wanted.repeat,
-        origin="web",
-        test_id=request.form.get("test_id") or None,
-    )
+    try:
+        wanted = RerunSpec.model_validate(
+            {"configs": asked["configs"], "repeat": asked["repeat"]}, context=validation_context(ctx().settings)
+        )
+        child = submissions.rerun_job(
+            session_,
+            ctx().settings,
+            parent,
+            configs=wanted.configs,
+            repeat=wanted.repeat,
+            origin="web",
+            test_id=test_id,
+        )
+    except (ValidationError, BadInput, Conflict) as exc:
+        # Back on the page the form was on, filled in as typed, every problem listed.
+        session_.rollback()
+        problems = (
+            [{"field": p["field"], "message": f"{p['field']}: {p['message']}"} for p in validation_problems(exc)]
+            if isinstance(exc, ValidationError)
+            else [_problem(exc)]
+        )
+        typed = {**_typed(request.form), "problems": problems}
+        if test_id is not None:
+            return _test_page(parent, test_id, rerun=typed, status=422)
+        return _job_page(parent, rerun=typed, status=422)
     session_.commit()
     flash(f"Rerun of job {parent.id} queued as job {child.id}.")
     return redirect(url_for("web.job", job_id=child.id))

@@ -32,10 +32,14 @@ def register_repository(
     secret: str | None = None,
     allow_forks: bool = False,
     images: list[str] | None = None,
+    rotate_secret: bool = False,
 ) -> tuple[Project, str]:
     """Bind ``full_name`` to ``project`` (made if new); returns it and its webhook secret.
 
-    ``url`` defaults to GitHub's https clone URL; ``secret`` None makes a random one.
+    ``url`` defaults to GitHub's https clone URL. ``secret`` None keeps the secret of a
+    repository registered before (GitHub signs its deliveries with it: a new one would
+    make each of them a 401 until the webhook is edited), unless ``rotate_secret``; a
+    repository without one gets a random one.
     """
     if not FULL_NAME.match(full_name):
         raise BadInput(f"repository {full_name!r}: owner/name expected")
@@ -48,8 +52,12 @@ def register_repository(
         raise BadInput(f"repository {full_name} is registered with project {bound.name} already")
     target.github_repository = full_name
     target.repository_url = url
-    target.webhook_secret = secret or secrets.token_urlsafe(32)
+    if secret is not None:
+        target.webhook_secret = secret
+    elif rotate_secret or not target.webhook_secret or bound is None:
+        target.webhook_secret = secrets.token_urlsafe(32)
     target.allow_fork_pull_requests = allow_forks
     target.allowed_images = list(dict.fromkeys(images or []))
     session.flush()
+    assert target.webhook_secret is not None
     return target, target.webhook_secret

@@ -49,11 +49,27 @@ class BadSignature(Unauthorized):
 
 
 class UnknownRepository(NotFound):
-    """A correctly signed delivery for a repository no project registered."""
+    """A delivery for a repository no project registered (signed with the server-wide
+    secret, or at the per-repository URL of a repository nobody registered). ``field``:
+    where the delivery named it (the URL's path, or the body's repository.full_name)."""
+
+    def __init__(self, message: str, field: str = "repository.full_name"):
+        super().__init__(message)
+        self.field = field
+
+
+def unregistered(full_name: str) -> str:
+    return (
+        f"repository {full_name} is not registered here: nothing was run; register it with "
+        f"`lagtrace repo register {full_name} --project PROJECT` and use the secret it prints"
+    )
 
 
 class ReplayedDelivery(Conflict):
     """A body seen before under another delivery id."""
+
+    # The delivery claims to be new, but its id is not the one this body came with.
+    field = "header.X-GitHub-Delivery"
 
 
 class Repository(BaseModel):
@@ -156,6 +172,10 @@ def verify_delivery(
     projects = list(session.scalars(query))
     server_wide = settings.github_webhook_secret.get_secret_value() if settings.github_webhook_secret else None
     own = [project for project in projects if project.webhook_secret]
+    if repository is not None and not projects and server_wide is None:
+        # The per-repository URL of a repository nobody registered: webhooks may well be on
+        # for others, and what is true is that this one is not registered.
+        raise UnknownRepository(unregistered(repository), field="path")
     if server_wide is None and not own:
         raise WebhooksOff(
             "GitHub webhooks are off: register the repository with a secret or set LAGTRACE_GITHUB_WEBHOOK_SECRET"
@@ -235,9 +255,7 @@ def handle_delivery(
 
 def _registered(project: Project | None, repository: Repository) -> Project:
     if project is None or project.github_repository != repository.full_name or not project.repository_url:
-        raise UnknownRepository(
-            f"repository {repository.full_name} is not registered here (lagtrace repo register): nothing was run"
-        )
+        raise UnknownRepository(unregistered(repository.full_name))
     return project
 
 

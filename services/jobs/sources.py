@@ -29,6 +29,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -578,12 +579,22 @@ def parse_repository_config(text: str) -> RepositoryConfig:
 
 def describe_validation_error(exc: ValidationError) -> str:
     """pydantic's errors as one line per field: `configs.0: ...`."""
-    return "; ".join(f"{field_path(error['loc'])}: {error['msg']}" for error in exc.errors())
+    return "; ".join(f"{field_path(error['loc'])}: {error_message(error)}" for error in exc.errors())
 
 
 def validation_problems(exc: ValidationError, prefix: str = "") -> list[dict[str, str]]:
     """pydantic's errors as {field, message} pairs, as the API's error body and the pages show them."""
-    return [{"field": prefix + field_path(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+    return [{"field": prefix + field_path(e["loc"]), "message": error_message(e)} for e in exc.errors()]
+
+
+def error_message(error: Any) -> str:
+    """One pydantic error's message as our validators wrote it: pydantic prefixes a
+    validator's ValueError with "Value error, " (and an assert with "Assertion failed, "),
+    its own wording, not the user's concern (pydantic docs, "Error Handling")."""
+    raised = (error.get("ctx") or {}).get("error")
+    if error.get("type") in ("value_error", "assertion_error") and isinstance(raised, Exception) and str(raised):
+        return str(raised)
+    return str(error["msg"])
 
 
 def field_path(loc: tuple) -> str:

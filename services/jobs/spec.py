@@ -11,7 +11,7 @@ import re
 import shlex
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from services.errors import BadInput
 from services.measure.configs import parse_spec
@@ -19,7 +19,27 @@ from services.measure.probes import PROBES
 from services.models import Project
 from services.settings import Settings
 
-MAX_REPEAT = 100
+# The repeat limit is the server's (LAGTRACE_MAX_REPEAT, Settings.max_repeat): a model
+# validated with validation_context(settings) checks it with the other fields, so a form
+# or a body lists it among every other problem; enforce_policy checks it for every spec.
+MAX_REPEAT_SETTING = "LAGTRACE_MAX_REPEAT"
+
+
+def validation_context(settings: Settings) -> dict[str, int]:
+    """What JobSpec and RerunSpec check against this server's settings (model_validate's context)."""
+    return {"max_repeat": settings.max_repeat}
+
+
+def repeat_limit_message(limit: int) -> str:
+    return f"at most {limit} ({MAX_REPEAT_SETTING})"
+
+
+def _check_repeat(value: int | None, info: ValidationInfo) -> int | None:
+    limit = (info.context or {}).get("max_repeat")
+    if value is not None and limit is not None and value > limit:
+        raise ValueError(repeat_limit_message(limit))
+    return value
+
 
 Spec = Annotated[str, Field(min_length=1, max_length=200, examples=["cpuset=0", "cpus=0.5"])]
 
@@ -40,6 +60,14 @@ def check_spec_syntax(spec: str) -> str:
     return spec
 
 
+def check_spec_list(value: list[str]) -> list[str]:
+    for spec in value:
+        check_spec_syntax(spec)
+    if len(set(value)) != len(value):
+        raise ValueError("a configuration is given more than once")
+    return value
+
+
 class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,7 +79,9 @@ class JobSpec(BaseModel):
         max_length=32,
         description="CPU configurations (key=value[,key=value], keys cpus and cpuset); empty: the default matrix.",
     )
-    repeat: int = Field(5, ge=1, le=MAX_REPEAT, description="Most timing runs per configuration.")
+    repeat: int = Field(
+        5, ge=1, description=f"Most timing runs per configuration; at most the server's {MAX_REPEAT_SETTING}."
+    )
     timeout_s: float | None = Field(None, gt=0, le=86400, description="Kill a run after this many seconds.")
     evidence: list[str] | None = Field(
         None,
@@ -73,6 +103,8 @@ class JobSpec(BaseModel):
     )
     image: str | None = Field(None, min_length=1, max_length=255, description="Runner image for the docker executor.")
 
+    _repeat_limit = field_validator("repeat")(_check_repeat)
+
     @field_validator("command", mode="before")
     @classmethod
     def _split_command(cls, value):
@@ -84,11 +116,7 @@ class JobSpec(BaseModel):
     @field_validator("configs")
     @classmethod
     def _valid_specs(cls, value: list[str]) -> list[str]:
-        for spec in value:
-            check_spec_syntax(spec)
-        if len(set(value)) != len(value):
-            raise ValueError("a configuration is given more than once")
-        return value
+        return check_spec_list(value)
 
     @field_validator("evidence")
     @classmethod
@@ -113,8 +141,16 @@ class RerunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     configs: list[Spec] = Field(min_length=1, max_length=32, description="The configurations to run this time.")
-    repeat: int | None = Field(None, ge=1, le=MAX_REPEAT)
+    repeat: int | None = Field(None, ge=1, description=f"At most the server's {MAX_REPEAT_SETTING}.")
     timeout_s: float | None = Field(None, gt=0, le=86400)
+
+    _repeat_limit = field_validator("repeat")(_check_repeat)
+
+    @field_validator("configs")
+    @classmethod
+    def _valid_specs(cls, value: list[str]) -> list[str]:
+        # Checked here too, beside repeat: a form lists both problems at once.
+        return check_spec_list(value)
 
 
 FAIL_ON = ("regression", "high", "medium", "low", "info")
@@ -158,7 +194,7 @@ def enforce_policy(spec: JobSpec, settings: Settings, project: Project) -> JobSp
                 f"(allowed: {', '.join([settings.docker_image, *(project.allowed_images or [])])})"
             )
     if spec.repeat > settings.max_repeat:
-        raise BadInput(f"repeat: at most {settings.max_repeat} on this server")
+        raise BadInput(f"repeat: {repeat_limit_message(settings.max_repeat)}")
     if spec.timeout_s is not None and spec.timeout_s > settings.run_timeout_max_s:
         raise BadInput(
             f"timeout_s: {spec.timeout_s:g} s is above the maximum of {settings.run_timeout_max_s:g} s on this server "

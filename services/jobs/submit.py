@@ -21,7 +21,7 @@ from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
 from services.jobs.sources import SHA, check_archive, check_ref, check_repository_url
-from services.jobs.spec import MAX_CPU, JobSpec, enforce_policy
+from services.jobs.spec import JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
 from services.measure.executors import EXECUTORS
 from services.measure.pytest_command import narrow_to_test
@@ -43,13 +43,22 @@ from services.settings import Settings
 from services.thresholds import Thresholds
 
 
-def _check_spec(spec: JobSpec) -> list[CpuConfig]:
-    """What can be checked without the worker's machine; the engine and CPUs are checked at prepare."""
+def _check_spec(spec: JobSpec, settings: Settings) -> list[CpuConfig]:
+    """What can be checked without the worker's machine: the configurations against the CPUs
+    the service takes the nodes to have (Settings.node_cpus); the worker checks them again
+    against its own, with the engine, at prepare."""
     if spec.executor not in EXECUTORS:
         raise BadInput(f"executor: unknown executor {spec.executor!r} (known: {', '.join(EXECUTORS)})")
     if spec.image and spec.executor == "local":
         raise BadInput("image: applies to the docker executor only (executor docker or auto)")
-    return [parse_spec(label, tuple(range(MAX_CPU + 1))) for label in spec.configs]
+    cpus = settings.node_cpu_count
+    configs = []
+    for index, label in enumerate(spec.configs):
+        try:
+            configs.append(parse_spec(label, tuple(range(cpus)), machine="the nodes"))
+        except BadInput as exc:
+            raise BadInput(f"configs.{index}: {exc} (LAGTRACE_NODE_CPUS={cpus})", field=f"configs.{index}") from None
+    return configs
 
 
 def submit_job(
@@ -80,7 +89,7 @@ def submit_job(
             check_ref(ref)
     elif archive is not None:
         check_archive(archive, settings)
-    configs = _check_spec(spec) if spec else []
+    configs = _check_spec(spec, settings) if spec else []
     if spec is not None:
         spec = enforce_policy(spec, settings, project)
     if spec is not None:
@@ -202,7 +211,7 @@ def rerun_job(
         session,
         project=parent.project.name,
         command=spec.command,
-        configs=_check_spec(spec),
+        configs=_check_spec(spec, settings),
         executor=spec.executor,
         workdir=None,
         repeat=spec.repeat,

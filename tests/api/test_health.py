@@ -9,6 +9,7 @@ from pydantic import SecretStr
 from sqlalchemy import create_engine
 
 from api.openapi import OPENAPI_PATH
+from tests.conftest import run_cli
 
 
 def test_healthz_and_readyz(api):
@@ -62,3 +63,23 @@ def test_the_openapi_document_is_valid_and_covers_every_route(sqlite_api):
     # Request schemas are the validating models themselves.
     assert "repository" in document["components"]["schemas"]["JobCreate"]["properties"]
     assert document["components"]["schemas"]["Triage"]["properties"]["status"]
+
+
+def test_one_repeat_limit_from_the_settings_in_the_api_its_document_the_forms_and_the_cli(sqlite_api, tmp_path):
+    """The server took 30, the schema and the forms said 100: now LAGTRACE_MAX_REPEAT, everywhere."""
+    sqlite_api.settings.max_repeat = 12
+    schemas = sqlite_api.client.get(OPENAPI_PATH).get_json()["components"]["schemas"]
+    assert schemas["JobCreate"]["properties"]["repeat"]["maximum"] == 12
+    assert schemas["Rerun"]["properties"]["repeat"]["anyOf"][0]["maximum"] == 12
+    body = {"repository": {"url": "https://example.com/r.git"}, "command": ["python3", "x.py"]}
+    assert sqlite_api.post("/api/v1/jobs", json={**body, "repeat": 12}).status_code == 201
+    refused = sqlite_api.post("/api/v1/jobs", json={**body, "repeat": 13, "configs": ["cpus=abc"]})
+    assert refused.status_code == 422
+    # Checked with the other fields: both problems in one answer.
+    assert refused.get_json()["problems"] == [
+        {"field": "configs", "message": "cpus=abc: cpus='abc' is not a number"},
+        {"field": "repeat", "message": "at most 12 (LAGTRACE_MAX_REPEAT)"},
+    ]
+    # `lagtrace run` (no server between) keeps the same limit, from the same setting.
+    done = run_cli(["run", "--repeat", "31", "--", "true"], f"sqlite:///{tmp_path / 'cli.db'}")
+    assert done.returncode == 2 and "--repeat: at most 30 (LAGTRACE_MAX_REPEAT)" in done.stderr

@@ -75,6 +75,8 @@ def test_a_job_on_an_uploaded_directory(api):
     ],
 )
 def test_what_only_the_worker_can_check_fails_the_job_with_a_reason(api, tmp_path, body, message):
+    # The service is told the nodes have more CPUs than this worker has: only it can tell.
+    api.settings.node_cpus = MISSING_CPU + 1
     url, _ = make_repository(tmp_path / "repo", None)
     job = create(api, repository={"url": url}, **body).get_json()
     done = api.wait(job["id"])
@@ -226,3 +228,23 @@ def test_evidence_artifacts_are_downloaded_by_their_project_only(api, tmp_path):
     assert api.client.get(f"/api/v1/artifacts/{artifact['key']}", headers=other).status_code == 404
     assert api.get(f"/api/v1/artifacts/job-{job['id']}/run-1/../../etc/passwd").status_code == 404
     assert api.get("/api/v1/artifacts/not-a-key").status_code == 404
+
+
+def test_a_configuration_naming_cpus_the_nodes_lack_is_refused_when_submitted(sqlite_api):
+    """cpuset=99 was accepted and failed by the worker later; the service knows the nodes'
+    CPUs (LAGTRACE_NODE_CPUS, by default its own host's) and says so at once."""
+    body = {"repository": {"url": "https://example.com/r.git"}, "command": STEADY}
+    count = len(CPUS)
+    refused = sqlite_api.post("/api/v1/jobs", json={**body, "configs": ["cpuset=0", "cpuset=99"]})
+    assert refused.status_code == 422
+    message = (
+        f"configs.1: cpuset=99: CPU 99 does not exist on the nodes (CPUs {format_cpulist(CPUS)}) "
+        f"(LAGTRACE_NODE_CPUS={count})"
+    )
+    assert refused.get_json() == {"error": message, "problems": [{"field": "configs.1", "message": message}]}
+    quota = sqlite_api.post("/api/v1/jobs", json={**body, "configs": [f"cpus={count + 1}"]})
+    assert quota.status_code == 422 and f"more than the {count} CPUs on the nodes" in quota.get_json()["error"]
+    assert sqlite_api.count(Job) == 0
+    # A node class with more CPUs than this host: said in the setting, and then accepted.
+    sqlite_api.settings.node_cpus = 128
+    assert sqlite_api.post("/api/v1/jobs", json={**body, "configs": ["cpuset=99"]}).status_code == 201

@@ -68,7 +68,16 @@ def test_invalid_job_bodies_are_4xx_naming_the_field(sqlite_api, body, status, n
     assert response.status_code == status, response.get_json()
     error = response.get_json()
     assert needle in error["error"], error
+    # The validator's own words, without pydantic's "Value error, " in front.
+    for text in [error["error"], *(problem["message"] for problem in error["problems"])]:
+        assert "Value error" not in text and "Assertion failed" not in text, error
     assert sqlite_api.count(Job) == 0 and sqlite_api.count(JobSource) == 0
+
+
+def test_a_configs_problem_reads_as_its_validator_wrote_it(sqlite_api):
+    response = sqlite_api.post("/api/v1/jobs", json={**VALID, "configs": ["cpus=abc"]})
+    assert response.status_code == 422
+    assert response.get_json()["problems"] == [{"field": "configs", "message": "cpus=abc: cpus='abc' is not a number"}]
 
 
 @pytest.mark.parametrize(
@@ -120,6 +129,12 @@ def test_an_archive_over_the_cap_is_413(sqlite_api):
         content_type="multipart/form-data",
     )
     assert response.status_code == 413
+    # The limit and the setting that raises it, not werkzeug's "exceeds the capacity limit".
+    assert response.get_json()["error"] == (
+        "the upload is over the 50 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 52,428,800 bytes, for the archive; "
+        "the form around it may add 1 MiB): nothing was stored"
+    )
+    assert response.get_json()["problems"][0]["field"] == "(body)"
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from services.accounts.tokens import authenticate
 from services.db import make_engine, make_session_factory
-from services.models import ApiToken, User
+from services.models import ApiToken, Project, User
 from services.settings import Settings
 from tests.conftest import REPO, run_cli
 
@@ -87,3 +87,40 @@ def test_user_list_shows_names_projects_and_admins_but_no_password_hash(database
     with make_session_factory(engine)() as session:
         assert all(stored not in table for stored in session.scalars(select(User.password_hash)))
     engine.dispose()
+
+
+def test_registering_a_repository_again_keeps_its_webhook_secret_unless_asked_to_rotate(sqlite_url):
+    """`repo register OWNER/NAME --allow-forks` on a registered repository (an opt-in added
+    later) used to make a new secret: GitHub's deliveries, signed with the old, got 401."""
+    assert run_cli(["migrate"], sqlite_url).returncode == 0
+
+    def register(*options: str) -> tuple[str, str]:
+        done = run_cli(["repo", "register", "octo/demo", *options], sqlite_url)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip(), done.stderr.strip()
+
+    first, said = register()
+    assert said == "lagtrace: octo/demo: a new webhook secret (above): give it to GitHub with the webhook"
+    again, said = register("--allow-forks", "--image", "my-runner:3.12")
+    assert again == first
+    assert said == "lagtrace: octo/demo: webhook secret kept (the one GitHub has); --rotate-secret makes a new one"
+    rotated, said = register("--allow-forks", "--rotate-secret")
+    assert rotated != first and len(rotated) >= 32
+    assert said.startswith("lagtrace: octo/demo: webhook secret rotated: GitHub's deliveries are refused (401)")
+    engine = make_engine(Settings(database_url=sqlite_url))
+    with make_session_factory(engine)() as session:
+        project = session.scalar(select(Project).where(Project.github_repository == "octo/demo"))
+        assert project.webhook_secret == rotated and project.allow_fork_pull_requests
+    engine.dispose()
+    both = run_cli(["repo", "register", "octo/demo", "--rotate-secret", "--secret-stdin"], sqlite_url)
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_bad_setting_is_named_by_its_variable_without_pydantics_wording(sqlite_url):
+    done = run_cli(["token", "list"], sqlite_url, env={"LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE": "-1"})
+    assert done.returncode == 2
+    assert "invalid setting: LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE: Input should be greater than 1" in done.stderr
+    done = run_cli(["token", "list"], sqlite_url, env={"LAGTRACE_ALLOWED_EXECUTORS": "kubernetes"})
+    assert done.returncode == 2
+    assert "LAGTRACE_ALLOWED_EXECUTORS: LAGTRACE_ALLOWED_EXECUTORS: a comma-separated list" not in done.stderr
+    assert "Value error" not in done.stderr and "LAGTRACE_ALLOWED_EXECUTORS" in done.stderr

@@ -167,3 +167,90 @@ def test_rate_limits_hold_across_two_serving_processes(sqlite_url, tmp_path, red
             store.flushdb()
             store.close()
     assert server.returncode == 0, log_path.read_text()[-3000:]
+
+
+CSRF_FIELD = re.compile(r'name="csrf_token" value="([^"]+)"')
+SESSION_COOKIE = "lagtrace_session"
+
+
+def _fresh_sign_in(base: str, password: str) -> str:
+    """One browser's first visit: the sign-in form, the sign-in, the inbox; each request on
+    a connection of its own (so any serving process may answer it). The cookie is Secure
+    (browsers send it to http://127.0.0.1, requests' jar does not): carried by hand.
+    Returns the inbox page's heading, or what came back instead."""
+    cookies: dict[str, str] = {}
+
+    def remember(response: requests.Response) -> None:
+        if SESSION_COOKIE in response.cookies:
+            cookies[SESSION_COOKIE] = response.cookies[SESSION_COOKIE]
+
+    close = {"Connection": "close"}
+    form = requests.get(f"{base}/sign-in", headers=close, timeout=10)
+    remember(form)
+    token = CSRF_FIELD.search(form.text)
+    assert token, form.text[:500]
+    signed_in = requests.post(
+        f"{base}/sign-in",
+        data={"username": "ann", "password": password, "csrf_token": token.group(1)},
+        cookies=cookies,
+        headers=close,
+        allow_redirects=False,
+        timeout=30,
+    )
+    remember(signed_in)
+    if signed_in.status_code != 302:
+        return f"sign-in answered {signed_in.status_code}"
+    inbox = requests.get(f"{base}/", cookies=cookies, headers=close, allow_redirects=False, timeout=10)
+    heading = re.search(r"<h1>([^<]*)</h1>", inbox.text)
+    return heading.group(1) if inbox.status_code == 200 and heading else f"inbox answered {inbox.status_code}"
+
+
+def test_sign_in_works_through_every_process_without_a_secret_key(sqlite_url, tmp_path):
+    """The quickstart's `lagtrace serve` sets no LAGTRACE_SECRET_KEY: with a key of each
+    process's own, a sign-in cookie made by one process was refused by the other (5 of 8
+    fresh sign-ins came back to the form). One key, kept in the database, serves both."""
+    from tests.web.conftest import PASSWORD
+
+    assert run_cli(["migrate"], sqlite_url).returncode == 0
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": sqlite_url, "LAGTRACE_BROKER_URL": BROKER}
+    env.pop("LAGTRACE_SECRET_KEY", None)
+    made = subprocess.run(
+        [sys.executable, "-m", "cli.main", "user", "create", "ann", "--project", "demo", "--password-stdin"],
+        cwd=REPO,
+        env=env,
+        input=PASSWORD + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "serve", "--port", str(port), "--processes", "2"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait(lambda: len(_children(server.pid)) == 2, "two serving processes", log_path)
+            base = f"http://127.0.0.1:{port}"
+
+            def answers() -> bool:
+                try:
+                    return requests.get(f"{base}/healthz", timeout=2).status_code == 200
+                except requests.RequestException:
+                    return False
+
+            _wait(answers, "an answer on the shared port", log_path)
+            outcomes = [_fresh_sign_in(base, PASSWORD) for _ in range(8)]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert outcomes == ["Findings"] * 8, (outcomes, log_path.read_text()[-3000:])
+    # A restart keeps the key (and so every sign-in): it is the database's, not the process's.
+    assert "LAGTRACE_SECRET_KEY is not set: sign-ins are signed with the key kept in the database" in (
+        log_path.read_text()
+    )

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import requests
 
 from tests.conftest import REPO, run_cli
 
@@ -114,6 +117,12 @@ def test_submit_exits_1_with_the_reason_when_the_command_failed_in_every_run(sql
             text=True,
             timeout=240,
         )
+        # The job's page in the dashboard is named as soon as the job is made.
+        queued = re.search(r"^lagtrace: job (\d+) queued: (\S+)$", done.stderr, re.M)
+        assert queued, done.stderr
+        assert queued.group(2) == f"{url}/jobs/{queued.group(1)}"
+        page = requests.get(queued.group(2), allow_redirects=False, timeout=10)
+        assert page.status_code == 302 and page.headers["Location"].endswith(f"?next=/jobs/{queued.group(1)}")
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "command_failed" in done.stdout  # the report itself is still printed
     last = done.stderr.strip().splitlines()[-1]

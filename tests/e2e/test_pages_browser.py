@@ -130,6 +130,14 @@ def test_finding_page_puts_slow_and_fast_evidence_side_by_side(browser, server, 
         assert "2 of 3 total samples" in details.inner_text()
         flame.screenshot(path=shots / "25-finding-flame-graph.png")
         assert not errors, errors  # CSP or script errors would show here
+
+        # The evidence entry's own page draws it too (it loaded no d3 and said "needs its script").
+        page.goto(flame.get_attribute("data-profile").removesuffix("/flame.json"))
+        alone = page.locator(".flame[data-ready=true]")
+        alone.wait_for(timeout=15_000)
+        assert alone.locator(".flame-chart svg g.frame").count() >= 4
+        assert "needs its script" not in page.locator(".flame-details").inner_text()
+        assert not errors, errors
     finally:
         context.close()
 

@@ -38,6 +38,8 @@ def test_an_oversized_body_is_413_before_it_is_read(make_service):
     ):
         response = service.client.post(path, data=body, headers=headers)
         assert response.status_code == 413, (path, response.status_code)
+        # The limit that applied: the archive's (1 MiB here) for the webhook too, under GitHub's 25 MB.
+        assert "1 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 1,048,576 bytes" in response.get_json()["error"]
     assert service.count(Job) == 0
 
 

@@ -20,6 +20,8 @@ def test_an_unregistered_repositorys_delivery_starts_nothing(service, tmp_path):
     response = service.deliver(push_payload(url, head, full_name="mallory/anything"), "d-unregistered")
     assert response.status_code == 404, response.get_json()
     assert "not registered" in response.get_json()["error"]
+    assert "`lagtrace repo register mallory/anything --project PROJECT`" in response.get_json()["error"]
+    assert response.get_json()["problems"][0]["field"] == "repository.full_name"
     assert service.count(Job) == 0 and service.count(WebhookDelivery) == 0
 
 
@@ -50,6 +52,11 @@ def test_a_replayed_delivery_under_a_new_id_is_refused(service, tmp_path):
     assert first.status_code == 202
     replay = service.deliver(push_payload(url, head), "d-replayed-new-id")
     assert replay.status_code == 409 and "replay" in replay.get_json()["error"]
+    # What is wrong is the delivery id, not the URL's path.
+    assert replay.get_json()["problems"] == [
+        {"field": "header.X-GitHub-Delivery", "message": replay.get_json()["error"]}
+    ]
+    assert "delivered before as d-original" in replay.get_json()["error"]
     assert service.count(Job) == 1 and service.count(WebhookDelivery) == 1
     service.wait(first.get_json()["job_id"])
 
@@ -142,3 +149,20 @@ def test_the_per_repository_url_checks_that_repositorys_secret_only(front_door):
         signed = delivery_headers(elsewhere, "p3", "ping", own)
         assert front_door.client.post(path, data=elsewhere, headers=signed).status_code == 401, path
     assert front_door.count(WebhookDelivery) == 1
+
+
+def test_the_url_of_an_unregistered_repository_says_so_while_others_are_registered(front_door):
+    # Without a server-wide secret: octo/demo is registered, octo/other is not.
+    front_door.settings.github_webhook_secret = None
+    own = register(front_door.settings, front_door.session_factory, "https://github.com/octo/demo.git", secret=None)
+    body = json.dumps({"zen": "hi", "repository": {"full_name": "octo/other"}}).encode()
+    response = front_door.client.post(
+        "/api/v1/webhooks/github/octo/other", data=body, headers=delivery_headers(body, "p1", "ping", own)
+    )
+    answer = response.get_json()
+    assert response.status_code == 404, answer
+    assert answer["error"].startswith("repository octo/other is not registered here: nothing was run")
+    assert "`lagtrace repo register octo/other --project PROJECT`" in answer["error"]
+    assert "webhooks are off" not in answer["error"]
+    assert answer["problems"][0]["field"] == "path"
+    assert front_door.count(WebhookDelivery) == 0

@@ -7,6 +7,8 @@ import datetime as dt
 import random
 import re
 
+from sqlalchemy import select
+
 from services.diagnose.findings import fingerprint
 from services.jobs.summaries import percentile, refresh_catalogue
 from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
@@ -284,3 +286,24 @@ def test_a_rows_link_made_from_one_path_a_page_is_url_fors(dashboard):
         assert f"{before}42{after}" == url_for("web.test", job_id=42, id=odd)
         entry = url_for("web.test_entry")
         assert f"{entry}?project=3&id={query_value(odd)}" == url_for("web.test_entry", project=3, id=odd)
+
+
+def test_a_muted_finding_is_not_listed_under_open_findings(dashboard):
+    _jobs(dashboard, ["main"])
+    with dashboard.session_factory() as session:
+        futex = session.scalar(select(Finding.id).where(Finding.test_id == TEST_SLOW, Finding.kind == "futex_storm"))
+    muted = dashboard.post(f"/findings/{futex}/triage", {"status": "muted"}, form_page=f"/findings/{futex}")
+    assert muted.status_code == 302
+    html = dashboard.page(f"/tests/entry?project=1&id={TEST_SLOW}")
+    opened = html[html.index('id="open-findings"') : html.index("</ul>", html.index('id="open-findings"'))]
+    closed = html[html.index('id="closed-findings"') : html.index("</ul>", html.index('id="closed-findings"'))]
+    assert f"/findings/{futex}" not in opened and "futex holds" not in opened
+    assert f"/findings/{futex}" in closed and "muted" in closed
+    assert "/findings/" in opened  # the others are still open
+    # Every one muted: the open list says so rather than pretending none ever named it.
+    with dashboard.session_factory() as session:
+        for finding in session.query(Finding).all():
+            finding.status = TriageStatus.muted
+        session.commit()
+    html = dashboard.page(f"/tests/entry?project=1&id={TEST_SLOW}")
+    assert "No open finding: every one that names this test is muted or fixed." in html

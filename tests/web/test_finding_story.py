@@ -94,11 +94,22 @@ def test_flame_graph_data_is_the_profile_as_a_tree_and_scripts_are_ours(dashboar
     _, findings = _story(dashboard)
     html = dashboard.page(f"/findings/{findings['futex_storm']}")
     url = re.search(r'<div class="flame" data-profile="([^"]+)"', html).group(1)
-    scripts = re.findall(r'<script src="([^"]+)"', html)
-    assert all(src.startswith("/static/") for src in scripts)
-    assert "/static/vendor/d3-flame-graph-4.1.3/d3-flamegraph.min.js" in scripts
-    for src in scripts:
-        assert dashboard.client.get(src).status_code == 200
+    # The box names the scripts that draw it (lagtrace.js loads them), on the finding's page
+    # and on the evidence entry's own page alike: d3 was loaded only by the finding's.
+    evidence_id = int(url.split("/")[2])
+    for page in (html, dashboard.page(f"/evidence/{evidence_id}")):
+        box = re.search(
+            r'<div class="flame" data-profile="[^"]+"\s+data-scripts="([^"]+)"\s+data-style="([^"]+)"', page
+        )
+        assert box, page[:3000]
+        scripts = [*re.findall(r'<script src="([^"]+)"', page), *box.group(1).split()]
+        assert scripts[-2:] == [
+            "/static/vendor/d3-7.9.2/d3.min.js",
+            "/static/vendor/d3-flame-graph-4.1.3/d3-flamegraph.min.js",
+        ]
+        assert all(src.startswith("/static/") for src in scripts)
+        for src in [*scripts, box.group(2)]:
+            assert dashboard.client.get(src).status_code == 200
     tree = dashboard.client.get(url).get_json()
     # all -> MainThread -> main -> receive -> call_soon_threadsafe, 3 samples, 2 in the leaf
     assert tree["name"] == "all" and tree["value"] == 3

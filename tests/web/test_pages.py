@@ -4,6 +4,7 @@ artifacts, reruns. Pages are read as HTML without JavaScript."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 import time
 
@@ -195,11 +196,25 @@ def test_rerun_of_one_test_narrows_the_command_and_bad_input_goes_back_to_the_fo
     page = f"/jobs/{job_id}"
     response = dashboard.client.post(
         f"/jobs/{job_id}/rerun",
-        data={"config": ["cpus=banana"], "csrf_token": dashboard.csrf(page)},
+        data={
+            "config": ["cpuset=0", "cpus=0.5"],
+            "other_configs": "cpus=banana\ncpuset=0-1",
+            "repeat": "31",
+            "csrf_token": dashboard.csrf(page),
+        },
         headers={"Referer": "http://localhost" + page},
     )
-    assert response.status_code == 302 and response.headers["Location"].endswith(page)
-    assert "cpus=banana" in dashboard.page(page)  # the flash message says what to change
+    # The job's page again, its rerun form as typed and every problem listed.
+    assert response.status_code == 422
+    form = _section(response.get_data(as_text=True), 'id="rerun"', "</form>")
+    assert "change these 2:" in form
+    assert "configs: cpus=banana: cpus=&#39;banana&#39; is not a number" in form
+    assert "repeat: at most 30 (LAGTRACE_MAX_REPEAT)" in form
+    assert "Value error" not in form
+    assert re.search(r'value="cpus=0.5" checked', form) and re.search(r'value="cpuset=0" checked', form)
+    assert not re.search(r'value="cpuset=0-1" checked', form)  # the job's own, not ticked this time
+    assert "cpus=banana\ncpuset=0-1</textarea>" in form and 'value="31"' in form
+    assert 'max="30"' in form
 
 
 def test_jobs_list_pages_and_filters(dashboard):
@@ -345,3 +360,103 @@ def test_the_job_list_shows_each_jobs_counts_and_pages_by_id(database_url, tmp_p
         assert "No jobs yet" in made.page("/jobs?project=999")
     finally:
         made.engine.dispose()
+
+
+def test_pages_for_unknown_ids_are_404_pages_and_the_api_stays_json(dashboard):
+    _signed_in_with_jobs(dashboard)
+    for path, says in [
+        ("/jobs/abc", "job &#39;abc&#39; does not exist: ids are numbers"),
+        ("/findings/abc", "finding &#39;abc&#39; does not exist: ids are numbers"),
+        ("/jobs/99999", "job 99999 does not exist"),
+        ("/tests/entry", "a test&#39;s page needs ?project=ID&amp;id=TEST"),
+        ("/tests/entry?project=99&id=x", "project 99 does not exist"),
+        ("/no/such/page", "no page at /no/such/page"),
+    ]:
+        response = dashboard.client.get(path)
+        html = response.get_data(as_text=True)
+        assert response.status_code == 404, (path, html[:500])
+        assert response.mimetype == "text/html", (path, html[:500])
+        assert says in html, (path, html[:3000])
+        assert "None" not in html and '"error"' not in html
+        # The dashboard's page: its nav (signed in) and its strict policy.
+        assert 'id="main-nav"' in html
+        assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    # The API's paths keep their JSON errors, naming the field.
+    for path in ("/api/v1/jobs/abc", "/api/v1/nothing"):
+        response = dashboard.client.get(path)
+        assert response.status_code == 404 and response.mimetype == "application/json"
+        assert response.get_json()["problems"]
+    # Signed out: still a page, not JSON (and no nav).
+    dashboard.client.post("/sign-out", data={"csrf_token": dashboard.csrf("/")})
+    response = dashboard.client.get("/findings/abc")
+    assert response.status_code == 404 and response.mimetype == "text/html"
+    assert 'id="main-nav"' not in response.get_data(as_text=True)
+
+
+def test_an_upload_over_the_limit_names_the_limit_and_its_setting(dashboard):
+    _signed_in_with_jobs(dashboard)
+    dashboard.settings.max_archive_bytes = 1024 * 1024
+    dashboard.client.application.config["MAX_CONTENT_LENGTH"] = 2 * 1024 * 1024
+    response = dashboard.client.post(
+        "/jobs/new",
+        data={
+            "csrf_token": dashboard.csrf("/jobs/new"),
+            "project": "1",
+            "command": "python3 -c pass",
+            "archive": (io.BytesIO(b"0" * (2 * 1024 * 1024 + 1)), "code.tgz"),
+        },
+        content_type="multipart/form-data",
+    )
+    html = response.get_data(as_text=True)
+    assert response.status_code == 413 and response.mimetype == "text/html", html[:500]
+    assert "the upload is over the 1 MiB limit (LAGTRACE_MAX_ARCHIVE_BYTES, 1,048,576 bytes" in html
+    assert "capacity limit" not in html
+
+
+def _section(html: str, start: str, end: str) -> str:
+    begin = html.index(start)
+    return html[begin : html.index(end, begin)]
+
+
+def test_the_new_job_form_keeps_what_was_typed_and_lists_every_problem(dashboard):
+    _signed_in_with_jobs(dashboard)
+    typed = {
+        "project": "1",
+        "repository": "http://example.com/code.git",
+        "ref": "main",
+        "command": "python3 -m pytest tests -k 'slow'",
+        "config": ["cpuset=0", "cpus=0.5"],
+        "other_configs": "cpus=abc",
+        "repeat": "500",
+        "evidence": "chosen",
+        "probe": ["strace"],
+        "stall_after": "2.5",
+        "executor": "docker",
+    }
+    response = dashboard.post("/jobs/new", typed, form_page="/jobs/new")
+    html = response.get_data(as_text=True)
+    assert response.status_code == 422, html[:2000]
+    problems = re.findall(r"<li>(.*?)</li>", _section(html, 'id="problems"', "</div>"))
+    assert problems == [
+        "configs: cpus=abc: cpus=&#39;abc&#39; is not a number",
+        "repeat: at most 30 (LAGTRACE_MAX_REPEAT)",
+        "repository.url &#39;http://example.com/code.git&#39;: only https:// git URLs are accepted",
+    ]
+    form = _section(html, '<form class="card"', "</form>")
+    assert 'value="http://example.com/code.git"' in form and 'name="ref" value="main"' in form
+    assert 'value="python3 -m pytest tests -k &#39;slow&#39;"' in form
+    assert 'value="cpuset=0" checked' in form and 'value="cpus=0.5" checked' in form
+    assert 'value="cpuset=0-1" checked' not in form
+    assert "cpus=abc</textarea>" in form and 'value="500"' in form and 'value="2.5"' in form
+    assert 'value="chosen" checked' in form and 'value="strace" checked' in form
+    assert "<option selected>docker</option>" in form and '<option value="1" selected>demo</option>' in form
+    assert 'max="30"' in form
+    with dashboard.session_factory() as session:
+        assert session.query(Job).count() == 1  # the stored job only: nothing was submitted
+    # No repository and no command: both named, with what to give.
+    html = dashboard.post("/jobs/new", {"project": "1", "repeat": "5"}, form_page="/jobs/new").get_data(as_text=True)
+    problems = re.findall(r"<li>(.*?)</li>", _section(html, 'id="problems"', "</div>"))
+    assert problems == [
+        "command: give the test command (python3 -m pytest ...)",
+        "repository: give a git URL or upload an archive",
+    ]

@@ -48,11 +48,46 @@ function autoSubmit(form) {
   }
 }
 
-// Finding page: the py-spy profile as an interactive flame graph (vendored
-// d3-flame-graph, see static/vendor/README.md): click a frame to zoom into it, type
-// to highlight matching frames. Frame names come from the job's code: the library
-// writes them as text, never as markup.
+// The flame graph's scripts, loaded once a page, in order (d3-flame-graph needs d3),
+// by whichever page shows a flame graph: each box names them (templates/_macros.html),
+// so no page can show one without them.
+const loadedScripts = new Map();
+function loadScript(src) {
+  if (!loadedScripts.has(src)) {
+    loadedScripts.set(src, new Promise((resolve, reject) => {
+      const script = document.createElement("script");
+      script.src = src;
+      script.onload = resolve;
+      script.onerror = () => reject(new Error(`${src} did not load`));
+      document.head.append(script);
+    }));
+  }
+  return loadedScripts.get(src);
+}
+
+function loadFlameScripts(box) {
+  if (box.dataset.style && !document.querySelector(`link[href="${box.dataset.style}"]`)) {
+    const link = document.createElement("link");
+    link.rel = "stylesheet";
+    link.href = box.dataset.style;
+    document.head.append(link);
+  }
+  return (box.dataset.scripts || "").split(" ").filter(Boolean)
+    .reduce((previous, src) => previous.then(() => loadScript(src)), Promise.resolve());
+}
+
+// The py-spy profile as an interactive flame graph (vendored d3-flame-graph, see
+// static/vendor/README.md): click a frame to zoom into it, type to highlight matching
+// frames. Frame names come from the job's code: the library writes them as text, never
+// as markup.
 function drawFlameGraph(box) {
+  const details = box.querySelector(".flame-details");
+  loadFlameScripts(box).then(() => drawLoadedFlameGraph(box)).catch((error) => {
+    details.textContent = `The interactive flame graph needs its script (${error.message}); the static one is below.`;
+  });
+}
+
+function drawLoadedFlameGraph(box) {
   const chartBox = box.querySelector(".flame-chart");
   const details = box.querySelector(".flame-details");
   const tools = box.querySelector(".flame-tools");
