@@ -50,6 +50,7 @@ CASES: list[tuple[str, str, dict, int, str]] = [
     ("GET", "/api/v1/jobs", {"query_string": {"limit": "0"}}, 422, "query.limit"),
     ("GET", "/api/v1/jobs", {"query_string": {"colour": "blue"}}, 422, "query.colour"),
     ("GET", "/api/v1/jobs", {"headers": NO_AUTH}, 401, "header.Authorization"),
+    ("GET", "/api/v1/workers", {"headers": NO_AUTH}, 401, "header.Authorization"),
     ("GET", "/api/v1/jobs/999999", {}, 404, "path.job_id"),
     ("POST", "/api/v1/jobs/999999/cancel", {}, 404, "path.job_id"),
     ("POST", "/api/v1/jobs/{job}/cancel", {}, 409, "path.job_id"),  # cancelled already, by the fixture
