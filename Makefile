@@ -24,13 +24,14 @@ demo: install
 	$(VENV)/bin/lagtrace run --repeat 5 -- python3 examples/handoff.py
 
 # The quality gate: lint and format (ruff), types (mypy), layer contracts (import-linter).
+# About 30 s (32 s measured with an empty mypy cache).
 check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-# The unit tier: rules and parsers on recorded tool output, no services, seconds.
+# The unit tier: rules and parsers on recorded tool output, no services. About 20 s.
 unit: install
 	$(VENV)/bin/pytest -q tests/unit
 
