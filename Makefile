@@ -4,7 +4,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: demo test unit install check bench clean accuracy chaos nightly
+.PHONY: demo test unit install check docs bench clean accuracy chaos nightly
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The documentation site, into site/: broken links, missing pages and anchors no heading
+# makes fail the build; the reference pages are rendered from the code (docs/hooks/).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The unit tier: rules and parsers on recorded tool output, no services. About 20 s.
 unit: install
@@ -86,4 +91,4 @@ bench: install
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
 
 clean:
-	rm -rf $(VENV) .state build *.egg-info bench.json
+	rm -rf $(VENV) .state build *.egg-info bench.json site

@@ -16,6 +16,13 @@ cd "$(dirname "$0")/.."
 NAME=${1:-lagtrace}
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
+root_or_say() {  # the base image needs root (debootstrap); say how instead of "sudo: not found"
+    [ -z "$SUDO" ] && return 0
+    command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && return 0
+    [ -t 0 ] && command -v sudo >/dev/null 2>&1 && return 0
+    echo "build-service-image: building its base needs root; as root, run: $PWD/.ci/provision-chart.sh image" >&2
+    exit 1
+}
 
 # The host's own CA certificates (a TLS-inspecting proxy's, say) go into the base, so the
 # build's apt and pip trust what the host trusts; they are part of the base's tag.
@@ -36,6 +43,7 @@ fi
 
 # --- the base: a minimal trixie, the stand-in for debian:trixie-slim -----------------
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+    root_or_say
     mirror_of() {  # $1: path suffix, e.g. /debian; the host apt's first such mirror
         cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
             | grep -v '^[[:space:]]*#' | grep -o "https\?://[^[:space:]]*$1/\?\([[:space:]]\|\$\)" \

@@ -6,7 +6,7 @@
 # tests check them against KEDA's fields.
 set -eu
 cd "$(dirname "$0")/.."
-HELM=${LAGTRACE_HELM:-$(.ci/helm.sh)}
+HELM=${LAGTRACE_HELM:-$(.ci/provision-chart.sh helm)}
 VALIDATE=.venv/bin/kubernetes-validate
 CHART=charts/lagtrace
 out=$(mktemp -d)

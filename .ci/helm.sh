@@ -13,17 +13,28 @@ VERSION=${LAGTRACE_HELM_VERSION:-v3.16.3}
 # unstamped it would claim 1.20 and refuse charts needing newer APIs.
 K8S_MINOR=${LAGTRACE_HELM_K8S_MINOR:-31}
 CACHE=${LAGTRACE_CACHE_DIR:-/var/cache/lagtrace}
-DIR="$CACHE/helm-$VERSION-k8s1.$K8S_MINOR"
-BIN="$DIR/helm"
+NAME="helm-$VERSION-k8s1.$K8S_MINOR"
+BIN="$CACHE/$NAME/helm"
 
-if [ -x "$BIN" ] && "$BIN" version --short 2>/dev/null | grep -q "^$VERSION"; then
+built() { [ -x "$1" ] && "$1" version --short 2>/dev/null | grep -q "^$VERSION"; }
+if built "$BIN"; then
     echo "$BIN"
     exit 0
 fi
+# An ordinary user cannot write the machine's cache: one of their own, built once.
+if [ -z "${LAGTRACE_CACHE_DIR:-}" ] && ! { mkdir -p "$CACHE" 2>/dev/null && [ -w "$CACHE" ]; }; then
+    CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/lagtrace"
+    BIN="$CACHE/$NAME/helm"
+    if built "$BIN"; then
+        echo "$BIN"
+        exit 0
+    fi
+fi
+DIR="$CACHE/$NAME"
 
 GO=$(command -v go || echo /usr/local/go/bin/go)
 if [ ! -x "$GO" ]; then
-    echo "helm: go is not installed; cannot build Helm $VERSION from source" >&2
+    echo "helm: go is not installed; cannot build Helm $VERSION from source (Go 1.22 or newer: https://go.dev/doc/install)" >&2
     exit 1
 fi
 

@@ -49,7 +49,7 @@ def _request_field(status: int) -> str | None:
 
 def error_response(status: int, message: str, problems: list[dict] | None = None):
     if not problems and 400 <= status < 500:
-        # Every 4xx names what to change (the README promises it); clients read problems[].
+        # Every 4xx names what to change (docs/reference/api.md promises it); clients read problems[].
         field = _request_field(status)
         problems = [{"field": field, "message": message}] if field else []
     response = jsonify({"error": message, "problems": problems or []})

@@ -1,4 +1,5 @@
-"""/healthz (the process answers), /readyz (database and queue reachable), /metrics."""
+"""/healthz (the process answers), /readyz (database and queue reachable, live workers
+counted), /metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from sqlalchemy import text
 
 from api.errors import error_response
 from api.metrics import metrics as api_metrics
-from services.context import ctx
+from services.context import ctx, db
+from services.jobs import workers
 from services.redact import redact
 
 bp = Blueprint("health", __name__)
@@ -39,7 +41,17 @@ def readyz():
     for component, problem in problems.items():
         log.warning("not ready: %s: %s", component, redact(problem))
     components = {name: "failed" if name in problems else "ok" for name in ("database", "queue")}
-    response = jsonify({"status": "not ready" if problems else "ready", "components": components})
+    answer: dict[str, object] = {"status": "not ready" if problems else "ready", "components": components}
+    settings = ctx().settings
+    if "database" not in problems and workers.expects_workers(settings):
+        # Counted, never a reason to be unready: the API takes jobs while no worker runs
+        # (they wait queued, and their page says that no worker is running), and a
+        # Kubernetes readiness probe on it must not take the API away for that.
+        live = len(workers.live(db(), settings))
+        answer["workers"] = {"live": live}
+        if not live:
+            answer["warning"] = workers.NO_WORKER
+    response = jsonify(answer)
     response.status_code = 503 if problems else 200
     return response
 

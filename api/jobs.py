@@ -22,7 +22,7 @@ def _created(job):
     session = db()
     session.commit()  # the outbox sends the job's first step now, not before
     metrics().jobs_submitted.labels(source=job.source).inc()
-    response = jsonify(submissions.job_detail(session, job, ctx().settings.thresholds))
+    response = jsonify(submissions.job_detail(session, job, ctx().settings.thresholds, settings=ctx().settings))
     response.status_code = 201
     response.headers["Location"] = url_for("jobs.get_job", job_id=job.id)
     return response
@@ -83,10 +83,10 @@ def get_job(job_id: int):
     job = submissions.get_job(db(), who.project, job_id)
     stored = summaries.stored_report_text(db(), job) if job.status in lifecycle.FINISHED else None
     if stored is None:
-        return jsonify(submissions.job_detail(db(), job, ctx().settings.thresholds))
+        return jsonify(submissions.job_detail(db(), job, ctx().settings.thresholds, settings=ctx().settings))
     # The report as stored when the job finished, spliced in as it is (not parsed and
     # serialised again): the same document, the report last.
-    detail = submissions.job_detail(db(), job, ctx().settings.thresholds, with_report=False)
+    detail = submissions.job_detail(db(), job, ctx().settings.thresholds, with_report=False, settings=ctx().settings)
     head = json.dumps(detail, default=str, separators=(",", ":"))
     return Response(head[:-1] + ',"report":' + stored + "}", mimetype="application/json")
 
@@ -98,7 +98,7 @@ def cancel_job(job_id: int):
     job = submissions.get_job(session, who.project, job_id)
     lifecycle.cancel_job(session, ctx().settings, job, who.token_name)
     session.commit()
-    return jsonify(submissions.job_detail(session, job, ctx().settings.thresholds))
+    return jsonify(submissions.job_detail(session, job, ctx().settings.thresholds, settings=ctx().settings))
 
 
 @bp.post("/jobs/<int:job_id>/rerun")

@@ -103,6 +103,7 @@ def document() -> dict[str, Any]:
         ("Finding", "A finding with its triage state and history"),
         ("FindingList", "Findings, newest first"),
         ("Delivery", "What a webhook delivery did"),
+        ("WorkerList", "The workers heard from: name, node, CPUs, last heartbeat, alive or not"),
         ("Status", "Health"),
     ):
         schemas[name] = {"type": "object", "description": description}
@@ -202,6 +203,12 @@ def document() -> dict[str, Any]:
                 ],
             )
         },
+        "/api/v1/workers": {
+            "get": _operation(
+                "The workers heard from, live or not, with their last heartbeat",
+                _responses("200", "Workers", "WorkerList", ("401",)),
+            )
+        },
         "/api/v1/webhooks/github": {"post": _webhook_operation("every known secret is tried", [])},
         "/api/v1/webhooks/github/{owner}/{name}": {
             "post": _webhook_operation(
@@ -213,7 +220,7 @@ def document() -> dict[str, Any]:
         "/healthz": {"get": _operation("The process answers", _responses("200", "ok", "Status", ()), secure=False)},
         "/readyz": {
             "get": _operation(
-                "Database and queue reachable",
+                "Database and queue reachable; live workers counted (never a reason to be unready)",
                 {
                     **_responses("200", "ready", "Status", ()),
                     "503": {"description": "not ready", **_json(_ref("Status"))},

@@ -185,7 +185,8 @@ def run(
     command,
 ) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
-    from cli.run import run_job
+    from cli.run import JobFailed, run_job
+    from services.jobs.report import render_text
 
     settings = _load_settings()
     # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
@@ -211,9 +212,14 @@ def run(
     except Exception as exc:  # the job is marked failed; say why without a wall of traceback
         if os.environ.get("LAGTRACE_DEBUG"):
             raise
-        click.echo(f"lagtrace: failed: {type(exc).__name__}: {exc} (LAGTRACE_DEBUG=1 shows where)", err=True)
+        if isinstance(exc, JobFailed) and exc.report is not None:
+            # The failed job's report, which says first that it failed and why.
+            if json_path is not None:
+                json_path.write_text(json.dumps(exc.report, indent=2) + "\n")
+            click.echo(render_text(exc.report, all_tests=all_tests), nl=False)
+        why = str(exc) if isinstance(exc, JobFailed) else f"{type(exc).__name__}: {exc}"
+        click.echo(f"lagtrace: failed: {why} (LAGTRACE_DEBUG=1 shows where)", err=True)
         sys.exit(1)
-    from services.jobs.report import render_text
 
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
@@ -293,17 +299,25 @@ def serve(host: str, port: int, threads: int, processes: int | None) -> None:
     help="Serve only the light queue (reconciler, check runs). Every worker starts one of these "
     "beside itself; this option is for running more of them apart.",
 )
-def worker(concurrency: int, beat: bool, loglevel: str, light_only: bool) -> None:
-    """Run a Celery worker on LAGTRACE_BROKER_URL (measurement steps, and a light pool beside it)."""
+@click.option(
+    "--checks-only",
+    is_flag=True,
+    help="Serve only the check-run queue (GitHub check runs; LAGTRACE_CHECK_RUN_CONCURRENCY threads). "
+    "Every worker starts one of these beside itself; this option is for running more of them apart.",
+)
+def worker(concurrency: int, beat: bool, loglevel: str, light_only: bool, checks_only: bool) -> None:
+    """Run a Celery worker on LAGTRACE_BROKER_URL (measurement steps, and light and check-run pools beside it)."""
     from cli.service import worker as run_worker
 
     settings = _load_settings()
     if not settings.broker_url:
         raise click.UsageError("LAGTRACE_BROKER_URL is not set (e.g. redis://127.0.0.1:6379/0)")
-    if light_only and beat:
-        raise click.UsageError("--beat goes with a measurement worker, not --light-only")
+    if (light_only or checks_only) and beat:
+        raise click.UsageError("--beat goes with a measurement worker, not --light-only or --checks-only")
+    if light_only and checks_only:
+        raise click.UsageError("--light-only and --checks-only are two workers: start each apart")
     with _exit_on_domain_errors():
-        run_worker(settings, concurrency, beat, loglevel, light_only=light_only)
+        run_worker(settings, concurrency, beat, loglevel, light_only=light_only, checks_only=checks_only)
 
 
 @cli.command()

@@ -15,6 +15,7 @@ from services.jobs.engine import Progress, execute_job, plan_job
 from services.jobs.lifecycle import create_job
 from services.jobs.report import build_report
 from services.measure.executors import make_executor
+from services.models import Job
 from services.settings import Settings
 
 
@@ -71,7 +72,28 @@ def run_job(
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")
-            execute_job(session, job, executor, settings, progress=progress, checkpoint=session.commit)
+            try:
+                execute_job(session, job, executor, settings, progress=progress, checkpoint=session.commit)
+            except Exception as exc:
+                # The job is stored as failed, with why: its report says so first (stdout),
+                # rather than stdout staying empty and the reason on stderr alone.
+                raise JobFailed(_report_of_failed(job, settings), exc) from exc
             return build_report(job, settings.thresholds)
     finally:
         engine.dispose()
+
+
+class JobFailed(Exception):
+    """The job failed while it ran: ``report`` is its report (None where even that failed)."""
+
+    def __init__(self, report: dict | None, cause: Exception):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.report = report
+        self.cause = cause
+
+
+def _report_of_failed(job: Job, settings: Settings) -> dict | None:
+    try:
+        return build_report(job, settings.thresholds)
+    except Exception:  # a report cannot be made of what it stored: stderr still says why
+        return None

@@ -17,16 +17,16 @@ from typing import TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services import migrate
+from services import migrate, steps
 from services.accounts.tokens import TokenListing, create_token, list_tokens, revoke_tokens
 from services.accounts.users import create_user, list_users
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
 from services.github.repositories import register_repository
-from services.jobs import engine as job_engine
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
+from services.jobs.sources import sweep_forever
 from services.redact import redact
 from services.settings import Settings, prepare_work_dir
 
@@ -48,7 +48,7 @@ def in_process_dispatcher(settings: Settings, engine: Engine) -> tuple[InProcess
     """The embedded job thread (not started) and the sessions it runs steps in, which send
     their follow-up steps back to it."""
     session_factory = make_session_factory(engine)
-    dispatcher = InProcessDispatcher(lambda step: job_engine.run_step(session_factory, settings, step))
+    dispatcher = InProcessDispatcher(lambda step: steps.run_step(session_factory, settings, step))
     outbox.bind(session_factory, dispatcher)
     return dispatcher, session_factory
 
@@ -114,6 +114,9 @@ def _serve_one(settings: Settings, threads: int, **where: object) -> None:
         log.info("jobs go to the Celery workers at %s", redact(settings.broker_url))
     else:
         prepare_work_dir(settings)  # this process checks out and runs the jobs
+        threading.Thread(
+            target=sweep_forever, args=(settings, stop), name="lagtrace-checkout-sweeper", daemon=True
+        ).start()
         embedded, session_factory = in_process_dispatcher(settings, engine)
         dispatcher = embedded.start()
         # Nothing else ever ran these steps: whatever is unfinished was cut off by our last exit.
@@ -207,36 +210,52 @@ LIGHT_CONCURRENCY = 2
 LIGHT_STOP_S = 30.0
 
 
-def worker(settings: Settings, concurrency: int, beat: bool, loglevel: str, light_only: bool = False) -> None:
-    """A Celery worker on the measurement queue, with a light pool beside it.
+def worker(
+    settings: Settings,
+    concurrency: int,
+    beat: bool,
+    loglevel: str,
+    light_only: bool = False,
+    checks_only: bool = False,
+) -> None:
+    """A Celery worker on the measurement queue, with a light pool and a check-run pool beside it.
 
     Celery runs one pool per worker, and the measurement pool runs one hour-long screen at
-    a time: the light queue (worker/app.py LIGHT_QUEUE) gets a worker process of its own, a
-    child of this one, with a small thread pool. ``light_only``: be that light worker.
+    a time: the light queue (worker/app.py LIGHT_QUEUE: the reconciler) and the check-run
+    queue (CHECKS_QUEUE: GitHub calls, which may wait on GitHub) each get a worker process
+    of their own, children of this one, with a small thread pool. ``light_only`` /
+    ``checks_only``: be one of those.
     """
     from worker import make_celery
-    from worker.app import LIGHT_QUEUE, QUEUE
+    from worker.app import CHECKS_QUEUE, LIGHT_QUEUE, QUEUE
 
-    if not light_only:
-        prepare_work_dir(settings)  # the light worker checks nothing out
+    if not (light_only or checks_only):
+        prepare_work_dir(settings)  # the light and check-run workers check nothing out
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
     common = [f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
-    if light_only:
+    if light_only or checks_only:
         # The probe watches the measurement worker's main loop; this one's parent restarts it.
         app.conf.lagtrace_heartbeat_file = None
+        app.conf.lagtrace_settings = None  # nor does the database count it as a worker of its own
         threading.Thread(target=_exit_with_parent, name="lagtrace-parent-watch", daemon=True).start()
+        queue, threads = (
+            (LIGHT_QUEUE, LIGHT_CONCURRENCY) if light_only else (CHECKS_QUEUE, settings.check_run_concurrency)
+        )
         app.worker_main(
             [
                 "worker",
                 *common,
-                f"--queues={LIGHT_QUEUE}",
+                f"--queues={queue}",
                 "--pool=threads",
-                f"--concurrency={LIGHT_CONCURRENCY}",
-                f"--hostname=light-{os.getppid()}@%h",
+                f"--concurrency={threads}",
+                f"--hostname={queue}-{os.getppid()}@%h",
             ]
         )
         return
+    # Checkouts of attempts that died with an earlier process of this worker (or of any
+    # sharing its work dir) are removed now and periodically (worker/app.py CheckoutSweeper).
+    app.conf.lagtrace_sweep = settings
     argv = ["worker", *common, f"--concurrency={concurrency}", f"--queues={QUEUE}"]
     if beat:
         argv += ["--beat", f"--schedule={settings.work_dir / 'celerybeat-schedule'}"]
@@ -255,38 +274,46 @@ def _exit_with_parent() -> None:
 
 @contextmanager
 def _light_pool(loglevel: str) -> Iterator[None]:
-    """The light worker as a child process, started again if it dies, stopped with us.
+    """The light worker and the check-run worker as child processes, each started again if
+    it dies, stopped with us.
 
-    Same process group, so a signal to the worker's group reaches both."""
+    Same process group, so a signal to the worker's group reaches all."""
     stop = threading.Event()
-    current: list[subprocess.Popen] = []
-    command = [sys.executable, "-m", "cli.main", "worker", "--light-only", f"--loglevel={loglevel}"]
+    current: dict[str, subprocess.Popen] = {}
 
-    def supervise() -> None:
+    def supervise(flag: str) -> None:
+        command = [sys.executable, "-m", "cli.main", "worker", flag, f"--loglevel={loglevel}"]
         while not stop.is_set():
             child = subprocess.Popen(command)
-            current[:] = [child]
+            current[flag] = child
             code = child.wait()
             if stop.is_set():
                 return
-            log.warning("the light worker exited (%s); starting it again", code)
+            log.warning("the %s worker exited (%s); starting it again", flag.removeprefix("--"), code)
             stop.wait(1.0)
 
-    supervisor = threading.Thread(target=supervise, name="lagtrace-light-pool", daemon=True)
-    supervisor.start()
+    supervisors = [
+        threading.Thread(target=supervise, args=(flag,), name=f"lagtrace{flag.removesuffix('-only')}-pool", daemon=True)
+        for flag in ("--light-only", "--checks-only")
+    ]
+    for supervisor in supervisors:
+        supervisor.start()
     try:
         yield
     finally:
         stop.set()
-        for child in current:
+        children = list(current.values())
+        for child in children:
             if child.poll() is None:
                 child.terminate()  # a warm shutdown: it finishes the light task it runs
-                try:
-                    child.wait(LIGHT_STOP_S)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
-        supervisor.join(timeout=5)
+        for child in children:
+            try:
+                child.wait(LIGHT_STOP_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for supervisor in supervisors:
+            supervisor.join(timeout=5)
 
 
 def beat(settings: Settings, loglevel: str) -> None:

@@ -132,14 +132,20 @@ def submit_and_wait(
         archive = pack_directory(directory)
         progress(f"uploading {directory} ({len(archive) // 1024} KiB)")
         job = client.post_archive("/api/v1/jobs", spec, archive)
-    progress(f"job {job['id']} queued")
+    progress(f"job {job['id']} queued" + _warning(job))
     last = None
     while wait and job["report"] is None:
         time.sleep(poll_s)
         job = client.request("GET", f"/api/v1/jobs/{job['id']}")
         state = job["progress"]
-        line = f"job {job['id']}: {state['phase']}, {state['runs_done']}/{state['runs_planned']} runs"
+        line = f"job {job['id']}: {state['phase']}, {state['runs_done']}/{state['runs_planned']} runs" + _warning(job)
         if line != last:
             progress(line)
             last = line
     return job
+
+
+def _warning(job: dict[str, Any]) -> str:
+    """A lost worker, or none alive to take the job, as the server sees it."""
+    warning = (job.get("progress") or {}).get("warning")
+    return f" ({warning})" if warning else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from flask import Flask, g
 from sqlalchemy import Engine
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 import api
 import web
@@ -21,6 +22,12 @@ from services.settings import Settings
 def create_app(settings: Settings, dispatcher: Dispatcher, engine: Engine | None = None) -> Flask:
     """A WSGI app; jobs go to ``dispatcher`` (Celery, or `lagtrace serve`'s own thread)."""
     app = Flask("lagtrace", static_folder=None)
+    if settings.trusted_proxies:
+        # The client's address (rate limits, sign-in lockout) and scheme are what the
+        # nearest trusted proxy saw; X-Forwarded-* beyond that many hops are the client's
+        # own words and ignored. https://werkzeug.palletsprojects.com/en/stable/middleware/proxy_fix/
+        hops = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)  # type: ignore[method-assign]
     shared = AppContext.make(settings, dispatcher, engine)
     app.extensions["lagtrace"] = shared
 

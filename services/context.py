@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.accounts.ratelimit import SlidingWindow
+from services.accounts.ratelimit import Limits, Window
 from services.db import make_engine, make_session_factory
 from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher
@@ -30,13 +30,17 @@ class AppContext:
     session_factory: sessionmaker[Session]
     # What a layer adds for itself (the API's metrics), by name.
     extensions: dict[str, object] = field(default_factory=dict)
-    # Abuse limits (services.accounts.ratelimit), per process; made from the settings.
-    submissions: SlidingWindow = field(init=False)
-    sign_in_failures: SlidingWindow = field(init=False)
+    # Abuse limits (services.accounts.ratelimit): in Redis where there is one (shared by
+    # every process and replica), else in this process; made from the settings.
+    submissions: Window = field(init=False)
+    sign_in_failures: Window = field(init=False)
+    sign_in_client_failures: Window = field(init=False)
 
     def __post_init__(self) -> None:
-        self.submissions = SlidingWindow(self.settings.submissions_per_minute)
-        self.sign_in_failures = SlidingWindow(self.settings.sign_in_failures_per_minute)
+        limits = Limits(self.settings)
+        self.submissions = limits.submissions
+        self.sign_in_failures = limits.sign_in_failures
+        self.sign_in_client_failures = limits.sign_in_client_failures
 
     @classmethod
     def make(cls, settings: Settings, dispatcher: Dispatcher, engine: Engine | None = None) -> AppContext:

@@ -23,8 +23,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from services.measure import evidence as evidence_model
-from services.measure.evidence import EvidenceContent
+from services import evidence as evidence_model
+from services.evidence import EvidenceContent
 
 
 def utcnow() -> dt.datetime:
@@ -259,7 +259,7 @@ class Evidence(Base):
 
     @property
     def parsed(self) -> EvidenceContent:
-        """The content as its kind's model (services/measure/evidence.py)."""
+        """The content as its kind's model (services/evidence.py)."""
         return evidence_model.parse(self.kind, self.content)
 
 
@@ -279,7 +279,7 @@ class Finding(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(default=dict)
     evidence_ids: Mapped[list[Any]] = mapped_column(default=list)
     fingerprint: Mapped[str] = mapped_column(String(64), index=True)
-    # Triage (the dashboard issue groups these by fingerprint across jobs).
+    # Triage (the dashboard groups these by fingerprint across jobs: docs/guides/dashboard.md).
     status: Mapped[TriageStatus] = mapped_column(_enum(TriageStatus), default=TriageStatus.new)
     assignee: Mapped[str | None] = mapped_column(String(200))
     note: Mapped[str | None] = mapped_column(Text)
@@ -589,3 +589,20 @@ class ProblemSummary(Base):
     # The newest finding's slowdown ratio, at least 1 (1 for kinds without one): the inbox
     # orders by ratio x recurrence without parsing every problem's metrics (JSON) per view.
     ratio: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+
+
+class Worker(Base):
+    """A running `lagtrace worker` (its main process), refreshed by its own heartbeat
+    whether or not it runs a step (services/jobs/workers.py): the service knows which
+    workers are alive from the database, not from the broker."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # host/pid
+    node: Mapped[str | None] = mapped_column(String(255))  # the Kubernetes node (LAGTRACE_NODE_NAME)
+    cpus: Mapped[str] = mapped_column(String(255))  # the CPUs it measures on, a kernel list
+    cpu_model: Mapped[str | None] = mapped_column(String(200))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from services.errors import Misconfigured
 from services.thresholds import Thresholds
 
-# The runner image's user (services/measure/executors/docker.py): it reads the checkouts.
+# The runner image's user (services/measure/executors/docker_guards.py): it reads the checkouts.
 RUNNER_UID = 1000
 
 
@@ -28,7 +29,7 @@ class Settings(BaseSettings):
 
     # The embedded default is a SQLite file, so `lagtrace run` needs no server.
     database_url: str = Field(default_factory=lambda: f"sqlite:///{_data_dir() / 'lagtrace.db'}")
-    # Unset: jobs run in-process (filled by the service issue).
+    # Unset: jobs run in-process (`lagtrace serve` runs them itself, one at a time).
     broker_url: str | None = None
     artifact_dir: Path = Field(default_factory=lambda: _data_dir() / "artifacts")
     # Evidence artifacts (cores, flame graphs) are stored zstd-compressed; one larger than
@@ -100,12 +101,39 @@ class Settings(BaseSettings):
     work_dir: Path = Field(default_factory=lambda: _data_dir() / "work")
     # file:// and plain paths read the server's own disk: only for tests and one-machine use.
     allow_file_repositories: bool = False
+    # The hosts https:// repositories may be cloned from, comma-separated ("*": any host).
+    # Unset: github.com and the GitHub Enterprise host of github_api_url, if it is one.
+    repository_hosts: Annotated[list[str] | None, NoDecode] = None
+    # A repository host whose address is loopback, link-local, private or otherwise not
+    # global (the cloud's metadata service, the cluster's own services) is refused unless
+    # the address is in one of these networks (comma-separated CIDRs, e.g. a GitHub
+    # Enterprise at 10.20.0.0/16). Every address the host resolves to is checked, and git
+    # connects only to those (http.curloptResolve; no redirects).
+    repository_allowed_networks: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_archive_bytes: int = Field(50 * 1024 * 1024, gt=0)
     # An uploaded tarball unpacked: total bytes, members, and unpacked/packed ratio (a bomb).
     max_archive_unpacked_bytes: int = Field(500 * 1024 * 1024, gt=0)
     max_archive_members: int = Field(20000, gt=0)
     max_archive_ratio: float = Field(100.0, gt=1)
+    # What one archive's paths may be: the bytes of a member's path or a link's target
+    # (Linux's PATH_MAX), and their depth in directories; and the size of one extended
+    # (PAX or GNU long-name) header, which tarfile reads whole. Headers, directories and
+    # link text count toward the members and the unpacked bytes above.
+    max_archive_path_bytes: int = Field(4096, gt=0)
+    max_archive_path_depth: int = Field(64, gt=0)
+    max_archive_header_bytes: int = Field(64 * 1024, ge=512)
+    # The unpacking runs in a child process of its own with these caps: its address space
+    # (RLIMIT_AS: an xz stream's dictionary is allocated there), its CPU time (RLIMIT_CPU)
+    # and its wall time.
+    max_archive_memory_bytes: int = Field(256 * 1024 * 1024, ge=32 * 1024 * 1024)
+    max_archive_cpu_s: int = Field(60, gt=0)
+    archive_unpack_timeout_s: float = Field(120.0, gt=0)
     clone_timeout_s: float = Field(300.0, gt=0)
+    # A worker removes the checkouts of attempts whose process died (killed, OOM, a
+    # restarted container) when it starts and this often; a live attempt's are kept.
+    checkout_sweep_interval_s: float = Field(300.0, gt=0)
+    # Check-run updates (GitHub API calls) a worker sends at once, on their own pool.
+    check_run_concurrency: int = Field(4, ge=1, le=64)
     # A clone's checked-out tree (and any one file git writes) may not exceed this.
     max_clone_bytes: int = Field(1024 * 1024 * 1024, gt=0)
     # --- What a job may do (the service: API, dashboard, webhooks, workers) ----------
@@ -117,9 +145,20 @@ class Settings(BaseSettings):
     max_stall_after_s: float = Field(600.0, gt=0)
     # Stored evidence artifacts of one job, compressed; past it, artifacts are left out.
     artifact_job_quota_bytes: int = Field(1024 * 1024 * 1024, gt=0)
-    # Abuse limits, per API token and per sign-in name/address, in a sliding minute.
+    # Abuse limits in a sliding minute: submissions per API token (and per dashboard user),
+    # failed sign-ins per account and client, and per client whatever the names (spraying).
+    # Kept in Redis where there is one (the broker's, or rate_limit_storage_url: shared by
+    # every process and replica), else in the one serving process's memory.
     submissions_per_minute: int = Field(30, ge=1)
     sign_in_failures_per_minute: int = Field(5, ge=1)
+    sign_in_client_failures_per_minute: int = Field(20, ge=1)
+    # A redis:// (or rediss://) URL for the rate limits other than the broker's; "memory://"
+    # keeps them in each process (not shared).
+    rate_limit_storage_url: str | None = None
+    # Proxies in front of the service that set X-Forwarded-For/-Proto (an Ingress: 1). The
+    # client's address is then the one the nearest trusted proxy saw, not the proxy's own.
+    # 0: the connection's address (a proxy's would be everybody's).
+    trusted_proxies: int = Field(0, ge=0, le=5)
     # New API tokens expire after this many days (`lagtrace token create --days` overrides).
     token_days: float = Field(90.0, gt=0)
     # A task is killed at its hard limit, which must come before the broker hands the
@@ -203,6 +242,34 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
+
+    @field_validator("repository_hosts", "repository_allowed_networks", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip().lower() for item in value.split(",") if item.strip()]
+        return value
+
+    @field_validator("repository_allowed_networks")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"LAGTRACE_REPOSITORY_ALLOWED_NETWORKS: {item!r} is not a network") from None
+        return value
+
+    @property
+    def repository_host_list(self) -> list[str]:
+        """The hosts repositories may be cloned from (see ``repository_hosts``)."""
+        if self.repository_hosts is not None:
+            return [host.lower() for host in self.repository_hosts]
+        hosts = ["github.com"]
+        api_host = (urlsplit(self.github_api_url).hostname or "").lower()
+        if api_host and api_host not in ("api.github.com", "github.com"):
+            hosts.append(api_host)  # GitHub Enterprise: https://HOST/api/v3
+        return hosts
 
     @field_validator("allowed_executors")
     @classmethod

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 class Thresholds(BaseModel):
     # cpu_sensitivity: slowest vs fastest configuration median ratio that counts as a
-    # finding (DESIGN.md section 5: >= 2x), when a rank test says the configurations
+    # finding (docs/reference/findings.md: >= 2x), when a rank test says the configurations
     # differ at all (cpu_sensitivity_fdr below).
     cpu_sensitivity_ratio: float = Field(2.0, gt=1.0)
     # Ratios from which a cpu_sensitivity finding is medium / high severity.
@@ -40,7 +40,7 @@ class Thresholds(BaseModel):
     # A test whose slowest and fastest configurations look apart on their own (the pair's
     # rank test under cpu_sensitivity_fdr, the ratio gates passed) but is no discovery yet
     # after --repeat runs gets up to this many more runs of that pair: at 5 runs a pair's
-    # smallest p-value is 0.008, at 9 it is 4e-5 (issue 22: a websocket test fully apart
+    # smallest p-value is 0.008, at 9 it is 4e-5 (docs/explanations/statistics.md: a websocket test fully apart
     # 5 against 5 was missed). The false positive rate with them: bench_false_positives.
     undecided_extra_runs: int = Field(4, ge=0)
     # A pytest suite of at least focus_min_tests tests is surveyed (services/measure/survey.py):
@@ -53,7 +53,7 @@ class Thresholds(BaseModel):
     # After this many focused rounds, a kept test that every round cleared by the survey's
     # own rule (and whose runs show no two modes) stops being rerun (0: never).
     focus_futility_runs: int = Field(2, ge=0)
-    # A job's time budget (issue 23) when none is given (`--budget`, budget_s): this many
+    # A job's time budget (docs/explanations/cost-model.md) when none is given (`--budget`, budget_s): this many
     # times the wall time of its first run in the configuration with the most CPUs (a
     # surveyed suite's survey run there, else the command's warm-up), never below
     # budget_floor_s. It counts the wall time of every run of the job (survey, timing,
@@ -115,18 +115,25 @@ class Thresholds(BaseModel):
     # share of the untraced median (a pool's workers sleeping between jobs make a few
     # hundred calls, which hold most of a quiet program's syscall time and none of its run).
     futex_min_share: float = Field(0.05, ge=0, le=1)
+    # ... and high where futex holds at least this share of syscall time (story 1: 97-99 %).
+    futex_storm_high_pct: float = Field(95.0, gt=0, le=100)
 
     # busy_polling: sleep and non-blocking wait syscalls (nanosleep, wait4 with WNOHANG;
     # strace) per second of a traced run of at least busy_polling_min_wall_s, at a CPU
     # share no higher than busy_polling_max_cpu_share (a loop that computes is not polling).
     # A slow poller counts: psutil 5.x's Process.wait(timeout) wakes ~28 times a second
-    # (DESIGN.md story 4: 258 context switches in a 10 s wait, against 2 for a blocking one).
+    # (docs/explanations/design.md, story 4: 258 context switches in a 10 s wait, against 2 for a blocking one).
     # Selector waits (epoll_wait, poll, select) are not counted: an event loop blocks there.
     busy_polling_min_calls_per_s: float = Field(10.0, gt=0)
     busy_polling_min_calls: int = Field(20, ge=1)
     busy_polling_min_switches_per_s: float = Field(10.0, gt=0)
     busy_polling_max_cpu_share: float = Field(0.5, gt=0, le=1)
     busy_polling_min_wall_s: float = Field(0.5, ge=0)
+    # Below this many wake-ups a second, sleeps alone do not make a poller (a peer that
+    # trickles its answer every 50 ms sleeps 20 times a second and polls nothing): a slow
+    # poller also checks between its sleeps, at least this many times per sleep.
+    busy_polling_fast_per_s: float = Field(100.0, gt=0)
+    busy_polling_min_checks_per_sleep: float = Field(0.5, ge=0)
 
     # tiny_reads: at least this many reads with data per run whose typical size (the
     # median, from the reads probe's strace of every read; the /proc io mean before a drill)
@@ -181,6 +188,15 @@ class Thresholds(BaseModel):
     # only its own plugins starts in ~0.3 s here: a small healthy suite stays below.
     slow_startup_share: float = Field(0.5, gt=0, le=1)
     slow_startup_min_s: float = Field(0.5, ge=0)
+    # ... medium from this share of the run (and, for a pytest run, this many seconds).
+    slow_startup_medium_share: float = Field(0.75, gt=0, le=1)
+    slow_startup_medium_s: float = Field(1.0, ge=0)
+    # The least share of a pytest start-up that plugin and conftest imports must hold before
+    # the finding blames them: 44 % in the corpus's 18-plugin case, 9 % in jsonschema's suite.
+    slow_startup_plugin_share: float = Field(0.25, gt=0, le=1)
+    # A start-up that imports do not explain is pytest's and collection's; below this it is
+    # the ordinary price of a pytest run.
+    slow_startup_collection_min_s: float = Field(1.0, ge=0)
 
     # gil_contention from the clock's looks at the threads before the stall deadline: a
     # thread waited for the GIL in at least this share of them in the slow configuration,

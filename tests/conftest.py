@@ -53,6 +53,31 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(f"{reason} (run `make test`, which provisions it)")
 
 
+_PROVISIONED: dict[str, str | None] = {}
+
+
+def provisioned(tool: str, variable: str) -> str:
+    """The chart's tooling (``helm``: a binary's path; ``image``: the service image): from
+    ``variable`` when set, else made now by .ci/provision-chart.sh (cached per machine, so
+    only the first call builds), which .ci/provision.sh leaves out. A tool that cannot be
+    made skips locally, with the script's reason, and fails in CI (``require``)."""
+    if os.environ.get(variable):
+        return os.environ[variable]
+    if tool not in _PROVISIONED:
+        done = subprocess.run(
+            [str(REPO / ".ci" / "provision-chart.sh"), tool], cwd=REPO, capture_output=True, text=True, timeout=3600
+        )
+        _PROVISIONED[tool] = done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+        if _PROVISIONED[tool] is None:
+            _PROVISIONED[f"{tool}:error"] = done.stderr.strip()[-2000:]
+    made = _PROVISIONED[tool]
+    require(
+        made is not None,
+        f"{variable} is not set and .ci/provision-chart.sh {tool} failed: {_PROVISIONED.get(f'{tool}:error')}",
+    )
+    return str(made)
+
+
 @pytest.fixture(scope="session")
 def postgres_server_url() -> str:
     url = os.environ.get("LAGTRACE_TEST_POSTGRES_URL")

@@ -3,7 +3,7 @@ the cause (the job's diagnosis of the test), the slow configuration's evidence b
 the fast one's, the runs, the other jobs with the same problem, and whether the machine
 was busy while the runs were timed.
 
-Evidence content is read through its kind's model (services/measure/evidence.py), so
+Evidence content is read through its kind's model (services/evidence.py), so
 templates compare kinds with ``EvidenceKind`` members and read typed fields.
 """
 
@@ -17,9 +17,9 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.jobs.submit import finished_report
 from services.measure import hostload
-from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.measure.samples import collect
 from services.models import COMMAND_KINDS, Evidence, Finding, Job, JobConfig, Run
 from services.thresholds import Thresholds

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import quote_plus
 
 from flask import (
@@ -31,12 +31,12 @@ from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
 from services.errors import BadInput, LagtraceError, NotFound
+from services.evidence import EvidenceKind
 from services.jobs import check_runs, lifecycle
 from services.jobs import submit as submissions
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec
 from services.measure.artifacts import make_artifact_store
-from services.measure.evidence import EvidenceKind
 from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
 from services.models import Evidence, JobStatus, TriageStatus
@@ -96,7 +96,8 @@ def path_to(endpoint: str, key: str) -> str:
     """The path of ``endpoint`` without its last part, an integer ``key``: a list appends each
     row's id to it. One url_for a page, not one a row (25 µs each: a 50-row list's links
     cost more than the rest of its rendering)."""
-    path = url_for(endpoint, **{key: 0})
+    values: dict[str, Any] = {key: 0}  # typed as url_for's values, not its _anchor/_external options
+    path = url_for(endpoint, **values)
     if not path.endswith("/0"):
         raise ValueError(f"{endpoint}: {key} is not the last part of its path ({path})")
     return path[:-1]
@@ -110,7 +111,8 @@ _ROW_KEY = 987654321987
 def path_around(endpoint: str, key: str, **values: Any) -> tuple[str, str]:
     """The path of ``endpoint`` cut where its integer ``key`` goes, for a row's key
     between the two parts (path_to's case when the key is not last: `/jobs/<id>/test?id=`)."""
-    before, marker, after = url_for(endpoint, **{key: _ROW_KEY}, **values).partition(str(_ROW_KEY))
+    values[key] = _ROW_KEY
+    before, marker, after = url_for(endpoint, **values).partition(str(_ROW_KEY))
     if not marker or str(_ROW_KEY) in after:
         raise ValueError(f"{endpoint}: {key} is not in its path once")
     return before, after
@@ -244,22 +246,28 @@ def sign_in_page():
         return render_template("sign_in.html", next_url=next_url, error=None)
     session_ = db()
     username = request.form.get("username", "")
-    # Failed attempts are counted per name and per address: guessing one user's password,
-    # or spraying one password over many names, both stop at the limit (a right password
-    # included, until the window has passed).
-    failures = ctx().sign_in_failures
-    keys = (f"user:{username.strip().lower()}", f"address:{request.remote_addr}")
+    # Failed attempts are counted per account and client, and per client: guessing one
+    # user's password stops at LAGTRACE_SIGN_IN_FAILURES_PER_MINUTE, spraying guesses over
+    # many names at LAGTRACE_SIGN_IN_CLIENT_FAILURES_PER_MINUTE (a right password included,
+    # until the window has passed). Never per account alone, nor globally: a stranger's
+    # guesses do not lock the user out. The client is the address the nearest trusted proxy
+    # saw (LAGTRACE_TRUSTED_PROXIES, cli/wsgi.py).
+    client = request.remote_addr or "unknown"
+    limits = (
+        (ctx().sign_in_failures, f"{username.strip().lower()}|{client}"),
+        (ctx().sign_in_client_failures, client),
+    )
     try:
-        for key in keys:
-            failures.check(key, "failed sign-ins")
+        for window, key in limits:
+            window.check(key, "failed sign-ins")
     except TooManyRequests as exc:
         response = render_template("sign_in.html", next_url=next_url, error=str(exc)), 429
         return (*response, {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))})
     try:
         user = sign_in(session_, username, request.form.get("password", ""))
     except SignInFailed as exc:
-        for key in keys:
-            failures.hit(key)
+        for window, key in limits:
+            window.hit(key)
         return render_template("sign_in.html", next_url=next_url, error=str(exc)), 401
     session_.commit()
     auth.start_session(user)
@@ -282,10 +290,19 @@ def sign_out():
 INBOX_PER_PAGE = 50
 
 
+class InboxFilters(TypedDict):
+    """The inbox's filters (services/diagnose/inbox.py inbox), as the page shows them too."""
+
+    project_id: int | None
+    kind: str | None
+    status: str | None
+    severity: str | None
+
+
 @bp.get("/")
 def inbox():
     ids = auth.project_ids()
-    filters = {
+    filters: InboxFilters = {
         "project_id": _int_arg("project"),
         "kind": request.args.get("kind") or None,
         "status": request.args.get("status") or None,
@@ -400,7 +417,7 @@ def new_job():
 def job(job_id: int):
     found = auth.visible_job(job_id)
     # The digest stored when the job finished: flagged, widest and slowest tests, the rest counted.
-    detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True)
+    detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True, settings=ctx().settings)
     report = detail["report"]
     labels, rows = build_matrix(report) if report else ([], [])
     return render_template(
@@ -446,7 +463,7 @@ def job_tests(job_id: int):
 def job_progress(job_id: int):
     """For the page's script: the progress bar without a reload (the page itself also refreshes)."""
     found = auth.visible_job(job_id)
-    return jsonify({"status": found.status.value, **submissions.progress(db(), found)})
+    return jsonify({"status": found.status.value, **submissions.progress(db(), found, ctx().settings)})
 
 
 @bp.get("/jobs/<int:job_id>/test")
@@ -494,6 +511,16 @@ def test(job_id: int):
 NO_BRANCH = "(none)"  # the filter's name for jobs without a branch (an uploaded archive)
 
 
+class CatalogueFilters(TypedDict):
+    """The catalogue's filters (web/catalogue.py catalogue), as the page shows them too."""
+
+    project_id: int | None
+    branch: str | None
+    config: str | None
+    open_only: bool
+    search: str | None
+
+
 def _branch_arg() -> str | None:
     value = request.args.get("branch") or None
     return "" if value == NO_BRANCH else value
@@ -503,7 +530,7 @@ def _branch_arg() -> str | None:
 def tests():
     # Read only: each job brings the catalogue up to date when it finishes (services/jobs/summaries.py).
     ids = auth.project_ids()
-    filters = {
+    filters: CatalogueFilters = {
         "project_id": _int_arg("project"),
         "branch": _branch_arg(),
         "config": request.args.get("config") or None,

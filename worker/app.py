@@ -1,6 +1,6 @@
 """The Celery app factory, its reliability settings, and the tasks.
 
-Each task takes ids and runs one step of the job engine (services.jobs.engine, which
+Each task takes ids and runs one step of the job engine (services/steps.py, which
 claims the step in the database ledger first); the outbox sends the next steps once the
 step's transaction commits. Messages are
 acknowledged late, so a worker that dies mid-run leaves its message to be redelivered
@@ -24,21 +24,27 @@ from celery.signals import worker_process_init
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from services import steps
 from services.db import make_engine, make_session_factory
-from services.jobs import engine as job_engine
-from services.jobs import outbox
+from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
+from services.jobs import workers as registry
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
 # Measurement work (prepare, screen, finish): one task at a time per worker, hours long.
 QUEUE = "lagtrace"
-# Light work (the reconciler, GitHub check runs): seconds long, and served by every
-# worker's own light pool (cli/service.py), so it never waits behind a screen; behind one,
-# the reconciler's message expired unrun and a killed step waited for the backlog to drain.
+# Light work (the reconciler): seconds long, and served by every worker's own light pool
+# (cli/service.py), so it never waits behind a screen; behind one, the reconciler's message
+# expired unrun and a killed step waited for the backlog to drain.
 LIGHT_QUEUE = "light"
-LIGHT_KINDS = frozenset({NOTIFY, RECONCILE})
+LIGHT_KINDS = frozenset({RECONCILE})
+# GitHub check runs: a pool of their own beside the light one, because each GitHub call
+# may wait up to 10 s per socket operation; sharing the light pool, a GitHub outage held
+# the reconciler about 5 s per queued check run.
+CHECKS_QUEUE = "checks"
+CHECK_KINDS = frozenset({NOTIFY})
 # How often the heartbeat file is touched; a probe allows several missed beats.
 HEARTBEAT_INTERVAL_S = 5.0
 
@@ -48,7 +54,9 @@ def task_name(kind: str) -> str:
 
 
 def queue_for(kind: str) -> str:
-    return LIGHT_QUEUE if kind in LIGHT_KINDS else QUEUE
+    if kind in LIGHT_KINDS:
+        return LIGHT_QUEUE
+    return CHECKS_QUEUE if kind in CHECK_KINDS else QUEUE
 
 
 class CeleryDispatcher:
@@ -124,6 +132,77 @@ def _touch(path: Path) -> None:
         log.warning("could not touch the heartbeat file %s", path, exc_info=True)
 
 
+class Registration(bootsteps.StartStopStep):
+    """Keeps this worker's row in the database fresh (services/jobs/workers.py), idle or
+    busy, from a thread of the main process: the service knows which workers are alive
+    from the database, the record, not from the broker. A worker stopping on purpose
+    removes its row; one killed leaves it to lapse.
+
+    A thread rather than the worker's timer: a database that hangs must not stall the
+    main loop (the liveness probe's heartbeat would go stale and the pod restart, which
+    cures nothing). Its beats are every Settings.heartbeat_interval_s, as a step's are.
+    """
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.settings: Settings | None = parent.app.conf.get("lagtrace_settings")
+        self.concurrency = parent.concurrency or 1
+        self.identity: registry.Identity | None = None
+        self._engine: Engine | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        parent.lagtrace_registration = self
+
+    def start(self, parent) -> None:
+        if self.settings is None:
+            return
+        self.identity = registry.Identity.here(self.settings, self.concurrency)
+        self._engine = make_engine(self.settings, pool_size=1)
+        # Pool processes forked from this one must not use (or close) its connection.
+        worker_process_init.connect(self._after_fork, weak=False)
+        self._thread = threading.Thread(target=self._loop, name="lagtrace-worker-heartbeat", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        """False once its thread died: the liveness heartbeat then goes stale too."""
+        return self._thread is None or self._thread.is_alive()
+
+    def beat(self) -> None:
+        assert self._engine is not None and self.identity is not None
+        with Session(self._engine) as session:
+            registry.beat(session, self.identity)
+            session.commit()
+
+    def _loop(self) -> None:
+        assert self.settings is not None
+        while True:
+            try:
+                self.beat()
+            except Exception as exc:
+                # The database is away: the row lapses and the next beat brings it back.
+                log.warning("worker heartbeat missed: %s: %s", type(exc).__name__, exc)
+            if self._stop.wait(self.settings.heartbeat_interval_s):
+                return
+
+    def _after_fork(self, **_kwargs) -> None:
+        if self._engine is not None:
+            self._engine.dispose(close=False)
+
+    def stop(self, parent) -> None:
+        if self._thread is None or self._engine is None or self.identity is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=15)
+        try:
+            with Session(self._engine) as session:
+                registry.leave(session, self.identity.name)
+                session.commit()
+        except Exception as exc:
+            log.warning("could not remove this worker's row (it lapses): %s: %s", type(exc).__name__, exc)
+        self._engine.dispose()
+        self._thread = None
+
+
 class Heartbeat(bootsteps.StartStopStep):
     """Touches LAGTRACE_WORKER_HEARTBEAT_FILE from the worker's own timer.
 
@@ -131,6 +210,8 @@ class Heartbeat(bootsteps.StartStopStep):
     is stuck (a hung broker connection) but stays fresh while a pool process runs a long
     measured task: a liveness probe on it restarts dead workers, never busy ones. Cheaper
     and more honest than `celery inspect ping`, which needs the broker and a free consumer.
+    It goes stale too when the thread keeping the worker's database row fresh died
+    (Registration): a worker the service takes for dead is restarted, not left running.
     """
 
     requires: ClassVar = {"celery.worker.components:Timer"}
@@ -144,8 +225,16 @@ class Heartbeat(bootsteps.StartStopStep):
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _touch(self.path)
-        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, _touch, (self.path,), priority=10)
+        registration: Registration | None = getattr(parent, "lagtrace_registration", None)
+
+        def touch(path: Path) -> None:
+            if registration is None or registration.alive():
+                _touch(path)
+            else:
+                log.error("the worker's database heartbeat thread died: the liveness heartbeat stops")
+
+        touch(self.path)
+        self.tref = parent.timer.call_repeatedly(HEARTBEAT_INTERVAL_S, touch, (self.path,), priority=10)
 
     def stop(self, parent) -> None:
         if self.tref is not None:
@@ -154,6 +243,30 @@ class Heartbeat(bootsteps.StartStopStep):
         if self.path is not None:
             # A stopped worker is not alive: do not leave a fresh file for the next probe.
             self.path.unlink(missing_ok=True)
+
+
+class CheckoutSweeper(bootsteps.StartStopStep):
+    """Removes the checkouts of attempts whose process died (services/jobs/sources.py
+    sweep_checkouts), once at start and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S, on a
+    thread of its own: a large tree's removal must not stall the worker's event loop (and
+    its heartbeat). Only a worker that checks code out has one (``lagtrace_sweep``)."""
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.settings: Settings | None = parent.app.conf.get("lagtrace_sweep")
+        self.stopping = threading.Event()
+
+    def start(self, parent) -> None:
+        if self.settings is not None:
+            threading.Thread(
+                target=sources.sweep_forever,
+                args=(self.settings, self.stopping),
+                name="lagtrace-checkout-sweeper",
+                daemon=True,
+            ).start()
+
+    def stop(self, parent) -> None:
+        self.stopping.set()
 
 
 class HeartbeatScheduler(Scheduler):
@@ -178,7 +291,7 @@ def make_celery(settings: Settings) -> Celery:
     app = Celery("lagtrace", broker=settings.broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=QUEUE,
-        task_routes={task_name(kind): {"queue": LIGHT_QUEUE} for kind in LIGHT_KINDS},
+        task_routes={task_name(kind): {"queue": queue_for(kind)} for kind in LIGHT_KINDS | CHECK_KINDS},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
@@ -186,7 +299,7 @@ def make_celery(settings: Settings) -> Celery:
         # A worker killed mid-task (OOM, node lost) must not ack: the message comes back.
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        # One measured run per node by default (DESIGN.md section 8).
+        # One measured run per node by default (docs/explanations/design.md#one-measurement-per-node).
         worker_concurrency=1,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
@@ -197,6 +310,8 @@ def make_celery(settings: Settings) -> Celery:
         beat_max_loop_interval=HEARTBEAT_INTERVAL_S,
         beat_scheduler=f"{HeartbeatScheduler.__module__}:{HeartbeatScheduler.__qualname__}",
         lagtrace_heartbeat_file=settings.worker_heartbeat_file,
+        # The measurement worker sweeps its work dir (cli/service.py; the light pools do not).
+        lagtrace_sweep=None,
         beat_schedule={
             "reconcile": {
                 "task": task_name(RECONCILE),
@@ -208,7 +323,11 @@ def make_celery(settings: Settings) -> Celery:
             }
         },
     )
+    # The light worker (cli/service.py) is part of its measurement worker: not counted apart.
+    app.conf.lagtrace_settings = settings
+    app.steps["worker"].add(Registration)
     app.steps["worker"].add(Heartbeat)
+    app.steps["worker"].add(CheckoutSweeper)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 
@@ -216,7 +335,7 @@ def make_celery(settings: Settings) -> Celery:
         # One task per step, so that steps can be routed and rate-limited apart; the body
         # is the same: ids in, one engine step (which commits; the outbox sends what follows).
         def task(job_id: int, name: str) -> None:
-            job_engine.run_step(database.session_factory(), settings, Step(kind, job_id, name))
+            steps.run_step(database.session_factory(), settings, Step(kind, job_id, name))
 
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)

@@ -1,7 +1,10 @@
-"""Sliding-window rate limits: API submissions per token, failed sign-ins per name and address.
+"""Sliding-window rate limits: API submissions per token, failed sign-ins per account and
+client, and per client.
 
-Kept in the memory of each API process: a deployment with several API replicas
-multiplies the allowance by their number (put the limit at the ingress there too).
+Shared by every serving process and replica where the service has Redis (the broker's, or
+LAGTRACE_RATE_LIMIT_STORAGE_URL): kept there by the ``limits`` library (Flask-Limiter's
+storage and strategy layer) in a moving window. Without Redis (`lagtrace serve` with no
+broker is one process) they are kept in this process's memory, in a bounded table.
 """
 
 from __future__ import annotations
@@ -9,8 +12,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from typing import Protocol
 
-from services.errors import LagtraceError
+from limits import RateLimitItemPerSecond
+from limits.errors import StorageError
+from limits.storage import Storage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+
+from services.errors import LagtraceError, Misconfigured, ServiceUnreachable
+from services.settings import Settings
 
 
 class TooManyRequests(LagtraceError):
@@ -87,3 +97,90 @@ class SlidingWindow:
             now = self._clock()
             self._refuse_if_full(key, now, what)
             self._add(key, now)
+
+
+class Window(Protocol):
+    """What the API and the dashboard need of a limit: check, count, or both at once."""
+
+    limit: int
+
+    def check(self, key: str, what: str) -> None: ...
+
+    def hit(self, key: str) -> None: ...
+
+    def take(self, key: str, what: str) -> None: ...
+
+
+class SharedWindow:
+    """At most ``limit`` events per key in any ``window_s`` seconds, counted in a storage of
+    the ``limits`` library (Redis: shared by every process that names it)."""
+
+    def __init__(self, storage: Storage, limit: int, namespace: str, window_s: int = 60):
+        self.limit, self.window_s = limit, window_s
+        self._limiter = MovingWindowRateLimiter(storage)
+        self._item = RateLimitItemPerSecond(limit, window_s, namespace=namespace)
+        self._where = storage.__class__.__name__
+
+    def _refusal(self, key: str, what: str) -> TooManyRequests:
+        stats = self._guarded(lambda: self._limiter.get_window_stats(self._item, key))
+        retry = max(1.0, stats.reset_time - time.time())
+        return TooManyRequests(f"{what}: more than {self.limit} in {self.window_s:g} s; retry later", retry)
+
+    def _guarded(self, action):
+        try:
+            return action()
+        except (StorageError, OSError, ConnectionError) as exc:
+            raise ServiceUnreachable(f"the rate limits' store is unavailable ({type(exc).__name__})") from None
+        except Exception as exc:  # redis-py's errors, without importing the client here
+            if type(exc).__module__.startswith("redis"):
+                raise ServiceUnreachable(f"the rate limits' store is unavailable ({type(exc).__name__})") from None
+            raise
+
+    def check(self, key: str, what: str) -> None:
+        if not self._guarded(lambda: self._limiter.test(self._item, key)):
+            raise self._refusal(key, what)
+
+    def hit(self, key: str) -> None:
+        self._guarded(lambda: self._limiter.hit(self._item, key))
+
+    def take(self, key: str, what: str) -> None:
+        if not self._guarded(lambda: self._limiter.hit(self._item, key)):
+            raise self._refusal(key, what)
+
+
+def storage_url(settings: Settings) -> str | None:
+    """Where limits are shared: LAGTRACE_RATE_LIMIT_STORAGE_URL, else a Redis broker's URL;
+    None: in this process only."""
+    if settings.rate_limit_storage_url:
+        return settings.rate_limit_storage_url
+    broker = settings.broker_url or ""
+    if broker.startswith(("redis://", "rediss://", "unix://")):
+        return broker
+    return None
+
+
+class Limits:
+    """The service's abuse limits, made once per serving process from the settings."""
+
+    def __init__(self, settings: Settings):
+        url = storage_url(settings)
+        self.shared = url is not None and not url.startswith("memory://")
+        if url is None or not self.shared:
+            self.submissions: Window = SlidingWindow(settings.submissions_per_minute)
+            self.sign_in_failures: Window = SlidingWindow(settings.sign_in_failures_per_minute)
+            self.sign_in_client_failures: Window = SlidingWindow(settings.sign_in_client_failures_per_minute)
+            return
+        # Short socket timeouts: a request waits on the store at most that long.
+        storage = storage_from_string(url, socket_timeout=2, socket_connect_timeout=2)
+        if not isinstance(storage, Storage):  # an async:// scheme
+            raise Misconfigured(
+                f"LAGTRACE_RATE_LIMIT_STORAGE_URL: {url.split('://', 1)[0]}:// is not a storage for this"
+            )
+        # One installation's keys apart from another's sharing the Redis (token and user ids
+        # are per database).
+        prefix = f"lagtrace/{settings.installation}"
+        self.submissions = SharedWindow(storage, settings.submissions_per_minute, f"{prefix}/submissions")
+        self.sign_in_failures = SharedWindow(storage, settings.sign_in_failures_per_minute, f"{prefix}/sign-in")
+        self.sign_in_client_failures = SharedWindow(
+            storage, settings.sign_in_client_failures_per_minute, f"{prefix}/sign-in-client"
+        )

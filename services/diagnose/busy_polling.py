@@ -1,6 +1,6 @@
 """busy_polling: waiting by waking up to check (short sleeps, WNOHANG waits), not on an event.
 
-DESIGN.md story 4: `Popen.wait(timeout)` (and psutil 5.x's `Process.wait(timeout)`)
+docs/explanations/design.md, story 4: `Popen.wait(timeout)` (and psutil 5.x's `Process.wait(timeout)`)
 sleep in a loop of growing short sleeps around a non-blocking waitpid; an event-driven
 wait cut voluntary context switches for a 10 s wait from 258 to 2. Slow pollers count
 too: tens of wake-ups per second at almost no CPU over a long wait.
@@ -17,16 +17,12 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import StraceContent
+from services.evidence import StraceContent
 
 SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
 # Non-blocking checks a poller makes between its sleeps (waitpid with WNOHANG).
 CHECKS = frozenset({"wait4", "waitid"})
 POLLING_SYSCALLS = SLEEPS | CHECKS
-# Below this many wake-ups a second, sleeps alone do not make a poller (a peer that
-# trickles its answer every 50 ms sleeps 20 times a second and polls nothing): a slow
-# poller also checks between its sleeps, as many times as it sleeps or more.
-FAST_POLL_PER_S = 100.0
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -51,7 +47,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
             continue
         sleeps = sum(row.calls for row in rows if row.name in SLEEPS)
         checks = calls - sleeps
-        if calls_per_s < FAST_POLL_PER_S and checks < 0.5 * sleeps:
+        if calls_per_s < limits.busy_polling_fast_per_s and checks < limits.busy_polling_min_checks_per_sleep * sleeps:
             continue
         wall = statistics.median(r.wall_s for r in timing)
         cpu_share = statistics.median((r.user_s + r.sys_s) / r.wall_s for r in timing)
@@ -59,8 +55,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
         if switches_per_s < limits.busy_polling_min_switches_per_s or cpu_share > limits.busy_polling_max_cpu_share:
             continue
         seen.add(evidence.test_id)
+        times = content.run.iterations if content.run else 1
+        polled_s = sum(row.seconds for row in rows)
         top = sorted(rows, key=lambda row: row.calls, reverse=True)[:3]
-        slow_poller = calls_per_s < 100
+        slow_poller = calls_per_s < limits.busy_polling_fast_per_s
         drafts.append(
             FindingDraft(
                 kind="busy_polling",
@@ -89,6 +87,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 config_label=config.label,
                 test_id=evidence.test_id,
                 metrics={
+                    # The polling syscalls' system time (strace -c) per run of the subject,
+                    # no more than the untraced run lasts: what waking up to check costs.
+                    # The wait itself is the peer's (a child, a socket): polling does not make it.
+                    "accounts_s": min(polled_s / times, wall),
                     "polling_calls": calls,
                     "polling_calls_per_s": calls_per_s,
                     "voluntary_switches_per_s": switches_per_s,

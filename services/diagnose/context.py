@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
-from services.measure.evidence import CONTENT, EvidenceContent, EvidenceKind, EvidenceStatus
+from services.evidence import CONTENT, EvidenceContent, EvidenceKind, EvidenceStatus
 from services.measure.samples import JobSamples, collect, succeeded, surveyed
 from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run
 from services.thresholds import Thresholds
@@ -91,6 +91,12 @@ class RuleContext:
         if not values and test_id:
             values = self.surveyed.get(test_id, {}).get(config_label)
         return statistics.median(values) if values else None
+
+    @cached_property
+    def tests(self) -> list[str]:
+        """Every test id the job's runs reported (evidence that names one of them belongs
+        to it: services/diagnose/attribution.py)."""
+        return sorted({r.test_id for config in self.job.configs for run in config.runs for r in run.test_results})
 
     @cached_property
     def surveyed(self) -> dict[str, dict[str, list[float]]]:

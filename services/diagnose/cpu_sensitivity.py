@@ -1,4 +1,4 @@
-"""cpu_sensitivity: latency that depends on the CPU configuration (DESIGN.md section 5).
+"""cpu_sensitivity: latency that depends on the CPU configuration (docs/reference/findings.md).
 
 Three gates, each for its own reason:
 
@@ -17,12 +17,12 @@ Three gates, each for its own reason:
    itself resolvable (a ratio to 0.000 s is no ratio). Gates after BH only remove
    discoveries, so they cannot raise the false discovery rate.
 
-A CPU quota's share of a slowdown is physics, not a finding (issue 12): a program that
+A CPU quota's share of a slowdown is physics, not a finding (docs/reference/findings.md): a program that
 keeps one CPU busy takes twice as long with cpus=0.5, and one that keeps two busy four
 times. Against a configuration with a quota, the time to beat is therefore what the
 quota alone explains: the fastest configuration's median stretched by the CPUs the
 command kept busy there over the quota, plus one throttling pause (services/measure/
-cgroups.py). The same holds for fewer cores (issue 22): a process pool that keeps two
+cgroups.py). The same holds for fewer cores (docs/reference/findings.md): a process pool that keeps two
 CPUs busy on two cores takes twice as long pinned to one, so against a configuration
 pinned to fewer CPUs than the command kept busy, the time to beat is the fastest median
 stretched by that ratio. The ratio to that is the one the gates and the severity read.
@@ -105,7 +105,7 @@ def slowdowns(candidate: Candidate) -> list[Slowdown]:
             expected = fast_median * max(1.0, share / quota) + THROTTLE_PAUSE_S
             found.append(Slowdown(label, fast, expected, quota, share))
         elif pinned is not None and share > pinned:
-            # Parallel work on fewer cores takes longer by the cores it lost (issue 22: a
+            # Parallel work on fewer cores takes longer by the cores it lost (docs/reference/findings.md: a
             # process pool computing on two cores is twice as slow on one, as it must be).
             found.append(Slowdown(label, fast, fast_median * share / pinned, None, share, pinned))
         else:

@@ -6,14 +6,14 @@ fraction of it and then all stand still until the next period.
 
 The program's CPU demand under the quota is (CPU time + throttled time) / wall time:
 cgroup cpu.stat's throttled_time is summed over the CPUs whose run queues were held
-back (DESIGN.md section 4), so it counts CPU-seconds that runnable threads wanted and
+back (test_timing_rules.py::test_demand_counts_throttled_time_per_cpu): CPU-seconds that runnable threads wanted and
 did not get. One thread under cpus=0.5 wants 1 CPU, gets half and is held back the
 other half: demand 1.0, slowed by exactly the quota's factor, which is physics and no
 finding. Only a demand above both the quota and one CPU (by
 ``cpu_throttling_min_parallelism``) can be: more threads or processes than the quota
 pays for.
 
-Even then a count of throttled periods is no cost (issue 22). Two processes computing
+Even then a count of throttled periods is no cost (docs/reference/findings.md). Two processes computing
 under cpus=0.5 burn each period's budget in half of it and stand still for the rest,
 yet take exactly their CPU time divided by the quota, as one process would: the
 quota's share, physics that no pool size changes. What throttling costs is the wall

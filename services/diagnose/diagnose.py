@@ -18,7 +18,7 @@ from services.diagnose import (
     triage,
 )
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import SEVERITY_ORDER, fingerprint
+from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, fingerprint
 from services.diagnose.symptoms import TIMING_RULES
 from services.models import Finding, Job
 from services.thresholds import Thresholds
@@ -52,12 +52,12 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
     drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.metrics.get("ratio", 0))))
     findings = []
     for draft in drafts:
-        scope = draft.test_id or "command:" + shlex.join(job.command)
+        scope = scope_of(draft, job.command)
         finding = Finding(
             job=job,
             kind=draft.kind,
             severity=draft.severity,
-            title=draft.title,
+            title=draft.title if draft.test_id else command_title(draft.title, job.command),
             detail=draft.detail,
             config_label=draft.config_label,
             test_id=draft.test_id,
@@ -70,3 +70,39 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
         findings.append(finding)
     session.flush()
     return findings
+
+
+def scope_of(draft: FindingDraft, command: list[str]) -> str:
+    """What a finding's fingerprint groups by beside its project and kind: its test, or the
+    command. How a command failed is part of its problem: a suite that collects no test and
+    one whose module cannot be imported are two problems, triaged apart."""
+    scope = draft.test_id or "command:" + shlex.join(command)
+    if draft.kind == command_failed.KIND:
+        scope += "\x1f" + str(draft.metrics.get("failure") or command_failed.EXITED)
+    return scope
+
+
+# A command named in a title is cut to this many characters: an inbox row stays one line.
+COMMAND_SHOWN = 48
+
+
+def short_command(command: list[str]) -> str:
+    """The command as a title names it: its program's own name (not the path to it) and
+    its arguments, cut in the middle past COMMAND_SHOWN characters."""
+    if not command:
+        return "(no command)"
+    text = shlex.join([command[0].rsplit("/", 1)[-1], *command[1:]])
+    if len(text) <= COMMAND_SHOWN:
+        return text
+    half = (COMMAND_SHOWN - 3) // 2
+    return f"{text[:half]}...{text[-half:]}"
+
+
+def command_title(title: str, command: list[str]) -> str:
+    """A finding about the whole command names the command: in the inbox, problems of
+    several projects' or jobs' commands otherwise read alike ("The command varies widely
+    between runs with cpuset=0-1" three times over)."""
+    named = f"`{short_command(command)}`"
+    if title.startswith("The command "):
+        return f"The command {named} {title.removeprefix('The command ')}"
+    return f"{title} ({named})"

@@ -16,7 +16,11 @@ from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 
 # What a user sees first: how the latency misbehaves.
 SYMPTOMS = ("cpu_sensitivity", "slower_since", "latency_flaky", "stall", "command_failed")
-# Why, most specific first: the first present (with evidence where possible) is the cause.
+# Why. Every cause kind states the seconds of a run its mechanism accounts for
+# (``accounts_s``: a blocked loop's blocked seconds, a syscall's system time per run, a
+# wait's wall minus CPU, what differs between the slow and the fast configuration where a
+# pair was compared); the largest is the cause. This order, most specific first, only
+# breaks ties and ranks findings stored before they said.
 CAUSES = (
     "command_failed",
     "gil_contention",
@@ -30,6 +34,9 @@ CAUSES = (
     "off_cpu_wait",
     "stall",
 )
+# Causes that act on the whole process in one configuration, each of its tests alike: a
+# test slower there shares the cause found on the whole command (build_diagnoses).
+CONFIGURATION_CAUSES = ("cpu_throttling",)
 # Causes whose evidence is the timing runs' own measurements (cgroup cpu.stat, exit
 # codes and output) rather than a probe's evidence entry.
 MEASURED_CAUSES = ("cpu_throttling", "command_failed")
@@ -106,8 +113,9 @@ FALLBACKS = ("hot_path", "off_cpu_wait", "stall")
 
 
 def accounts_s(finding: dict[str, Any]) -> float | None:
-    """The seconds of the slowdown a cause's evidence accounts for, comparing the slow
-    configuration's evidence with the fast one's; None where the rule had no such pair."""
+    """The seconds a cause's mechanism accounts for: what differs between the slow and the
+    fast configuration's evidence where the rule compared a pair (zero or less: nothing
+    differs), else what the mechanism takes of one run; None where it was not measured."""
     value = (finding.get("metrics") or {}).get("accounts_s")
     return float(value) if isinstance(value, int | float) else None
 
@@ -115,10 +123,11 @@ def accounts_s(finding: dict[str, Any]) -> float | None:
 def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
     """The cause, and why none is named when evidence was compared and nothing differed.
 
-    A forensic expert compares the slow run with the fast one: the cause is what differs
-    and accounts for the time. So causes measured in both configurations rank by the
-    seconds they account for; one measured in both that accounts for nothing is no cause.
-    Causes no pair measured come after, most specific first (CAUSES), evidence first.
+    A forensic expert weighs what each mechanism costs: the cause is what accounts for
+    the most time (3 s of a blocked event loop, not 0.06 s of throttling). So causes rank
+    by the seconds they account for, CAUSES' order breaking ties; one compared between the
+    slow and the fast configuration that accounts for nothing is no cause. Causes that
+    state no seconds come after, evidence first, in CAUSES' order.
     """
     kinds = {f["kind"] for f in causes}
     causes = [f for f in causes if EXPLAINED_BY.get(f["kind"]) not in kinds]
@@ -139,7 +148,9 @@ def _choose(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | 
     measured = [f for f in causes if accounts_s(f) is not None]
     differing = [f for f in measured if (accounts_s(f) or 0.0) > 0.0]
     if differing:
-        return max(differing, key=lambda f: (accounts_s(f) or 0.0, -CAUSES.index(f["kind"]))), None
+        return max(
+            differing, key=lambda f: (accounts_s(f) or 0.0, bool(f.get("evidence")), -CAUSES.index(f["kind"]))
+        ), None
     unmeasured = sorted(
         (f for f in causes if accounts_s(f) is None),
         key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),
@@ -158,7 +169,12 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
     groups: dict[str | None, list[dict[str, Any]]] = {}
     for finding in findings:
         groups.setdefault(finding["test"], []).append(finding)
-    command_causes = [f for f in groups.get(None, []) if f["kind"] in CAUSES and f["kind"] not in ("stall",)]
+    # Only a cause that acts on every test of a configuration's runs is a test's cause by
+    # being found on the whole command in that configuration: a quota that throttles the
+    # process throttles each of its tests. Another finding of the command (a failing
+    # test, a hot path, a wait) says nothing of this test's latency unless its evidence
+    # names the test, and then the rule attributed it to the test already.
+    command_causes = [f for f in groups.get(None, []) if f["kind"] in CONFIGURATION_CAUSES and f.get("config")]
     diagnoses = []
     for test, members in groups.items():
         # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
@@ -169,7 +185,7 @@ def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any
             # A test slower in a configuration where the whole command is throttled (or
             # otherwise diagnosed) most likely shares that cause.
             slow_configs = {f.get("config") for f in symptoms}
-            matching = [f for f in command_causes if f.get("config") in slow_configs or f.get("config") is None]
+            matching = [f for f in command_causes if f.get("config") in slow_configs]
             if matching:
                 cause, inherited = matching[0], True
         symptom = symptoms[0] if symptoms else cause or members[0]

@@ -2,9 +2,9 @@
 
 Threads that hand work to each other through locks, conditions or queues wait and wake
 on futexes; when that dominates the kernel time, the hand-offs are the workload
-(DESIGN.md story 1: futex at 97-99 % of syscall time).
+(docs/explanations/design.md, story 1: futex at 97-99 % of syscall time).
 
-A share of syscall time is no cost (issue 22): a thread pool whose workers sleep in
+A share of syscall time is no cost (docs/reference/findings.md): a thread pool whose workers sleep in
 futex between jobs makes a few hundred calls, which hold most of the syscall time of a
 program that makes few others. The finding rises above low only where the wake-ups hold
 ``futex_min_share`` of the untraced run (futex's system time against the timing median
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import GdbContent, StraceContent, SyscallRow
+from services.evidence import GdbContent, StraceContent, SyscallRow
 from services.models import Evidence
 
 
@@ -57,12 +57,16 @@ def check(context: RuleContext) -> list[FindingDraft]:
         drafts.append(
             FindingDraft(
                 kind="futex_storm",
-                severity=(Severity.high if row.pct_time >= 95 else Severity.medium) if costly else Severity.low,
+                severity=(Severity.high if row.pct_time >= limits.futex_storm_high_pct else Severity.medium)
+                if costly
+                else Severity.low,
                 title=f"{subject(test_id)}: futex holds {row.pct_time:.0f} % of syscall time",
                 detail=detail,
                 config_label=evidence.config.label if evidence.config else None,
                 test_id=test_id,
                 metrics={
+                    # The wake-ups' system time per run, no more than the untraced run lasts.
+                    "accounts_s": min(row.seconds / times, median) if median else row.seconds / times,
                     "futex_pct_time": row.pct_time,
                     "futex_calls": row.calls,
                     "futex_seconds": row.seconds,

@@ -1,6 +1,6 @@
 """hot_path: where a slow or flagged command's (or test's) CPU time goes, by function.
 
-DESIGN.md story 2's `iter_content(chunk_size=1)`: 4 s of CPU in Python, which quota
+The design's story 2 (docs/explanations/design.md), `iter_content(chunk_size=1)`: 4 s of CPU in Python, which quota
 rules can only call "CPU-sensitive". The py-spy profile of the drill names the
 functions (file:line) that hold the samples of the busiest thread, each with its own
 share (running in the function itself) and its cumulative share (on the stack), and
@@ -32,7 +32,7 @@ from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
 from services.diagnose.symptoms import screen_findings, symptomatic
-from services.measure.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
+from services.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
 # A share this close to the whole thread is an entry point (<module>, main, the pytest
@@ -41,7 +41,7 @@ ENTRY_POINT_PCT = 95.0
 NAMED = 3
 # The test runner's and the interpreter's own machinery: collection, fixtures, hooks,
 # assertion rewriting, runpy, imports. Every pytest run holds samples there, a short
-# test's run mostly (issue 22: a 10 ms websocket test's "cause" was pytest's
+# test's run mostly (docs/reference/findings.md: a 10 ms websocket test's "cause" was pytest's
 # getfixturemarker); they are never the answer to where a test's time goes.
 HARNESS = (
     "/_pytest/",
@@ -224,9 +224,16 @@ class _Growth:
 def _per_repetition(content: PySpyRecordContent) -> dict[tuple[str, str], tuple[ProfiledFunction, float]]:
     """Each function's seconds on the stack (not waiting, not importing) per repetition of
     the subject, summed over the threads: amplified evidence runs repeat a short test, and
-    the two configurations' runs repeat it a different number of times."""
+    the two configurations' runs repeat it a different number of times.
+
+    At most one repetition's duration in that run: every thread is sampled at the same
+    instants, so two threads inside one function at once (an echo server's handler and
+    its client, a pool's workers) count the same wall-clock second once per thread, and the
+    sum claimed more seconds than the test took ("2.896 s more per run in _echo" for a test
+    1.82 s slower). No function was on the stack longer than the test ran."""
     rate = content.rate_hz or 100
     repetitions = content.run.iterations if content.run else 1
+    ran_s = content.run.observed_s if content.run and content.run.observed_s > 0 else None
     found: dict[tuple[str, str], tuple[ProfiledFunction, float]] = {}
     for table in content.functions or []:
         for function in table.functions:
@@ -238,6 +245,8 @@ def _per_repetition(content: PySpyRecordContent) -> dict[tuple[str, str], tuple[
             seconds = (function.cumulative_samples - function.importing_samples) / rate / max(1, repetitions)
             earlier = found.get(key)
             found[key] = (earlier[0] if earlier else function, (earlier[1] if earlier else 0.0) + seconds)
+    if ran_s is not None:
+        found = {key: (function, min(seconds, ran_s)) for key, (function, seconds) in found.items()}
     return found
 
 
@@ -285,23 +294,25 @@ def _differential(
     # Callers on the same path grow as much as their callee: among those that hold nearly
     # the largest growth, name the innermost (fewest seconds on the stack in the slow run).
     # "Nearly" is wide: a profile of a few hundred samples moves a function's growth by a
-    # fifth between runs (issue 22: a starlette route's frame 9.8 ms, the anyio sleep it
+    # fifth between runs (docs/measurements/accuracy.md, 26 Nov: a starlette route's frame 9.8 ms, the anyio sleep it
     # loops on 7.7 ms, then the other way round).
     top = min((g for g in grown if g.accounts_s >= NEARLY_THE_MOST * most), key=lambda g: g.slow_s)
     named = [top, *[g for g in sorted(grown, key=lambda g: -g.accounts_s) if g is not top][: NAMED - 1]]
+    # A profile is taken under the tracer, in runs slower than the timing runs' median:
+    # what it shows is never claimed beyond the slowdown the timing runs measured.
     accounts = min(top.accounts_s, slowdown)
     versus = f"{pair.slow} against {pair.fast}"
     return FindingDraft(
         kind="hot_path",
         severity=Severity.low,
         title=(
-            f"{subject(test_id)} spends {_s(top.accounts_s)} more per run in {top.function.function} "
+            f"{subject(test_id)} spends {_s(accounts)} more per run in {top.function.function} "
             f"({_short(top.function.file)}:{top.function.line}){_called_from(top.function)} "
             f"with {pair.slow} than with {pair.fast}"
         ),
         detail=(
             f"py-spy record of the test in both configurations ({versus}), per run of the test, "
-            "on the stack and not waiting, summed over threads: "
+            "on the stack and not waiting, summed over threads (at most the test's own duration): "
             + "; ".join(
                 f"{g.function.function} ({g.function.file}:{g.function.line}) {_s(g.slow_s)} vs {_s(g.fast_s)}"
                 for g in named

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Select, bindparam, case, delete, distinct, func, select, text, update
 from sqlalchemy.orm import Session
 
+from services.diagnose.findings import SEVERITY_ORDER
 from services.models import (
     COMMAND_KINDS,
     TEST_TIMING_KINDS,
@@ -94,17 +95,24 @@ def _problems_page(kind: bool, status: bool) -> Select:
     """A page of problems with their newest findings, for the filters set (values bound at
     execution: ``visible``, ``kind``, ``status``, ``offset``, ``limit``). Built once a
     process: building it and its cache key cost a third of the inbox's Python."""
-    problems = select(ProblemSummary).where(ProblemSummary.project_id.in_(bindparam("visible", expanding=True)))
+    # The severity and the triage state are the newest finding's: joined before the page is cut.
+    problems = (
+        select(ProblemSummary)
+        .join(Finding, Finding.id == ProblemSummary.latest_id)
+        .where(ProblemSummary.project_id.in_(bindparam("visible", expanding=True)))
+    )
     if kind:
         problems = problems.where(ProblemSummary.kind == bindparam("kind"))
     if status:
-        # The state is the newest finding's: join before the page is cut.
-        problems = problems.join(Finding, Finding.id == ProblemSummary.latest_id).where(
-            Finding.status == bindparam("status")
-        )
+        problems = problems.where(Finding.status == bindparam("status"))
     # The page of problems first, then their newest findings: not every problem's.
     page = (
-        problems.order_by((ProblemSummary.ratio * ProblemSummary.recurrence).desc(), ProblemSummary.latest_id.desc())
+        problems.add_columns(_severity_rank(Finding.severity).label("severity_rank"))
+        .order_by(
+            _severity_rank(Finding.severity),
+            (ProblemSummary.ratio * ProblemSummary.recurrence).desc(),
+            ProblemSummary.latest_id.desc(),
+        )
         .offset(bindparam("offset"))
         .limit(bindparam("limit"))
         .subquery()
@@ -113,8 +121,14 @@ def _problems_page(kind: bool, status: bool) -> Select:
         select(*_SHOWN, page.c.ratio, Project.name, page.c.recurrence, page.c.first_seen, page.c.last_seen)
         .join(page, Finding.id == page.c.latest_id)
         .join(Project, Project.id == page.c.project_id)
-        .order_by((page.c.ratio * page.c.recurrence).desc(), Finding.id.desc())
+        .order_by(page.c.severity_rank, (page.c.ratio * page.c.recurrence).desc(), Finding.id.desc())
     )
+
+
+def _severity_rank(severity: Any) -> Any:
+    """High first, then medium, low and info (findings.SEVERITY_ORDER), in SQL: a LOW
+    finding seen in many jobs is never above a HIGH one."""
+    return case(SEVERITY_ORDER, value=severity, else_=len(SEVERITY_ORDER))
 
 
 def inbox(
@@ -128,7 +142,8 @@ def inbox(
     limit: int = 50,
     offset: int = 0,
 ) -> list[FindingGroup]:
-    """Findings grouped by fingerprint, most impact (slowdown ratio x recurrence) first.
+    """Findings grouped by fingerprint, the most severe first (the newest finding's
+    severity), then the most impact (slowdown ratio x recurrence).
 
     Kind and severity filter the findings; status filters on the newest finding of a
     group, because triage state follows the fingerprint into later jobs. Without a
@@ -159,14 +174,14 @@ def inbox(
         groups = groups.where(Finding.kind == kind)
     if severity:
         groups = groups.where(Finding.severity == severity)
-    groups = groups.subquery()
+    grouped = groups.subquery()
     ratio = _ratio_in_sql()
     query = (
-        select(*_SHOWN, ratio, Project.name, groups.c.recurrence, groups.c.first_seen, groups.c.last_seen)
-        .join(groups, Finding.id == groups.c.latest_id)
+        select(*_SHOWN, ratio, Project.name, grouped.c.recurrence, grouped.c.first_seen, grouped.c.last_seen)
+        .join(grouped, Finding.id == grouped.c.latest_id)
         .join(Job, Job.id == Finding.job_id)
         .join(Project, Project.id == Job.project_id)
-        .order_by((ratio * groups.c.recurrence).desc(), Finding.id.desc())
+        .order_by(_severity_rank(Finding.severity), (ratio * grouped.c.recurrence).desc(), Finding.id.desc())
         .offset(offset)
         .limit(limit)
     )

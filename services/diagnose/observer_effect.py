@@ -1,7 +1,7 @@
 """observer_effect: a tracer changed the timing of the very behaviour under study.
 
-strace costs ~90 us per syscall here, and it can shrink or flip a contrast (DESIGN.md
-section 8: the hand-off pathology went from 90x to 18x under strace). This is a note on
+strace costs ~90 us per syscall here, and it can shrink or flip a contrast (docs/explanations/design.md,
+facts checked: the hand-off pathology went from 90x to 18x under strace). This is a note on
 the evidence taken under a distorted timing (read it as the behaviour under the
 tracer), not a finding: it says how to read the evidence, not what is wrong with the
 program, and it must not outrank real problems in the inbox.

@@ -1,7 +1,7 @@
 """off_cpu_wait: the command spends its wall time waiting, not computing.
 
 Wall far above CPU time points at I/O patterns, locks or sleeps rather than at the CPU
-(DESIGN.md story 2: 'CPU-bound' parsing that was really reading a response in 1-byte
+(docs/explanations/design.md, story 2: 'CPU-bound' parsing that was really reading a response in 1-byte
 chunks). Judged per configuration on median CPU share.
 
 A symptom, never more than low: a wait is where the time goes, not what is wrong with
@@ -48,6 +48,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
             ),
             config_label=config.label,
             metrics={
+                # The wait: wall time the median run spent off the CPU.
+                "accounts_s": max(0.0, wall_s - cpu_s),
                 "cpu_share": share,
                 "median_wall_s": wall_s,
                 "median_cpu_s": cpu_s,

@@ -8,7 +8,7 @@ pytest: the plugins it autoloaded). Judged in the configuration where start-up i
 shortest: a quota slows start-up by its factor, which is no finding of its own.
 
 For pytest the finding names a cause the evidence carries: where -X importtime shows that
-plugins and conftest imports hold less than ``PLUGIN_SHARE`` of the start-up, the rest is
+plugins and conftest imports hold less than ``slow_startup_plugin_share`` of the start-up, the rest is
 pytest's own start-up and the collection of the suite's tests. jsonschema 4.22's own
 suite (397 tests) spends 0.60 s of a 0.83 s run there, with 0.056 s of it in imports of
 its own; telling it to unload plugins it does not have is wrong advice. Only a start-up
@@ -22,17 +22,11 @@ import sys
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.evidence import ImportsContent, ImportTiming
 from services.measure import pytest_command as junit
-from services.measure.evidence import ImportsContent, ImportTiming
 from services.models import Evidence
 
 SLOWEST = 5
-# The least share of a pytest start-up that plugin and conftest imports must hold before
-# the finding blames them: 44 % in the corpus's 18-plugin case, 9 % in jsonschema's suite.
-PLUGIN_SHARE = 0.25
-# A start-up that imports do not explain is pytest's and collection's; below this it is
-# the ordinary price of a pytest run.
-COLLECTION_MIN_S = 1.0
 # pytest's own modules: what remains among the slow top-level imports of a pytest run
 # are its plugins (autoloaded through entry points) and the suite's conftest imports.
 _PYTEST_OWN = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging")
@@ -99,7 +93,7 @@ def _from_imports(context: RuleContext, found: tuple[Evidence, ImportsContent] |
     return [
         FindingDraft(
             kind="slow_startup",
-            severity=Severity.medium if share >= 0.75 else Severity.low,
+            severity=Severity.medium if share >= limits.slow_startup_medium_share else Severity.low,
             title=f"Imports take {total:.2f} s of a {median:.2f} s run ({share:.0%})",
             detail=(
                 f"top-level imports took {total:.3f} s in all, against a fastest timing median of {median:.3f} s "
@@ -107,6 +101,7 @@ def _from_imports(context: RuleContext, found: tuple[Evidence, ImportsContent] |
             ),
             config_label=evidence.config.label if evidence.config else None,
             metrics={
+                "accounts_s": min(total, median),
                 "import_s": total,
                 "timing_median_s": median,
                 "share": share,
@@ -141,8 +136,8 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
     plugins_s = sum(entry.cumulative_s for entry in slowest) if found is not None else None
     requested = _named_plugins(context.job.command)
     named = [entry for entry in slowest if entry.module.split(".")[0] in requested]
-    if plugins_s is not None and plugins_s < PLUGIN_SHARE * overhead:
-        if overhead < COLLECTION_MIN_S:
+    if plugins_s is not None and plugins_s < limits.slow_startup_plugin_share * overhead:
+        if overhead < limits.slow_startup_collection_min_s:
             return []
         advice = (
             f". Plugins and conftest imports hold only {plugins_s:.3f} s of it: the rest is pytest's own start-up "
@@ -164,7 +159,9 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
     return [
         FindingDraft(
             kind="slow_startup",
-            severity=Severity.medium if share >= 0.75 and overhead >= 1.0 else Severity.low,
+            severity=Severity.medium
+            if share >= limits.slow_startup_medium_share and overhead >= limits.slow_startup_medium_s
+            else Severity.low,
             title=f"pytest start-up and collection take {overhead:.2f} s, {share:.0%} of the run",
             detail=(
                 f"with {label} (the fastest start-up), the median run spent {overhead:.3f} s outside its tests "
@@ -173,6 +170,7 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
             ),
             config_label=label,
             metrics={
+                "accounts_s": overhead,
                 "startup_s": overhead,
                 "share": share,
                 "plugins_s": plugins_s,

@@ -8,9 +8,21 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import StallContent
+from services.evidence import StallContent
+from services.models import Evidence
 
 SNAPSHOT_KINDS = ("pyspy_dump", "gdb", "faulthandler", "proc_io")
+
+
+def _stalled_test(context: RuleContext, stall: Evidence, content: StallContent) -> str | None:
+    """The test the stall belongs to: the drilled one, or, in a drill of the whole command
+    whose clock counts from each test's start (a pytest hook marks it), the test whose
+    clock fired, when the job's runs know it by that node id."""
+    if stall.test_id is not None:
+        return stall.test_id
+    if content.clock == "test" and content.test and content.test in context.tests:
+        return content.test
+    return None
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -28,9 +40,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
         key=lambda item: -(item[1].wall_s or 0),
     )
     for stall, content in stalls:
-        if stall.test_id in seen:
+        test_id = _stalled_test(context, stall, content)
+        if test_id in seen:
             continue
-        seen.add(stall.test_id)
+        seen.add(test_id)
         snapshot = [
             e
             for e in context.job.evidence
@@ -49,8 +62,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
             if content.test_elapsed_s is not None
             else f"{content.elapsed_s or 0:.2f} s into the run"
         )
+        whole = ", the whole command drilled: its clock fired in this test" if test_id != stall.test_id else ""
         detail = (
-            f"the run ({where(stall)}) was still going {clock}, past the stall threshold of "
+            f"the run ({where(stall)}{whole}) was still going {clock}, past the stall threshold of "
             f"{content.stall_after_s or 0:.2f} s, and {ended}"
         )
         if content.frozen_s is not None:
@@ -60,17 +74,28 @@ def check(context: RuleContext) -> list[FindingDraft]:
             detail += f"; not taken: {'; '.join(not_captured)}"
         if (content.attempts or 1) > 1:
             detail += f" (the stall came on attempt {content.attempts})"
+        # What the stall took: the stalled run beyond the screen's median of the same
+        # configuration and subject (the run's whole length where no median is known); a
+        # test's, from its own start where the clock counted from it.
+        label = stall.config.label if stall.config else None
+        median = context.timing_median(label, test_id) if label else None
+        stalled_s = (
+            content.test_elapsed_s
+            if test_id is not None and stall.test_id is None and content.test_elapsed_s is not None
+            else content.wall_s or content.elapsed_s or 0.0
+        )
         stacks = any("py-spy" in item or "core" in item or item in ("pyspy_dump", "gdb") for item in captured)
         drafts.append(
             FindingDraft(
                 kind="stall",
                 severity=Severity.high if content.timed_out else Severity.medium,
-                title=f"{subject(stall.test_id)} stalled past {content.stall_after_s or 0:.2f} s; "
+                title=f"{subject(test_id)} stalled past {content.stall_after_s or 0:.2f} s; "
                 + ("stacks captured" if stacks else "no stacks captured"),
                 detail=detail,
                 config_label=stall.config.label if stall.config else None,
-                test_id=stall.test_id,
+                test_id=test_id,
                 metrics={
+                    "accounts_s": max(0.0, stalled_s - (median or 0.0)),
                     "elapsed_s": content.elapsed_s,
                     "stall_after_s": content.stall_after_s,
                     "wall_s": content.wall_s,

@@ -1,6 +1,6 @@
 """tiny_reads: huge numbers of read syscalls that each bring a few bytes.
 
-DESIGN.md story 2: a "CPU-bound" parser was really reading a response body in 1-byte
+docs/explanations/design.md, story 2: a "CPU-bound" parser was really reading a response body in 1-byte
 chunks. Two sources:
 
 - the reads probe (a drill's strace of every read, with its size and descriptor type)
@@ -10,7 +10,7 @@ chunks. Two sources:
 - before a drill, the timing runs' /proc io counters (file and pipe reads only; their
   mean includes start-up reads) flag the command so the drill traces it.
 
-A count is no cost (issue 22): a client reading 2,000 messages of 38 bytes that a peer
+A count is no cost (docs/reference/findings.md): a client reading 2,000 messages of 38 bytes that a peer
 sends over 4 s reads each as it comes, and a bigger buffer would save nothing. The
 finding is medium only where the reads cost time: the system time strace -c measured in
 the read syscalls, in the same configuration, against the untraced run's median
@@ -23,7 +23,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
-from services.measure.evidence import FdTypeReads, ReadsContent, StraceContent
+from services.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
 
@@ -66,7 +66,7 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
     syscalls = ", ".join(f"{name} {count}" for name, count in sorted(row.syscalls.items()))
     histogram = ", ".join(f"{label} bytes: {count}" for label, count in row.histogram.items())
     wall = content.wall_s or 0.0
-    cost, costs = _cost(context, entry)
+    cost, costs, accounts = _cost(context, entry)
     # Tracing every read costs ~90 us each: a long loop of them meets the evidence timeout,
     # and the counts then cover the run up to the tracer's stop.
     partial = " (stopped before the timeout: counts up to then)" if content.stopped_before_timeout else ""
@@ -85,6 +85,7 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
             ),
             config_label=entry.config.label if entry.config else None,
             metrics={
+                **({"accounts_s": accounts} if accounts is not None else {}),
                 "fd_type": fd_type,
                 "reads": reads,
                 "median_bytes": median,
@@ -98,10 +99,11 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
     ]
 
 
-def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool]:
-    """What the read syscalls cost, said, and whether that is enough for a medium finding:
-    their system time in the strace -c evidence of the same configuration and test,
-    against the untraced median."""
+def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool, float | None]:
+    """What the read syscalls cost, said, whether that is enough for a medium finding
+    (their system time in the strace -c evidence of the same configuration and test,
+    against the untraced median), and the seconds of one run they account for (None:
+    not measured)."""
     limits = context.thresholds
     label = reads.config.label if reads.config else None
     median = context.timing_median(label, reads.test_id) if label else None
@@ -109,27 +111,37 @@ def _cost(context: RuleContext, reads: Evidence) -> tuple[str, bool]:
         if entry.config is not reads.config or entry.test_id != reads.test_id or not content.syscalls:
             continue
         seconds = sum(row.seconds for row in content.syscalls if row.name in READ_SYSCALLS)
+        # Per run of a test repeated in its evidence run (probes/amplify.py), no more than
+        # the untraced run lasts.
+        per_run = seconds / (content.run.iterations if content.run else 1)
+        accounts = min(per_run, median) if median else per_run
         if not median:
-            return f"The read syscalls took {seconds:.3f} s of system time (strace -c). ", False
+            return f"The read syscalls took {seconds:.3f} s of system time (strace -c). ", False, accounts
         share = seconds / median
         costs = seconds >= limits.tiny_reads_min_cost_s and share >= limits.tiny_reads_min_share
         said = (
             f"The read syscalls took {seconds:.3f} s of system time (strace -c), {share:.0%} of the "
             f"{median:.3f} s untraced median"
         )
-        return (said + (". " if costs else ": too little to be worth a larger buffer. ")), costs
-    return "What the reads cost was not measured (no strace -c in this configuration). ", False
+        return (said + (". " if costs else ": too little to be worth a larger buffer. ")), costs, accounts
+    return "What the reads cost was not measured (no strace -c in this configuration). ", False, None
 
 
 def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     worst = None
     for config in context.job.configs:
-        runs = [run for run in context.timing_runs(config) if run.read_syscalls]
-        if not runs:
+        # The executors record both counters or neither (/proc io's syscr and rchar).
+        counted = [
+            (run, run.read_syscalls, run.read_bytes)
+            for run in context.timing_runs(config)
+            if run.read_syscalls and run.read_bytes is not None
+        ]
+        if not counted:
             continue
-        syscalls = statistics.median(run.read_syscalls for run in runs)
-        per_read = statistics.median(run.read_bytes / run.read_syscalls for run in runs)
+        runs = [run for run, _, _ in counted]
+        syscalls = statistics.median(reads for _, reads, _ in counted)
+        per_read = statistics.median(read_bytes / reads for _, reads, read_bytes in counted)
         tiny = syscalls >= limits.tiny_reads_min_syscalls and per_read <= limits.tiny_reads_max_avg_bytes
         if tiny and (worst is None or per_read < worst[2]):
             worst = (config, syscalls, per_read, runs)

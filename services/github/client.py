@@ -187,6 +187,10 @@ def _compared(report: dict[str, Any] | None) -> list[dict[str, Any]]:
     return comparison["tests"] if comparison else []
 
 
+def _seconds_or_none(value: float | None) -> str:
+    return "-" if value is None else format_seconds(value)
+
+
 def _ratio(row: dict[str, Any]) -> str:
     if row["ratio"] is None:
         return "-"
@@ -240,7 +244,7 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
             for r in shown:
                 test = _code(r["test"] or "(whole command)")
                 lines.append(
-                    f"| {test} | {_code(r['config'])} | {format_seconds(r['base_median_s'])} "
+                    f"| {test} | {_code(r['config'])} | {_seconds_or_none(r['base_median_s'])} "
                     f"| {format_seconds(r['head_median_s'])} | {_ratio(r)} | **{r['verdict'].replace('_', ' ')}** |"
                 )
             lines.append("")

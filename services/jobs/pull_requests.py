@@ -22,23 +22,27 @@ from sqlalchemy.orm import Session, object_session
 
 from services.diagnose import triage
 from services.diagnose.findings import Severity, fingerprint, format_seconds
-from services.measure.samples import JobSamples, collect
+from services.measure.samples import JobSamples, collect, succeeded
 from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test, ratio_interval
-from services.models import BaseComparison, Finding, Job, JobSource, RunKind
+from services.models import COMMAND_KINDS, BaseComparison, Finding, Job, JobSource, RunKind
 from services.thresholds import Thresholds
 
 REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY = "regressed", "improved", "unchanged", "too_noisy"
-VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY)
+# A test the base commit does not have: nothing to compare, and no part of the whole
+# command's comparison.
+NEW = "new"
+VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY, NEW)
 FINDING_KIND = "slower_than_base"
 # The order the report, the check run and the page list them in.
-VERDICT_ORDER = {REGRESSED: 0, TOO_NOISY: 1, IMPROVED: 2, UNCHANGED: 3}
+VERDICT_ORDER = {REGRESSED: 0, TOO_NOISY: 1, NEW: 2, IMPROVED: 3, UNCHANGED: 4}
+BASE_KINDS = (RunKind.base, RunKind.base_warmup, RunKind.base_focus)
 
 
 @dataclass
 class Change:
     config: str
     test_id: str | None
-    base: Summary
+    base: Summary | None  # None: a test new on the head
     head: Summary
     ratio: float | None
     ratio_low: float | None
@@ -47,14 +51,20 @@ class Change:
     verdict: str
 
 
-def compare(base: JobSamples, head: JobSamples, thresholds: Thresholds, seed: int = 0) -> list[Change]:
-    """Every test (None: the command) and configuration measured on both sides."""
+def compare(
+    base: JobSamples, head: JobSamples, thresholds: Thresholds, seed: int = 0, new: frozenset[str] = frozenset()
+) -> list[Change]:
+    """Every test (None: the command) and configuration measured on both sides; and each
+    test in ``new`` (absent on the base: new_tests) as NEW, in each configuration it ran."""
     pairs: list[tuple[str | None, str, list[float], list[float]]] = []
+    fresh: list[Change] = []
     for test_id, head_series, _ in head.series():
         base_series = base.wall if test_id is None else base.tests.get(test_id, {})
         for label, head_values in head_series.items():
             base_values = base_series.get(label)
-            if head_values and base_values:
+            if head_values and test_id is not None and test_id in new:
+                fresh.append(Change(label, test_id, None, median_interval(head_values), None, None, None, None, NEW))
+            elif head_values and base_values:
                 pairs.append((test_id, label, base_values, head_values))
     rng = random.Random(seed)
     p_values = {i: rank_test([b, h], rng) for i, (_, _, b, h) in enumerate(pairs)}
@@ -77,7 +87,40 @@ def compare(base: JobSamples, head: JobSamples, thresholds: Thresholds, seed: in
                 verdict(b, h, ratio, low, high, str(i) in moved, thresholds),
             )
         )
-    return changes
+    return changes + fresh
+
+
+def new_tests(job: Job) -> frozenset[str]:
+    """The head's tests that the base commit does not have: none of its runs reported them,
+    in any outcome (a test that failed on the base is not new)."""
+    on_base = {
+        result.test_id
+        for config in job.configs
+        for run in config.runs
+        if run.kind in BASE_KINDS
+        for result in run.test_results
+    }
+    if not on_base:
+        return frozenset()  # the base ran no test at all: nothing tells new from failing
+    return frozenset(test for test in collect(job).tests if test not in on_base)
+
+
+def head_samples(job: Job, new: frozenset[str]) -> JobSamples:
+    """The head's samples as the comparison reads them. The whole command is compared
+    without the tests new on the head: each head run's wall time less those tests'
+    durations in it (start-up and every test the base also has stay in, so the two sides
+    time the same work; comparing only the common tests' sum would drop start-up, where a
+    pull request's new import shows)."""
+    samples = collect(job)
+    if not new:
+        return samples
+    for config in job.configs:
+        runs = [run for run in config.runs if run.kind in COMMAND_KINDS and succeeded(run)]
+        samples.wall[config.label] = [
+            run.wall_s - sum(r.duration_s for r in run.test_results if r.test_id in new and r.outcome == "passed")
+            for run in runs
+        ]
+    return samples
 
 
 def verdict(
@@ -105,7 +148,8 @@ def verdict(
 
 def needs_runs(job: Job, thresholds: Thresholds) -> list[str]:
     """The configurations whose comparison more runs could still decide (the screen's stopping rule)."""
-    changes = compare(collect(job, RunKind.base), collect(job), thresholds, job.screen_seed or 0)
+    new = new_tests(job)
+    changes = compare(collect(job, RunKind.base), head_samples(job, new), thresholds, job.screen_seed or 0, new)
     return list(dict.fromkeys(c.config for c in changes if c.verdict == TOO_NOISY))
 
 
@@ -127,15 +171,24 @@ def record(session: Session, job: Job, thresholds: Thresholds) -> list[BaseCompa
             + (f"its {failed} runs failed" if failed else "it was not screened"),
         ]
         return []
-    changes = compare(base, collect(job), thresholds, job.screen_seed or 0)
+    new = new_tests(job)
+    changes = compare(base, head_samples(job, new), thresholds, job.screen_seed or 0, new)
+    if new:
+        note = (
+            f"{len(new)} tests are new on the head (the base commit does not have them): marked new, and left out of "
+            "the whole command's comparison (each head run's wall time less their durations)"
+        )
+        if note not in job.notes:
+            job.notes = [*job.notes, note]
     rows = [
         BaseComparison(
             job_id=job.id,
             config_label=c.config,
             test_id=c.test_id,
-            base_median_s=c.base.median,
+            # A new test has no base: 0 runs there (the view shows no median).
+            base_median_s=c.base.median if c.base else 0.0,
             head_median_s=c.head.median,
-            base_n=c.base.n,
+            base_n=c.base.n if c.base else 0,
             head_n=c.head.n,
             ratio=c.ratio,
             ratio_low=c.ratio_low,
@@ -154,7 +207,7 @@ def record(session: Session, job: Job, thresholds: Thresholds) -> list[BaseCompa
 def _findings(session: Session, job: Job, source: JobSource, changes: list[Change], thresholds: Thresholds) -> None:
     worst: dict[str | None, Change] = {}
     for change in changes:
-        if change.verdict != REGRESSED or change.ratio is None:
+        if change.verdict != REGRESSED or change.ratio is None or change.base is None:
             continue
         known = worst.get(change.test_id)
         if known is None or (known.ratio or 0) < change.ratio:
@@ -164,7 +217,9 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
         worst.pop(None, None)
     base_commit = (source.base_commit_sha or "")[:12]
     for test_id, change in worst.items():
-        ratio = change.ratio or 0.0
+        ratio, base = change.ratio or 0.0, change.base
+        if base is None:
+            continue  # never: only a compared change regresses
         severity = (
             Severity.high
             if ratio >= thresholds.severity_high_ratio
@@ -180,9 +235,9 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
             severity=severity,
             title=f"{what} is {ratio:.1f}x slower than on the base commit {base_commit}",
             detail=(
-                f"median {format_seconds(change.head.median)} against {format_seconds(change.base.median)} on "
+                f"median {format_seconds(change.head.median)} against {format_seconds(base.median)} on "
                 f"{base_commit} with {change.config} (ratio {ratio:.2f}, 95 % interval {change.ratio_low:.2f} to "
-                f"{change.ratio_high:.2f}; {change.head.n} head and {change.base.n} base runs, interleaved; "
+                f"{change.ratio_high:.2f}; {change.head.n} head and {base.n} base runs, interleaved; "
                 f"rank test p={change.p_value:.2g})"
             ),
             config_label=change.config,
@@ -191,7 +246,7 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
                 "ratio": ratio,
                 "ratio_low": change.ratio_low,
                 "ratio_high": change.ratio_high,
-                "base_median_s": change.base.median,
+                "base_median_s": base.median,
                 "head_median_s": change.head.median,
                 "p_value": change.p_value,
                 "base_commit": source.base_commit_sha,
@@ -219,7 +274,7 @@ def comparison_view(job: Job) -> dict[str, Any] | None:
             {
                 "test": r.test_id,
                 "config": r.config_label,
-                "base_median_s": r.base_median_s,
+                "base_median_s": None if r.verdict == NEW else r.base_median_s,
                 "head_median_s": r.head_median_s,
                 "base_n": r.base_n,
                 "head_n": r.head_n,

@@ -6,16 +6,12 @@ import shlex
 import statistics
 from typing import Any
 
+from services import evidence as evidence_models
 from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
-from services.jobs import pull_requests
-from services.jobs.report_schema import SCHEMA_ID, validated
-from services.measure import budget as job_budget
-from services.measure import evidence as evidence_models
-from services.measure import hostload
-from services.measure.evidence import (
+from services.evidence import (
     AsyncioLoopContent,
     CensusContent,
     FaulthandlerContent,
@@ -28,6 +24,10 @@ from services.measure.evidence import (
     StallContent,
     StraceContent,
 )
+from services.jobs import pull_requests
+from services.jobs.report_schema import SCHEMA_ID, validated
+from services.measure import budget as job_budget
+from services.measure import hostload, nodelock
 from services.measure.samples import collect, surveyed
 from services.measure.stats import Summary, compare
 from services.models import COMMAND_KINDS, Job, RunKind
@@ -259,7 +259,10 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "survey": surveyed,
         "budget": budget_view(job, limits),
         # The node and its measurement lock (services/measure/nodelock.py), per phase.
-        "measured_on": job.measured_on or [],
+        "measured_on": [
+            {**place, "locks": [nodelock.lock_label(lock) for lock in place.get("locks", [])]}
+            for place in job.measured_on or []
+        ],
     }
     return validated(report)
 
@@ -407,9 +410,17 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     """The human report: findings first, then configurations, then tests (the flagged
     ones and the slowest few; ``all_tests``: every one)."""
     out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
+    status = report["job"].get("status", "done")
+    if status != "done":
+        # A job that did not finish concluded nothing: that comes first, not a clean-looking
+        # "Findings: none" with the reason only on stderr.
+        out += [*_unfinished(report["job"]), ""]
     out += stories.render(report.get("diagnoses", []))
     findings = report["findings"]
-    out.append(f"Findings ({len(findings)})" if findings else "Findings: none")
+    if findings:
+        out.append(f"Findings ({len(findings)})")
+    else:
+        out.append("Findings: none" if status == "done" else f"Findings: none (the job {status} before any were made)")
     for finding in findings:
         where = f" [{finding['test']}]" if finding["test"] else ""
         if finding["regression"]:
@@ -417,7 +428,10 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         elif finding["status"] != "new":
             where += f" ({finding['status']})"
         out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
-        out.append(f"         {finding['detail']}")
+        # A detail's later lines are output the command printed (an output tail): one per line.
+        prose, *output = finding["detail"].split("\n")
+        out.append(f"         {prose}")
+        out += [f"           {line}" for line in output]
         if finding["evidence"]:
             kinds = {e["id"]: e["kind"] for e in report["evidence"]}
             refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding["evidence"])
@@ -519,8 +533,24 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         out += ["", f"Note: {note}"]
     for place in report.get("measured_on", []):
         what = f"{place['phase']} of shard {place['shard']}" if place.get("shard") else place["phase"]
-        out += ["", f"The {what} ran on node {place['node']}, holding {', '.join(place['locks'])}"]
+        locks = [lock for lock in place["locks"] if lock != "node"]
+        held = f"the locks of {', '.join(locks)}" if locks else "the node's measurement lock"
+        out += ["", f"The {what} ran on node {place['node']}, holding {held}"]
     return "\n".join(out) + "\n"
+
+
+def _unfinished(job: dict[str, Any]) -> list[str]:
+    """What a job that did not finish says first: that it did not, and why (its error keeps
+    its lines: an installer's or the command's output)."""
+    status = job["status"]
+    if status in ("queued", "running"):
+        return [f"JOB {status.upper()}: not finished yet; what follows is what it measured so far"]
+    prose, *output = (job.get("error") or "no reason was recorded").split("\n")
+    return [
+        f"JOB {status.upper()}: {prose}",
+        *(f"  {line}" for line in output),
+        "Nothing below is a verdict: the job stopped before its findings were made.",
+    ]
 
 
 FRAMES_SHOWN = 4

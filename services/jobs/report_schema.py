@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services import evidence as evidence_models
 from services.diagnose.findings import Severity
-from services.measure import evidence as evidence_models
-from services.measure.evidence import EvidenceKind
+from services.evidence import EvidenceKind
 
 SCHEMA_ID = "lagtrace.report/v1"
 SCHEMA_FILE = Path(__file__).with_name("report-v1.schema.json")
@@ -141,7 +141,7 @@ class ReportEvidence(_Part):
     test: str | None
     kind: EvidenceKind
     run: int | None
-    content: dict[str, Any]  # the kind's model in services/measure/evidence.py
+    content: dict[str, Any]  # the kind's model in services/evidence.py
     text: str | None
     artifacts: list[dict[str, Any]]
     notes: list[EvidenceNote] = []
@@ -212,7 +212,7 @@ class BaseChange(_Part):
 
     test: str | None
     config: str
-    base_median_s: float
+    base_median_s: float | None  # None: a test new on the head (the base has none)
     head_median_s: float
     base_n: int
     head_n: int
@@ -221,7 +221,8 @@ class BaseChange(_Part):
     ratio_low: float | None
     ratio_high: float | None
     p_value: float | None  # rank test, base runs against head runs
-    verdict: Literal["regressed", "improved", "unchanged", "too_noisy"]
+    # new: the base commit does not have the test (and the whole command's row leaves it out)
+    verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new"]
 
 
 class BaseComparison(_Part):
@@ -275,7 +276,8 @@ class MeasuredOn(_Part):
     shard: int | None = None
     # The Kubernetes node (LAGTRACE_NODE_NAME), else the host's name.
     node: str
-    # The lock directory (the whole node) or, packing, a file per CPU.
+    # The locks' names: ``node`` (the whole node) or, packing, ``cpuN`` per CPU; never
+    # the worker's paths to them.
     locks: list[str]
 
 

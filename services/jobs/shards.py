@@ -1,4 +1,4 @@
-"""Shards across workers (issue 23): one job's survey and focused screen split by tests.
+"""Shards across workers (docs/guides/service.md): one job's survey and focused screen split by tests.
 
 Prepare splits a pytest suite into shards (services/measure/shards.py) when
 LAGTRACE_SHARDS allows more than one and the suite is big enough, and records one screen

@@ -6,9 +6,13 @@ directory and removes it afterwards, so nodes share nothing but the database.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
-import io
+import fcntl
+import ipaddress
+import json
+import logging
 import lzma
 import os
 import re
@@ -16,21 +20,27 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import stat
 import subprocess
-import tarfile
+import sys
+import threading
+import time
 import zlib
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import ValidationError
 
 from services.errors import BadInput, LagtraceError
+from services.jobs import unpack as unpacker
 from services.jobs.spec import REPOSITORY_CONFIG_FILE, RepositoryConfig
 from services.models import JobSource
 from services.settings import Settings
 
+log = logging.getLogger("lagtrace.sources")
 # https only: ssh would use the worker's keys, git:// and http:// are unauthenticated
 # and let anyone on the path change the code. Local paths only where the operator says so.
 REMOTE_SCHEMES = ("https",)
@@ -66,6 +76,7 @@ def check_repository_url(url: str, settings: Settings) -> str:
             raise BadInput(f"repository.url {url!r}: no host")
         if parts.username or parts.password:
             raise BadInput(f"repository.url: credentials in the URL are not accepted ({parts.hostname})")
+        check_repository_host(parts.hostname, settings)
         return url
     if parts.scheme == "file" or (not parts.scheme and url.startswith("/")):
         if settings.allow_file_repositories:
@@ -76,6 +87,62 @@ def check_repository_url(url: str, settings: Settings) -> str:
     raise BadInput(f"repository.url {url!r}: only https:// git URLs are accepted")
 
 
+def check_repository_host(host: str, settings: Settings) -> None:
+    """The host must be allowed (LAGTRACE_REPOSITORY_HOSTS); an address given as the host
+    must also be a global one (its resolution is checked where the clone is made)."""
+    allowed = settings.repository_host_list
+    if "*" not in allowed and host.lower() not in allowed:
+        raise BadInput(
+            f"repository.url: the host {host} is not one repositories may be cloned from "
+            f"({', '.join(allowed)}; LAGTRACE_REPOSITORY_HOSTS)"
+        )
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    problem = _address_problem(address, settings)
+    if problem:
+        raise BadInput(f"repository.url: {host} is {problem}")
+
+
+def _address_problem(address: ipaddress.IPv4Address | ipaddress.IPv6Address, settings: Settings) -> str | None:
+    """Why ``address`` may not be cloned from, or None."""
+    if any(address in ipaddress.ip_network(net, strict=False) for net in settings.repository_allowed_networks):
+        return None
+    if address.is_global:
+        return None
+    kind = next(
+        (
+            name
+            for name, flag in (
+                ("a loopback", address.is_loopback),
+                ("a link-local", address.is_link_local),
+                ("a private", address.is_private),
+            )
+            if flag
+        ),
+        "a non-global",
+    )
+    return f"{kind} address ({address}); allow its network with LAGTRACE_REPOSITORY_ALLOWED_NETWORKS"
+
+
+def resolve_repository_host(url: str, settings: Settings) -> tuple[str, int, list[str]]:
+    """The host, port and every address of an https repository URL, each checked as
+    ``check_repository_host`` checks a literal one; SourceError if any is refused."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise SourceError(f"repository host {host}: cannot be resolved ({exc})") from None
+    addresses = sorted({str(info[4][0]) for info in found})
+    for text in addresses:
+        problem = _address_problem(ipaddress.ip_address(text.split("%", 1)[0]), settings)
+        if problem:
+            raise SourceError(f"repository host {host} resolves to {problem}")
+    return host, port, addresses
+
+
 def check_ref(ref: str) -> str:
     if not REF.match(ref) or ".." in ref or ref.startswith("-"):
         raise BadInput(f"repository.ref {ref!r}: not a branch, tag or commit name")
@@ -83,13 +150,38 @@ def check_ref(ref: str) -> str:
 
 
 def check_archive(data: bytes, settings: Settings) -> bytes:
-    """Only the size, in the request: unpacking (and refusing bombs) is the worker's."""
+    """The size, and that it holds something, in the request: unpacking (and refusing
+    bombs) is the worker's."""
     if len(data) > settings.max_archive_bytes:
         raise BadInput(f"archive: {len(data)} bytes, more than the {settings.max_archive_bytes} allowed")
+    if _holds_nothing(data):
+        raise BadInput("archive: the archive is empty (no file in it to run)", field="archive")
     # The format from its first bytes only: decompressing (a bomb) is not for this thread.
     if not (data.startswith(COMPRESSED_MAGIC) or data[257:262] == b"ustar"):
         raise BadInput("archive: not a tar archive (plain, gzip, bzip2 or xz)")
     return data
+
+
+TAR_BLOCK = 512
+
+
+def _holds_nothing(data: bytes) -> bool:
+    """Whether the upload holds no member: a tar archive that holds nothing is its end
+    marker alone, zero blocks (tar(5)), which is what `tar -c` of nothing writes; no bytes
+    at all, or a compressed stream of none, is empty too. Only the first 512-byte block is
+    read, decompressed at most that far: a bomb costs nothing here."""
+    try:
+        if data.startswith(b"\x1f\x8b"):
+            block = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, TAR_BLOCK)
+        elif data.startswith(b"BZh"):
+            block = bz2.BZ2Decompressor().decompress(data, max_length=TAR_BLOCK)
+        elif data.startswith(b"\xfd7zXZ\x00"):
+            block = lzma.LZMADecompressor().decompress(data, max_length=TAR_BLOCK)
+        else:
+            block = data[:TAR_BLOCK]
+    except (zlib.error, OSError, EOFError, lzma.LZMAError):
+        return False  # unreadable: the unpacker says so
+    return not block.strip(b"\0")
 
 
 def checkout(source: JobSource, settings: Settings, name: str, *, commit: str | None = None) -> tuple[Path, str | None]:
@@ -131,9 +223,102 @@ def new_checkout_directory(settings: Settings, prefix: str) -> Path:
             name = f"{prefix}-{secrets.token_hex(8)}"
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, dir_fd=jobs)  # the umask's mode: the run containers read it
-                return settings.work_dir / "jobs" / name
+                if _hold(jobs, name):
+                    return settings.work_dir / "jobs" / name
     finally:
         os.close(jobs)
+
+
+# Each live checkout is held by its process with an exclusive flock on the directory, until
+# ``remove``; the kernel drops the lock when the process dies, however it dies (SIGKILL, the
+# OOM killer, a restarted container), so a checkout nobody holds is a dead attempt's.
+_held: dict[str, int] = {}
+_held_lock = threading.Lock()
+
+
+def _hold(jobs: int, name: str) -> bool:
+    """Lock the new checkout ``name``; False if a sweep removed it before the lock was taken
+    (the sweep holds the lock while it removes, so this waits for it, then sees it gone)."""
+    try:
+        fd = os.open(name, unpacker.DIRECTORY_FLAGS, dir_fd=jobs)
+    except FileNotFoundError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    if os.fstat(fd).st_nlink == 0:
+        os.close(fd)
+        return False
+    with _held_lock:
+        _held[_key(jobs, name)] = fd
+    return True
+
+
+def _key(jobs: int, name: str) -> str:
+    return f"{os.fstat(jobs).st_ino}/{name}"
+
+
+def _release(directory: Path) -> None:
+    try:
+        jobs = os.open(directory.parent, unpacker.DIRECTORY_FLAGS)
+    except OSError:
+        return
+    try:
+        with _held_lock:
+            fd = _held.pop(_key(jobs, directory.name), None)
+    finally:
+        os.close(jobs)
+    if fd is not None:
+        os.close(fd)
+
+
+def sweep_checkouts(settings: Settings) -> list[str]:
+    """Remove the checkouts below the work dir that no live process holds (an attempt that
+    was killed never removed its own), and git's scratch homes beside them; the names
+    removed. Safe beside live attempts of any process sharing the work dir."""
+    try:
+        jobs = os.open(settings.work_dir / "jobs", unpacker.DIRECTORY_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    removed = []
+    try:
+        names = sorted(os.listdir(jobs))
+        for name in names:
+            if name.startswith(".git-home-"):
+                continue  # with its checkout, below
+            try:
+                fd = os.open(name, unpacker.DIRECTORY_FLAGS, dir_fd=jobs)
+            except OSError:
+                continue  # gone meanwhile, or not a directory (nothing this code makes)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live attempt's
+                # Ours now: removed while locked, so a new checkout that just took this name
+                # waits and then sees it gone (``_hold``).
+                unpacker.remove_tree(settings.work_dir / "jobs" / name)
+                removed.append(name)
+            finally:
+                os.close(fd)
+        for name in names:
+            if name.startswith(".git-home-") and not os.path.lexists(settings.work_dir / "jobs" / name[10:]):
+                unpacker.remove_tree(settings.work_dir / "jobs" / name)
+                removed.append(name)
+    finally:
+        os.close(jobs)
+    return removed
+
+
+def sweep_forever(settings: Settings, stop: threading.Event) -> None:
+    """``sweep_checkouts`` now and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S until ``stop``."""
+    while True:
+        try:
+            removed = sweep_checkouts(settings)
+            if removed:
+                log.info("removed %d checkouts of attempts that died: %s", len(removed), ", ".join(removed[:10]))
+        except Exception:
+            log.exception("sweeping dead checkouts failed; trying again later")
+        if stop.wait(settings.checkout_sweep_interval_s):
+            return
 
 
 def _own_directory(parent: int, name: str, where: Path) -> int:
@@ -152,225 +337,94 @@ def _own_directory(parent: int, name: str, where: Path) -> int:
     raise SourceError(f"{where / name} is not a directory and cannot be replaced by one")
 
 
-def remove(directory: Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
+def remove(directory: Path) -> bool:
+    """Remove a checkout, however deep (not shutil.rmtree: it recurses once per level in
+    this Python); True if nothing of it is left."""
+    gone = unpacker.remove_tree(directory)
+    _release(directory)
+    return gone
 
 
 # --- Archives ------------------------------------------------------------------------
 
-# Each directory of the tree is opened from its parent, never by path, and never through a
-# link: a link planted anywhere (by this archive or an earlier one) fails the walk instead.
-DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-MAX_LINK_HOPS = 40  # the kernel's own limit before ELOOP
-Parts = tuple[str, ...]
 
-
-def unpack_archive(data: bytes, directory: Path, settings: Settings) -> None:
-    """Unpack a tarball into ``directory`` with lagtrace's own filter, whatever Python runs.
-
-    Not tarfile's ``filter="data"``: it checks a link against the links already on disk
-    (Python 3.11.7 here also predates its 3.11.13 fixes for CVE-2025-4517), which is the
-    hole this replaces. Here every file and directory is created by an ``O_NOFOLLOW`` walk
-    from the tree's root, files exclusively; no member may pass through a symlink member;
-    symlinks are made last, each only if it resolves inside the tree with every link of the
-    archive expanded (``p -> .`` then ``x -> p/p/../..`` is refused). Hard links only to a
-    regular file unpacked before them; devices and FIFOs refused. Streamed (one pass) and
-    stopped as soon as a cap is crossed: total bytes, member count, and unpacked/packed ratio
-    (a decompression bomb is cut off early, not after).
-    """
-    limit = min(settings.max_archive_unpacked_bytes, int(max(len(data), 1) * settings.max_archive_ratio))
-    written, members = 0, 0
-    links: dict[Parts, str] = {}  # in archive order
-    files: set[Parts] = set()
-    tree = _Tree(os.open(directory, DIRECTORY_FLAGS))
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as archive:
-            for member in archive:
-                members += 1
-                if members > settings.max_archive_members:
-                    raise SourceError(f"archive: more than {settings.max_archive_members} members")
-                parts = _member_parts(member.name)
-                if not parts:
-                    continue  # the archive's root itself (".")
-                for depth in range(1, len(parts)):
-                    if parts[:depth] in links:
-                        raise SourceError(
-                            f"archive: {member.name} lies below the link {'/'.join(parts[:depth])}; "
-                            "nothing is unpacked through a link"
-                        )
-                if member.isdir():
-                    os.close(tree.directory(parts, member.name))
-                elif member.isfile():
-                    if written + member.size > limit:
-                        raise SourceError(_too_big(limit, len(data), settings))
-                    written += _write_member(archive, member, tree, parts, limit - written)
-                    files.add(parts)
-                elif member.issym():
-                    if parts in links:
-                        raise SourceError(f"archive: {member.name} appears twice")
-                    links[parts] = member.linkname
-                elif member.islnk():
-                    _hard_link(tree, member, parts, files)
-                    files.add(parts)
-                else:
-                    raise SourceError(f"archive: {member.name} is a special file; only files, directories and links")
-        for parts, linkname in links.items():
-            _make_link(tree, parts, linkname, links)
-    except tarfile.TarError as exc:
-        raise SourceError(f"archive: not a readable tar archive ({exc})") from None
-    except (EOFError, zlib.error, lzma.LZMAError, OSError) as exc:
-        if isinstance(exc, SourceError):
-            raise
-        raise SourceError(f"archive: cannot be unpacked ({exc})") from None
-    finally:
-        tree.close()
-
-
-class _Tree:
-    """The unpacked tree, reached only through directory descriptors opened without
-    following links; the last parent directory stays open (members come grouped by it)."""
-
-    def __init__(self, root: int) -> None:
-        self.root = root
-        self._cached: tuple[Parts, int] | None = None
-
-    def directory(self, parts: Parts, name: str) -> int:
-        """A new descriptor of directory ``parts``, made (with its parents) if missing."""
-        fd = os.dup(self.root)
-        try:
-            for part in parts:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, dir_fd=fd)
-                below = os.open(part, DIRECTORY_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = below
-        except OSError as exc:
-            os.close(fd)
-            raise SourceError(
-                f"archive: {name}: {'/'.join(parts)} is not a directory of the tree ({exc.strerror}); "
-                "nothing is unpacked through a link"
-            ) from None
-        return fd
-
-    def parent(self, parts: Parts, name: str) -> int:
-        """The directory that holds ``parts``, owned by the tree (not to be closed)."""
-        if self._cached is None or self._cached[0] != parts[:-1]:
-            fd = self.directory(parts[:-1], name)
-            if self._cached is not None:
-                os.close(self._cached[1])
-            self._cached = (parts[:-1], fd)
-        return self._cached[1]
-
-    def close(self) -> None:
-        if self._cached is not None:
-            os.close(self._cached[1])
-        os.close(self.root)
-
-
-def _too_big(limit: int, packed: int, settings: Settings) -> str:
-    return (
-        f"archive: unpacks to more than {limit} bytes (limits: {settings.max_archive_unpacked_bytes} bytes, "
-        f"{settings.max_archive_ratio:g} times its {packed} packed bytes)"
+def archive_limits(settings: Settings, packed: int) -> unpacker.Limits:
+    return unpacker.Limits(
+        packed=packed,
+        unpacked_bytes=settings.max_archive_unpacked_bytes,
+        ratio=settings.max_archive_ratio,
+        members=settings.max_archive_members,
+        path_bytes=settings.max_archive_path_bytes,
+        path_depth=settings.max_archive_path_depth,
+        header_bytes=settings.max_archive_header_bytes,
+        memory_bytes=settings.max_archive_memory_bytes,
+        cpu_s=settings.max_archive_cpu_s,
     )
 
 
-def _member_parts(name: str) -> Parts:
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or "\0" in name:
-        raise SourceError(f"archive: member {name!r} would land outside the tree")
-    return tuple(part for part in path.parts if part != ".")
+@dataclass(frozen=True)
+class Unpacked:
+    """What unpacking cost the child process that did it."""
+
+    peak_rss_bytes: int
+    cpu_s: float
+    wall_s: float
 
 
-def _write_member(archive: tarfile.TarFile, member: tarfile.TarInfo, tree: _Tree, parts: Parts, room: int) -> int:
-    source = archive.extractfile(member)
-    if source is None:
-        raise SourceError(f"archive: {member.name} cannot be read")
-    mode = 0o755 if member.mode & 0o111 else 0o644  # no setuid, no world-writable
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+class ArchiveRefused(SourceError):
+    """An archive the unpacker refused; ``usage`` is what the child spent on it (None if it
+    was killed before it could say)."""
+
+    def __init__(self, message: str, usage: Unpacked | None = None):
+        super().__init__(message)
+        self.usage = usage
+
+
+def unpack_archive(data: bytes, directory: Path, settings: Settings) -> Unpacked:
+    """Unpack a tarball into ``directory`` in a child process with memory, CPU and time caps
+    (services/jobs/unpack.py says what it refuses and how).
+
+    The child is this Python running that module as a script, isolated (``-I -S``: no
+    site, no environment, nothing of the worker's own imports), with the archive on its
+    stdin and ``directory`` as its one inherited descriptor.
+    """
+    limits = archive_limits(settings, len(data))
+    root = os.open(directory, unpacker.DIRECTORY_FLAGS)
+    started = time.monotonic()
     try:
-        fd = os.open(parts[-1], flags, mode, dir_fd=tree.parent(parts, member.name))
-    except FileExistsError:
-        raise SourceError(f"archive: {member.name} appears twice") from None
-    written = 0
-    with os.fdopen(fd, "wb") as out:
-        while chunk := source.read(1024 * 1024):
-            written += len(chunk)
-            if written > room:
-                raise SourceError(f"archive: {member.name} is larger than its header says, or than the limit")
-            out.write(chunk)
-    return written
-
-
-def _hard_link(tree: _Tree, member: tarfile.TarInfo, parts: Parts, files: set[Parts]) -> None:
-    # A hard link names another member of the archive (not a path relative to the link);
-    # only one already unpacked as a regular file, so it can only share an inode of the tree.
-    try:
-        source = _member_parts(member.linkname)
-    except SourceError:
-        source = ()
-    if source not in files:
-        raise SourceError(
-            f"archive: hard link {member.name} -> {member.linkname}: only to a regular file unpacked before it"
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", unpacker.__file__, unpacker.as_arguments(limits), str(root)],
+            input=data,
+            capture_output=True,
+            pass_fds=(root,),
+            timeout=settings.archive_unpack_timeout_s,
+            env={"PATH": GIT_ENV["PATH"]},
         )
-    target_dir = tree.directory(parts[:-1], member.name)
-    try:
-        os.link(
-            source[-1],
-            parts[-1],
-            src_dir_fd=tree.parent(source, member.linkname),
-            dst_dir_fd=target_dir,
-            follow_symlinks=False,
-        )
-    except FileExistsError:
-        raise SourceError(f"archive: {member.name} appears twice") from None
+    except subprocess.TimeoutExpired:
+        raise ArchiveRefused(
+            f"archive: unpacking it takes more than {settings.archive_unpack_timeout_s:g} s "
+            "(LAGTRACE_ARCHIVE_UNPACK_TIMEOUT_S)"
+        ) from None
     finally:
-        os.close(target_dir)
-
-
-def _make_link(tree: _Tree, parts: Parts, linkname: str, links: dict[Parts, str]) -> None:
-    name = "/".join(parts)
-    if _resolve_link(parts, links) is None:
-        raise SourceError(f"archive: link {name} points out of the tree, or loops ({linkname})")
-    parent = tree.directory(parts[:-1], name)
+        os.close(root)
+    wall_s = time.monotonic() - started
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise ArchiveRefused(limits.no_cpu())
+    if done.returncode == -signal.SIGXFSZ:
+        raise ArchiveRefused(limits.too_big())
+    if done.returncode == unpacker.EXIT_NO_MEMORY:
+        raise ArchiveRefused(limits.no_memory())
     try:
-        os.symlink(linkname, parts[-1], dir_fd=parent)
-    except FileExistsError:
-        raise SourceError(f"archive: {name} is both a link and a file or directory") from None
-    finally:
-        os.close(parent)
-
-
-def _resolve_link(parts: Parts, links: dict[Parts, str]) -> Parts | None:
-    """Where the link ``parts`` leads, as the kernel would resolve it once the tree is
-    unpacked (the tree holds nothing but the archive's members, so expanding the archive's
-    own links is exact); None if it leaves the tree, is absolute, or loops."""
-    here = list(parts[:-1])  # the directory reached so far, no link in it
-    pending: list[str] = []  # components still to walk, the next on top
-    target: str | None = links[parts]  # a link's text, read from the directory ``here``
-    hops = 0
-    while True:
-        if target is not None:
-            hops += 1
-            if target.startswith("/") or "\0" in target or hops > MAX_LINK_HOPS:
-                return None
-            pending += _components(target)
-            target = None
-        if not pending:
-            return tuple(here)
-        part = pending.pop()
-        if part == "..":
-            if not here:
-                return None
-            here.pop()
-        elif (*here, part) in links:
-            target = links[(*here, part)]
-        else:
-            here.append(part)
-
-
-def _components(linkname: str) -> list[str]:
-    """A link's target as a stack of components, the first on top."""
-    return [part for part in reversed(linkname.split("/")) if part not in ("", ".")]
+        result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        usage = Unpacked(int(result["peak_rss_bytes"]), float(result["cpu_s"]), wall_s)
+    except (ValueError, IndexError, KeyError):
+        if b"MemoryError" in done.stderr:
+            raise ArchiveRefused(limits.no_memory()) from None
+        tail = done.stderr.decode(errors="replace").strip()[-300:]
+        raise SourceError(f"archive: the unpacker failed (exit {done.returncode}): {tail}") from None
+    if "error" in result:
+        raise ArchiveRefused(str(result["error"]), usage)
+    return usage
 
 
 # --- git -------------------------------------------------------------------------------
@@ -430,6 +484,12 @@ def _clone(source: JobSource, settings: Settings, directory: Path, commit: str |
     want = commit or source.commit_sha or source.ref or "HEAD"
     check_repository_url(source.repository_url or "", settings)
     _git(settings, "init", "--quiet", cwd=directory)
+    if urlsplit(source.repository_url or "").scheme in REMOTE_SCHEMES:
+        # git connects to the addresses checked here and nowhere else: not to what a second
+        # lookup (DNS rebinding) or a redirect would name.
+        host, port, addresses = resolve_repository_host(source.repository_url or "", settings)
+        _git(settings, "config", "http.curloptResolve", f"{host}:{port}:{','.join(addresses)}", cwd=directory)
+        _git(settings, "config", "http.followRedirects", "false", cwd=directory)
     # `--` everywhere a URL or ref follows: neither may become an option (--upload-pack=...).
     _git(settings, "remote", "add", "--", "origin", source.repository_url or "", cwd=directory)
     try:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from services.diagnose import change_points
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs import shards, summaries
+from services.jobs import shards, summaries, workers
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -346,9 +346,11 @@ def list_job_summaries(
     return [_summary(row, project.name, labels[row.id], sources.get(row.id)) for row in rows]
 
 
-def progress(session: Session, job: Job) -> dict[str, Any]:
+def progress(session: Session, job: Job, settings: Settings | None = None) -> dict[str, Any]:
     # One screen step measures every configuration: its state and worker (the newest's)
-    # are theirs; and the prepare step's state. Both in one query.
+    # are theirs; and the prepare step's state. Both in one query. With ``settings``, a
+    # step whose worker's heartbeat lapsed reads "worker lost", and "warning" says so, or
+    # that no worker is alive to take the job (services/jobs/workers.py).
     screen: JobTask | None = None
     prepare: TaskState | None = None
     for task in session.scalars(
@@ -367,16 +369,31 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
             .group_by(Run.config_id)
         ).all()
     )
+    liveness = workers.of_job(session, settings, job) if settings is not None and job.status not in FINISHED else None
+    lost = {task.name for task in liveness.lost} if liveness else set()
+
+    def state_of(task: JobTask | None) -> str | None:
+        if task is None:
+            return None
+        return "worker lost" if task.name in lost else task.state.value
+
     configs = [
         {
             "label": c.label,
             "runs": done_runs.get(c.id, 0),
-            "state": screen.state.value if screen else None,
+            "state": state_of(screen),
             "worker": screen.worker if screen else None,
         }
         for c in job.configs
     ]
-    planned = len(job.configs) * job.repeat
+    shard_view = shards.progress_view(session, job)
+    for shard in shard_view:
+        if shards.task_name(shard["index"]) in lost:
+            shard["state"] = "worker lost"
+    # The plan is --repeat runs a configuration, and grows with the runs the screen adds
+    # (the survey's, a pull request's comparison, an undecided pair's, each shard's): a
+    # configuration is never shown past its plan ("21/15").
+    planned = sum(max(job.repeat, done_runs.get(c.id, 0)) for c in job.configs)
     runs = sum(done_runs.values())
     if job.status in FINISHED:
         phase = job.status.value
@@ -394,7 +411,10 @@ def progress(session: Session, job: Job) -> dict[str, Any]:
         "fraction": 1.0 if job.status is JobStatus.done else (round(runs / planned, 3) if planned else 0.0),
         "configs": configs,
         # A job split across workers (services/jobs/shards.py): each shard's step.
-        "shards": shards.progress_view(session, job),
+        "shards": shard_view,
+        "warning": liveness.warning() if liveness else None,
+        "workers_lost": liveness.lost_view(settings) if liveness and settings is not None else [],
+        "workers_live": liveness.live_workers if liveness else None,
     }
 
 
@@ -464,15 +484,22 @@ def finished_report(
 
 
 def job_detail(
-    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False, with_report: bool = True
+    session: Session,
+    job: Job,
+    thresholds: Thresholds | None = None,
+    *,
+    page: bool = False,
+    with_report: bool = True,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The job, its progress, and once finished its v1 report (compared with its parent's),
     its notes judged by the configured ``thresholds`` as its findings were. ``page``: the
     report's digest for the job page (services/jobs/summaries.py page_digest).
-    ``with_report`` False: without the "report" key (the caller adds the stored one)."""
+    ``with_report`` False: without the "report" key (the caller adds the stored one).
+    ``settings``: the progress names lost and missing workers (``progress``)."""
     # The page shows a finished job's progress nowhere (only a running one's): three
     # queries of its ten, a tenth of the 5,000-test job's page.
-    shown = None if page and job.status in FINISHED else progress(session, job)
+    shown = None if page and job.status in FINISHED else progress(session, job, settings)
     detail = {**job_summary(session, job), "progress": shown, "report": None, "comparison": None}
     if job.status in FINISHED:
         parent = session.get(Job, job.parent_id) if job.parent_id else None

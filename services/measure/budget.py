@@ -1,4 +1,4 @@
-"""A job's time budget (issue 23): how long its runs may take in all, and what it left out.
+"""A job's time budget (docs/explanations/cost-model.md): how long its runs may take in all, and what it left out.
 
 The budget counts the wall time of every run the job stored (survey, warm-up, timing,
 focused, evidence), so a screen and a drill on different workers, or a step

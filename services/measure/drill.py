@@ -21,9 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput
-from services.measure import budget, pytest_command
-from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
-from services.measure.evidence import (
+from services.evidence import (
     CensusContent,
     EvidenceKind,
     EvidenceRunTiming,
@@ -33,17 +31,40 @@ from services.measure.evidence import (
     StallContent,
     dump,
 )
+from services.measure import budget, pytest_command
+from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
 from services.measure.probes.census import CensusProbe, calls, suspects
 from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.stats import Summary
-from services.models import Evidence, Job, JobConfig, Run, RunKind
+from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
 Progress = Callable[[str], None]
 NO_TARGETS = "no evidence runs: the timing screen found nothing and no run stalled (pass --evidence to drill anyway)"
+NO_TARGETS_ALL_FAILED = (
+    "no evidence runs: no timing run of the command succeeded, so there was no latency to explain "
+    "(command_failed says why; pass --evidence to trace the failing command anyway)"
+)
+NO_TARGETS_PULL_REQUEST = (
+    "no evidence runs: the screen flagged nothing within the head commit and no run stalled; "
+    "a change against the base commit is judged by comparing the two (the comparison below), "
+    "which no tracer runs for (pass --evidence to drill anyway)"
+)
+
+
+def no_targets(job: Job) -> str:
+    """Why the drill ran nothing, as it was: every run failed, a pull request's comparison
+    (which needs no evidence runs), or a screen that found nothing."""
+    timing = [run for config in job.configs for run in config.runs if run.kind in COMMAND_KINDS]
+    if timing and not any(run.exit_code == 0 and not run.timed_out for run in timing):
+        return NO_TARGETS_ALL_FAILED
+    base_kinds = (RunKind.base, RunKind.base_warmup, RunKind.base_focus)
+    if any(run.kind in base_kinds for config in job.configs for run in config.runs):
+        return NO_TARGETS_PULL_REQUEST
+    return NO_TARGETS
 
 
 def parse_evidence(text: str | None) -> list[str] | None:

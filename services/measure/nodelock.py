@@ -1,4 +1,4 @@
-"""One measured run per node at a time, across processes (DESIGN.md section 8).
+"""One measured run per node at a time, across processes (docs/explanations/design.md#one-measurement-per-node).
 
 A busy neighbouring core changes the very latency under study, so by default every
 screen on a node takes the same lock. With LAGTRACE_PACK_DISJOINT_CORES runs lock only
@@ -31,7 +31,9 @@ PACKING_NOTE = (
 
 @dataclass(frozen=True)
 class Held:
-    """Where a measurement ran and what it held: the report names both."""
+    """Where a measurement ran and what it held: the report names both. ``locks`` are the
+    locks' names (``node``, ``cpu0``), never their paths: a report is read by the job's
+    users, and the worker's own directories are none of theirs."""
 
     node: str
     locks: tuple[str, ...]
@@ -71,16 +73,16 @@ def measurement_slot(
     directory.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         held = []
-        for name in lock_names(settings, cpuset):
-            path, fd = directory / f"{name}.lock", None
+        for wanted in lock_names(settings, cpuset):
+            name, path, fd = wanted, directory / f"{wanted}.lock", None
             if name != "node":
                 try:
                     fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
                 except PermissionError:
                     pass
             if fd is None:
-                path = directory
-                if str(path) in held:
+                path, name = directory, "node"
+                if name in held:
                     continue
                 fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
             stack.callback(os.close, fd)
@@ -90,5 +92,14 @@ def measurement_slot(
                 waiting(f"waiting for another measurement on this node to finish ({path})")
                 # Blocks in the kernel until the holder's process releases it or dies.
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            held.append(str(path))
+            held.append(name)
         yield Held(node_name(settings), tuple(held))
+
+
+def lock_label(lock: str) -> str:
+    """A held lock as a report names it: ``node`` or ``cpuN``. Jobs measured before the
+    report named locks stored their paths: the directory (the node's lock) or ``cpuN.lock``."""
+    if "/" not in lock:
+        return lock
+    base = os.path.basename(lock.rstrip("/"))
+    return base.removesuffix(".lock") if base.endswith(".lock") else "node"

@@ -72,9 +72,33 @@ def with_junit(command: list[str], junit_path: str) -> list[str]:
     """The user's pytest command, also writing JUnit XML (the user edits nothing).
 
     xunit1 adds each case's file, which turns JUnit's dotted classname back into the
-    pytest node id that a rerun of one test needs.
+    pytest node id that a rerun of one test needs. pytest's cache is off: the checkout is
+    read-only in a container, where each run printed a PytestCacheWarning for every
+    file it could not write, and a timing run has no use for what the cache keeps
+    (https://docs.pytest.org/en/stable/how-to/cache.html). A command that reads the cache
+    (``--lf``, ``--sw``) keeps it.
     """
-    return [*command, f"--junitxml={junit_path}", "-o", "junit_family=xunit1"]
+    cache = [] if CACHE_OPTIONS & set(_arguments(command)) else ["-p", "no:cacheprovider"]
+    return [*command, f"--junitxml={junit_path}", "-o", "junit_family=xunit1", *cache]
+
+
+# pytest options that need its cache plugin (_pytest/cacheprovider.py, _pytest/stepwise.py).
+CACHE_OPTIONS = {
+    "--lf",
+    "--last-failed",
+    "--ff",
+    "--failed-first",
+    "--nf",
+    "--new-first",
+    "--sw",
+    "--stepwise",
+    "--sw-skip",
+    "--stepwise-skip",
+    "--cache-show",
+    "--cache-clear",
+    "--lfnf",
+    "--last-failed-no-failures",
+}
 
 
 def narrow_to_test(
@@ -270,6 +294,26 @@ def _has_pytest_config(path: Path) -> bool:
     return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
 
 
+# How a pytest run failed as a whole, beyond its exit code: the command_failed rule's
+# kinds (part of its fingerprint: a suite that collects nothing and one that cannot
+# import a module are two problems).
+COLLECTION_ERROR, NO_TESTS, USAGE_ERROR = "collection_error", "no_tests_collected", "usage_error"
+
+
+def suite_failure(exit_code: int | None, output_tail: str | None, cases: int) -> str | None:
+    """Why a pytest run of the suite ran no test at all, where every further run would
+    only say the same: a collection error that interrupted it (exit 2; exit 1 with
+    ``--continue-on-collection-errors`` and nothing else), no test collected (exit 5), or
+    a usage error (exit 4: a path or option that does not exist). None: it ran tests."""
+    if exit_code in (1, 2) and read_collection_errors(output_tail) and cases == 0:
+        return COLLECTION_ERROR
+    if exit_code == 5:
+        return NO_TESTS
+    if exit_code == 4:
+        return USAGE_ERROR
+    return None
+
+
 def nothing_ran(exit_code: int | None, test_id: str) -> str | None:
     """Why a pytest run narrowed to ``test_id`` observed nothing of it (pytest stopped
     before running any test), or None. A run that timed out or crashed is not this: its
@@ -290,16 +334,78 @@ def _named_like_a_test_path(node_id: str) -> Callable[[str], bool]:
     )
 
 
+@dataclass(frozen=True)
+class CollectionError:
+    """A test module pytest could not collect (import it, or parse it): no test of it ran."""
+
+    module: str  # its path, pytest's node id of the module
+    exception: str  # the exception's last line: "ModuleNotFoundError: No module named 'x'"
+
+
+# pytest's JUnit XML has a collection error as an error element with this message
+# (_pytest/junitxml.py, append_collect_error), in a testcase named after the module.
+COLLECTION_FAILURE = "collection failure"
+# How a run's output tail names them (runs.py writes it, the command_failed rule reads it).
+COLLECTION_ERROR_LINE = "lagtrace: pytest could not collect "
+
+
 def parse(path: Path) -> list[TestCase]:
+    """The test cases of a JUnit XML file; a module that failed to collect is no test case
+    (collection_errors reads those)."""
+    cases: list[TestCase] = []
+    for case in _cases(path):
+        if _collection_failure(case) is None:
+            cases.append(TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case)))
+    return cases
+
+
+def collection_errors(path: Path) -> list[CollectionError]:
+    """The modules pytest could not collect, each with the exception it raised."""
+    found = []
+    for case in _cases(path):
+        error = _collection_failure(case)
+        if error is not None:
+            module = case._elem.get("file") or case.name or "?"
+            found.append(CollectionError(module, _exception_line(error.text or "")))
+    return found
+
+
+def describe_collection_errors(errors: list[CollectionError]) -> str:
+    """The lines a run's output tail starts with: each module and its exception (the tail of
+    pytest's own output rarely reaches the first module's exception)."""
+    return "".join(f"{COLLECTION_ERROR_LINE}{error.module}: {error.exception}\n" for error in errors)
+
+
+def read_collection_errors(output_tail: str | None) -> list[CollectionError]:
+    """What describe_collection_errors wrote into an output tail."""
+    found = []
+    for line in (output_tail or "").splitlines():
+        if line.startswith(COLLECTION_ERROR_LINE):
+            module, _, exception = line.removeprefix(COLLECTION_ERROR_LINE).partition(": ")
+            found.append(CollectionError(module, exception))
+    return found
+
+
+def _cases(path: Path) -> list:
     if not path.exists() or path.stat().st_size == 0:
         return []
     xml = JUnitXml.fromfile(str(path))
     suites = [xml] if xml._tag == "testsuite" else list(xml)
-    cases: list[TestCase] = []
-    for suite in suites:
-        for case in suite:
-            cases.append(TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case)))
-    return cases
+    return [case for suite in suites for case in suite]
+
+
+def _collection_failure(case) -> Error | None:
+    for result in case.result:
+        if isinstance(result, Error) and result.message == COLLECTION_FAILURE:
+            return result
+    return None
+
+
+def _exception_line(text: str) -> str:
+    """The exception pytest shows last (its "E   " lines), else the text's last line."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    raised = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (raised or lines or ["(no message)"])[-1]
 
 
 def _node_id(case) -> str:

@@ -7,7 +7,7 @@ wrapped (pytest writes JUnit XML), executed and stored the same way whoever aske
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from services.measure import pytest_command
 from services.measure.configs import cpu_config
 from services.measure.executors.base import Executor, RunResult, RunWatcher
 from services.measure.executors.base import RunRequest as ExecutorRequest
-from services.measure.pytest_command import TestCase
+from services.measure.pytest_command import CollectionError, TestCase
 from services.models import JobConfig, Run, RunKind, TestResult
 
 
@@ -26,6 +26,8 @@ class Measured:
     run: Run
     result: RunResult
     cases: list[TestCase]
+    # Modules pytest could not collect (no test case of theirs ran).
+    collection_errors: list[CollectionError] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Wrapping:
     command: Callable[[list[str]], list[str]] = lambda command: command
     env: dict[str, str] = field(default_factory=dict)
     watcher: RunWatcher | None = None
-    # The stall clock the executor runs (executors/container_timer.py StallClock).
+    # The stall clock the executor runs (executors/stall_clock.py StallClock).
     stall_clock: dict[str, Any] | None = None
 
 
@@ -79,8 +81,15 @@ def run_once(
         )
     )
     cases = pytest_command.parse(junit_file) if is_pytest else []
+    uncollected = pytest_command.collection_errors(junit_file) if is_pytest else []
+    if uncollected and result.output_tail is not None:
+        # Each module and its exception first: the last lines of pytest's output rarely
+        # reach the first one's (and the rule and the report read them from here).
+        result = replace(
+            result, output_tail=pytest_command.describe_collection_errors(uncollected) + result.output_tail
+        )
     run = store_run(session, job_config, kind, repetition, result, cases, probe=probe, test_id=test_id)
-    return Measured(run, result, cases)
+    return Measured(run, result, cases, uncollected)
 
 
 def store_run(

@@ -13,7 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from services.measure.configs import parse_cpulist
-from services.measure.pytest_command import JUNIT_RESOLUTION_S, PYTEST_TESTS_FAILED
+from services.measure.pytest_command import JUNIT_RESOLUTION_S, PYTEST_TESTS_FAILED, is_pytest
 from services.measure.stats import Summary, median_interval
 from services.models import COMMAND_KINDS, TEST_TIMING_KINDS, Job, Run, RunKind
 
@@ -39,6 +39,10 @@ class JobSamples:
     pinned: dict[str, int] = field(default_factory=dict)
     # configuration label -> CPU time (user + sys) of each run, aligned with ``wall``
     cpu: dict[str, list[float]] = field(default_factory=dict)
+    # configuration label -> the CPUs (CPU time over wall time) each run of the command
+    # kept busy that ran to its end: the runs in ``wall``, and a pytest run that exited 1
+    # because some test failed (its parallelism is the suite's all the same).
+    shares: dict[str, list[float]] = field(default_factory=dict)
     # Tests a stopping rule cleared before they had the runs to be judged (the focused
     # screen's futility stop): in the false discovery rate's family with p = 1.
     cleared: set[str] = field(default_factory=set)
@@ -67,13 +71,22 @@ class JobSamples:
 
     def cpu_share(self, label: str) -> float | None:
         """The CPUs the command kept busy in a configuration: the median of each run's
-        CPU time over its wall time (2.0: two threads computing all along); None when
-        the CPU time was not recorded."""
+        CPU time over its wall time (2.0: two threads computing all along, or two xdist
+        workers); None when the CPU time was not recorded.
+
+        A pytest run in which some test failed counts: a suite with one failing test
+        would otherwise have no share at all, and every test of it run by two xdist
+        workers under cpus=0.5 would look 4x slower than the quota explains. The whole
+        command's runs, not a focused run's: a narrowed process holding little but one
+        test that spins two threads would count its own pathology as parallel work."""
+        shares = self.shares.get(label)
+        if shares:
+            return statistics.median(shares)
         cpu, wall = self.cpu.get(label), self.wall.get(label)
         if not cpu or not wall or len(cpu) != len(wall):
             return None
-        shares = [c / w for c, w in zip(cpu, wall, strict=True) if w > 0]
-        return statistics.median(shares) if shares else None
+        found = [c / w for c, w in zip(cpu, wall, strict=True) if w > 0]
+        return statistics.median(found) if found else None
 
 
 def surveyed(job: Job) -> dict[str, dict[str, list[float]]]:
@@ -94,6 +107,19 @@ def succeeded(run: Run) -> bool:
     return run.exit_code == 0 and not run.timed_out
 
 
+def ran_through(run: Run) -> bool:
+    """A run that measured its tests: it succeeded, or pytest ran the suite and some test
+    failed (the passing tests were timed all the same)."""
+    return succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)
+
+
+def _share(run: Run) -> float | None:
+    """The CPUs a run kept busy (user + sys over wall); None where its CPU time is unknown."""
+    if run.user_s is None or not run.wall_s or run.wall_s <= 0:
+        return None
+    return (run.user_s + (run.sys_s or 0.0)) / run.wall_s
+
+
 def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     """The job's samples; ``kind`` RunKind.base: its pull request's base commit's.
 
@@ -102,6 +128,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
     samples = JobSamples()
     tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     test_load: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    pytest_run = is_pytest(job.command or [])
     command_kinds = COMMAND_KINDS if kind is RunKind.timing else (kind,)
     test_kinds = TEST_TIMING_KINDS if kind is RunKind.timing else (kind, RunKind.base_focus)
     for config in job.configs:
@@ -114,8 +141,10 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]
         samples.cpu[config.label] = [(run.user_s or 0.0) + (run.sys_s or 0.0) for run in timing_runs if succeeded(run)]
         samples.failed[config.label] = sum(not succeeded(run) for run in timing_runs)
+        completed = [run for run in timing_runs if succeeded(run) or (pytest_run and ran_through(run))]
+        samples.shares[config.label] = [share for run in completed if (share := _share(run)) is not None]
         for run in (run for run in config.runs if run.kind in test_kinds):
-            if not (succeeded(run) or (run.exit_code == PYTEST_TESTS_FAILED and not run.timed_out)):
+            if not ran_through(run):
                 continue
             for result in run.test_results:
                 if result.outcome == "passed":

@@ -37,7 +37,7 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from services.measure import budget, hostload, pytest_command
+from services.measure import budget, hostload, pytest_command, warm
 from services.measure.drill import SurveyCensus
 from services.measure.executors.base import Executor, RunResult
 from services.measure.probes.census import CensusProbe
@@ -110,6 +110,8 @@ def screen(
             job.notes = [*job.notes, note]
     # (label, on_base) of each side whose warm-up hit the timeout: never run again.
     hung: set[tuple[str, bool]] = set()
+    # Test id -> its cold (first) runs in the focused processes, kept apart from the timed ones.
+    first_runs: dict[str, list[float]] = {}
     on_base_whole = (base.command if base is not None else None) or job.command
 
     def measure(
@@ -125,6 +127,12 @@ def screen(
         if on_base and base is not None:
             kind = {RunKind.warmup: RunKind.base_warmup, RunKind.focus: RunKind.base_focus}.get(kind, RunKind.base)
         traced = census.wrapping(job_config, run_dir) if census is not None and kind is RunKind.warmup else None
+        # A narrowed process times each test warm (services/measure/warm.py).
+        warming = (
+            _warm_wrapping(base.executor if on_base and base is not None else executor, run_dir)
+            if kind in (RunKind.focus, RunKind.base_focus)
+            else None
+        )
 
         def run(wrapping: Wrapping | None = None) -> Measured:
             return run_once(
@@ -138,10 +146,13 @@ def screen(
                 kind=kind,
                 repetition=repetition,
                 probe=CensusProbe.name if wrapping is not None else None,
-                wrapping=wrapping,
+                wrapping=wrapping or warming,
             )
 
         measured = run(traced)
+        if kind is RunKind.focus:
+            for test_id, seconds in warm.first_runs(run_dir).items():
+                first_runs.setdefault(test_id, []).append(seconds)
         if census is not None and traced is not None and not census.collect(job_config, measured):
             # The tracer never ran the suite: the warm-up is taken again without it.
             progress(f"{job_config.label}: the census's tracer ran nothing; the warm-up run again, untraced")
@@ -149,6 +160,22 @@ def screen(
             session.flush()
             measured = run()
         line = _progress_line(job_config, kind, repetition, repeat, measured.result, len(measured.cases))
+        broken = (
+            pytest_command.suite_failure(measured.result.exit_code, measured.run.output_tail, len(measured.cases))
+            if kind in (RunKind.warmup, RunKind.timing) and pytest_command.is_pytest(job.command)
+            else None
+        )
+        if broken is not None:
+            # No test ran and none will: every further run, in any configuration, would
+            # fail the same way. The run is what the job measured (a timed run, for the
+            # command_failed rule); the screen stops here.
+            measured.run.kind, measured.run.repetition = RunKind.timing, 1
+            note = _stopped_note(broken, job_config.label, measured)
+            if note not in job.notes:
+                job.notes = [*job.notes, note]
+            checkpoint()
+            progress(f"{line}: {note}")
+            raise _SuiteBroken(broken)
         if kind in (RunKind.warmup, RunKind.base_warmup) and measured.result.timed_out:
             # Nothing warmed up: the command hangs here, and every further run would wait
             # out the same timeout. The run is what this configuration measured: a timed
@@ -173,8 +200,11 @@ def screen(
         return [(c, side) for c in active for side in sides if (c.label, side) not in hung]
 
     try:
-        for job_config, on_base in round_order(order, this_round()):
-            measure(job_config, RunKind.warmup, 0, on_base)
+        try:
+            for job_config, on_base in round_order(order, this_round()):
+                measure(job_config, RunKind.warmup, 0, on_base)
+        except _SuiteBroken:
+            return
         # A configuration that hung measured all it will: its verdict (it hangs) is settled.
         active = [c for c in active if (c.label, False) not in hung]
         # A suite of real size: the warm-up round was its survey, and only the tests it
@@ -203,8 +233,11 @@ def screen(
                 left = budget.remaining_s(job, thresholds)
                 progress(f"budget: run {repetition} would take about {cost:.1f} s, {left:.1f} s left: the screen stops")
                 break
-            for job_config, on_base in round_order(order, this_round()):
-                measure(job_config, kind, repetition, on_base, command, base_command)
+            try:
+                for job_config, on_base in round_order(order, this_round()):
+                    measure(job_config, kind, repetition, on_base, command, base_command)
+            except _SuiteBroken:
+                return
             if focus is not None and repetition == 1 and not focus_ran(job, base is not None):
                 progress("the narrowed suite ran none of its tests: screening the whole suite instead")
                 unfocus(job)
@@ -238,8 +271,48 @@ def screen(
             if not active:
                 break
             repetition += 1
+        _note_first_calls(job, thresholds, first_runs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _SuiteBroken(Exception):
+    """A pytest run of the whole suite ran no test, and no further run would (a collection
+    error, no test collected, a usage error): the screen stops."""
+
+
+def _stopped_note(failure: str, label: str, measured: Measured) -> str:
+    where = f"the screen stopped after its first run ({label}): every other run would fail the same way"
+    if failure == pytest_command.COLLECTION_ERROR:
+        errors = measured.collection_errors
+        named = "; ".join(f"{e.module} ({e.exception})" for e in errors[:3]) + (" ..." if len(errors) > 3 else "")
+        return f"pytest could not collect {named}: no test ran, so {where}"
+    if failure == pytest_command.NO_TESTS:
+        return f"pytest collected no tests (exit 5): nothing ran, so {where}"
+    return f"pytest refused the command (exit 4, a usage error: a path or option it does not know): {where}"
+
+
+def _warm_wrapping(executor: Executor, run_dir: Path) -> Wrapping:
+    """The focused run's command with the warm-up plugin (services/measure/warm.py)."""
+    hook = executor.visible_path(run_dir, warm.HOOK_DIR)
+    out = executor.visible_path(run_dir, warm.OUTPUT_PREFIX)
+    _, env = warm.warmed([], {}, run_dir, hook, out)
+    return Wrapping(command=lambda command: [*command, "-p", warm.PLUGIN], env=env)
+
+
+def _note_first_calls(job: Job, thresholds: Thresholds, first_runs: dict[str, list[float]]) -> None:
+    """The focused processes' one-time cost, said once on the job (never a test's latency):
+    cold runs two modes apart from the test's warm ones, as latency_flaky would judge them."""
+    timed: dict[str, list[float]] = {}
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind is RunKind.focus:
+                for result in run.test_results:
+                    if result.outcome == "passed":
+                        timed.setdefault(result.test_id, []).append(result.duration_s)
+    note = warm.first_call_note(first_runs, timed, thresholds.flaky_min_spread_s, thresholds.flaky_gap_ratio)
+    if note is not None and note not in job.notes:
+        job.notes = [*job.notes, note]
 
 
 _ON_BASE = {RunKind.focus: RunKind.base_focus, RunKind.timing: RunKind.base}
@@ -382,7 +455,10 @@ def within_budget(job: Job, thresholds: Thresholds, runs: dict[str, Run], scores
         per_config = durations.get(test_id, {})
         known = list(per_config.values())
         # A configuration without a result (it failed to collect or crashed) costs what the others took.
-        cost = sum(per_config.get(label, max(known, default=0.0)) + per_test[label] for label in runs)
+        # Each test runs twice in a focused process: once cold, once timed (warm.py).
+        cost = sum(
+            warm.RUNS_PER_TEST * per_config.get(label, max(known, default=0.0)) + per_test[label] for label in runs
+        )
         if rounds * (round_s + cost) > left:
             continue
         round_s += cost

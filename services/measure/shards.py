@@ -1,4 +1,4 @@
-"""Shards of a pytest suite (issue 23): which tests each worker screens, and on which CPUs.
+"""Shards of a pytest suite (docs/guides/service.md): which tests each worker screens, and on which CPUs.
 
 A suite is split by test file, the unit pytest collects and sets up together (module
 fixtures run once per shard, not once per test); a file heavier than a shard's fair share

@@ -144,7 +144,7 @@ def configuration_test(groups: list[list[float]], rng: random.Random) -> float:
     only one pair differs.
 
     Kruskal-Wallis sees a shift of any configuration, but a third configuration spread
-    over both of the others hides a pair that is fully apart (issue 22: a websocket test
+    over both of the others hides a pair that is fully apart (docs/explanations/statistics.md: a websocket test
     pinned 0.055 s against 0.014 s on two cores, every run apart, while cpus=0.5 ran from
     0.012 to 0.074 s, gave p=0.06). So each pair is ranked alone too (Bonferroni over the
     pairs), and the two are joined by a weighted Bonferroni: the omnibus at

@@ -1,4 +1,4 @@
-"""The survey: which tests of a pytest suite of real size the focused screen reruns (issue 23).
+"""The survey: which tests of a pytest suite of real size the focused screen reruns (docs/explanations/cost-model.md).
 
 Screening a suite whole, 6 times in each of 3 configurations, cost 20 times the suite's
 own time before any evidence was taken, though most tests cannot hold a finding. So for

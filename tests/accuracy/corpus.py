@@ -67,6 +67,12 @@ class Side:
     # ... and words its text must hold (`expect_cause_in:`): where the time goes, say the
     # library's module, not the test runner's.
     expect_cause_in: str | None = None
+    # ... and the test whose diagnosis must name it (`expect_cause_test:`): evidence that
+    # names a test belongs to that test, not to the whole command.
+    expect_cause_test: str | None = None
+    # Kinds that must not be found at medium or high severity on this side (`forbid:`): a
+    # pathology's own finding beside, say, a suite's healthy tests read as CPU-sensitive.
+    forbid: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -81,6 +87,7 @@ class Outcome:
     error: str | None = None
     causes: list[str] = field(default_factory=list)  # the cause kind of each diagnosis
     cause_texts: list[str] = field(default_factory=list)  # and its text, in the same order
+    cause_tests: list[str | None] = field(default_factory=list)  # and its test (None: the command)
 
     @property
     def kinds(self) -> set[str]:
@@ -100,14 +107,21 @@ class Outcome:
         """Whether some diagnosis names the expected cause; None where none is expected."""
         if self.side.expect_cause is None:
             return None
+        tests = self.cause_tests or [self.side.expect_cause_test] * len(self.causes)
         return any(
-            kind == self.side.expect_cause and (self.side.expect_cause_in or "") in text
-            for kind, text in zip(self.causes, self.cause_texts or [""] * len(self.causes), strict=True)
+            kind == self.side.expect_cause
+            and (self.side.expect_cause_in or "") in text
+            and (self.side.expect_cause_test is None or test == self.side.expect_cause_test)
+            for kind, text, test in zip(self.causes, self.cause_texts or [""] * len(self.causes), tests, strict=True)
         )
 
     @property
+    def forbidden(self) -> list[tuple[str, str]]:
+        return [(kind, severity) for kind, severity in self.found if kind in self.side.forbid and severity in SERIOUS]
+
+    @property
     def failed(self) -> bool:
-        if self.error or self.missed or self.cause_right is False:
+        if self.error or self.missed or self.cause_right is False or self.forbidden:
             return True
         # A healthy twin may carry a low note, never a medium or high finding, tolerated
         # or not: a twin's tolerate list excuses a note in the precision count only.
@@ -156,6 +170,8 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     interpreter,
                     part.get("expect_cause") if variant == "pathology" else None,
                     part.get("expect_cause_in") if variant == "pathology" else None,
+                    part.get("expect_cause_test") if variant == "pathology" else None,
+                    part.get("forbid", []),
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -314,7 +330,14 @@ def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
     report = json.loads(report_path.read_text())
     found = [(finding["kind"], finding["severity"]) for finding in report["findings"]]
     diagnoses = report.get("diagnoses", [])
-    return Outcome(side, found, seconds, causes=causes_of(diagnoses), cause_texts=cause_texts_of(diagnoses))
+    return Outcome(
+        side,
+        found,
+        seconds,
+        causes=causes_of(diagnoses),
+        cause_texts=cause_texts_of(diagnoses),
+        cause_tests=cause_tests_of(diagnoses),
+    )
 
 
 def causes_of(diagnoses: list[dict]) -> list[str]:
@@ -323,6 +346,10 @@ def causes_of(diagnoses: list[dict]) -> list[str]:
 
 def cause_texts_of(diagnoses: list[dict]) -> list[str]:
     return [d["cause"].get("text") or "" for d in diagnoses if d.get("cause")]
+
+
+def cause_tests_of(diagnoses: list[dict]) -> list[str | None]:
+    return [d.get("test") for d in diagnoses if d.get("cause")]
 
 
 def score(outcomes: list[Outcome]) -> dict[str, dict[str, float | int | None]]:
@@ -416,7 +443,9 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
             print(f"{kind:<20} {right:>5} {of:>3}  {_pct(right / of):>8}")
     failures = [o for o in outcomes if o.failed]
     total = sum(o.seconds for o in outcomes)
-    print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {out_dir.relative_to(REPO)}")
+    # A worktree's .state is a link to the main checkout's: its runs are not under REPO.
+    shown = out_dir.relative_to(REPO) if out_dir.is_relative_to(REPO) else out_dir
+    print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {shown}")
     summary = {
         "executor": executor,
         "outcomes": [
@@ -430,6 +459,7 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
                 "failed": o.failed,
                 "expect_cause": o.side.expect_cause,
                 "causes": o.causes,
+                "cause_tests": o.cause_tests,
             }
             for o in outcomes
         ],
@@ -476,6 +506,7 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
                         entry["seconds"],
                         causes=causes_of(diagnoses),
                         cause_texts=cause_texts_of(diagnoses),
+                        cause_tests=cause_tests_of(diagnoses),
                     )
                 )
             _print_outcome(outcomes[-1])
@@ -503,10 +534,18 @@ def _print_outcome(outcome: Outcome) -> None:
         print(f"     {outcome.error}")
     elif outcome.missed:
         print(f"     missed: {', '.join(outcome.missed)}")
+    if outcome.forbidden:
+        print(f"     forbidden: {', '.join(f'{kind}:{severity}' for kind, severity in outcome.forbidden)}")
     if outcome.side.expect_cause:
-        named = ", ".join(outcome.causes) or "none"
+        named = ", ".join(
+            kind + (f" ({test})" if test else "")
+            for kind, test in zip(outcome.causes, outcome.cause_tests or [None] * len(outcome.causes), strict=True)
+        )
         mark = "right" if outcome.cause_right else "WRONG"
-        print(f"     cause: expected {outcome.side.expect_cause}, diagnosed {named} ({mark})")
+        wanted = outcome.side.expect_cause + (
+            f" on {outcome.side.expect_cause_test}" if outcome.side.expect_cause_test else ""
+        )
+        print(f"     cause: expected {wanted}, diagnosed {named or 'none'} ({mark})")
     sys.stdout.flush()
 
 

@@ -72,6 +72,8 @@ def build_api(
         work_dir=tmp_path / "work",
         artifact_dir=tmp_path / "artifacts",
         allow_file_repositories=True,
+        # The tests name made-up https hosts (example.com) that are never cloned.
+        repository_hosts=["*"],
         github_webhook_secret=SECRET,
         github_api_url=github_url,
         github_token="test-token",

@@ -1,5 +1,5 @@
 """Every endpoint of the API, sent bad input: each 4xx answer names the field to change
-(`problems[].field`), as the README promises. A new endpoint without bad-input cases here
+(`problems[].field`), as docs/reference/api.md promises. A new endpoint without bad-input cases here
 fails the coverage test, so it cannot ship without being walked."""
 
 from __future__ import annotations

@@ -174,6 +174,29 @@ def test_a_pull_request_whose_base_has_a_0_ms_test_gets_its_whole_report(api, tm
     assert all(parse[key] is None or math.isfinite(parse[key]) for key in ("ratio", "ratio_low", "ratio_high")), parse
 
 
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_test_new_in_the_pull_request_is_new_and_left_out_of_the_whole_command(api, tmp_path):
+    # The head leaves test_target as it was and adds a 0.5 s test: the whole command takes
+    # 0.5 s longer, which is the new test, not a regression of the command.
+    api.token = api.new_token("octo/demo")
+    added = {"tests/test_added.py": "import time\n\n\ndef test_added():\n    time.sleep(0.5)\n"}
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.03, head_files=added)
+    register(api.settings, api.session_factory, repository.url)
+    response = deliver(api, pull_request_payload(repository), "pr-new-test", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert job["status"] == "done", job["error"]
+    report = job["report"]
+    verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
+    new = verdicts["tests/test_added.py::test_added"]
+    assert new["verdict"] == "new" and new["base_median_s"] is None and new["head_median_s"] >= 0.5, new
+    assert verdicts[None]["verdict"] != "regressed", verdicts[None]
+    assert verdicts[None]["ratio"] is None or verdicts[None]["ratio"] < 1.2, verdicts[None]
+    assert report["base_comparison"]["counts"]["new"] == 1
+    assert not [f for f in report["findings"] if f["kind"] == "slower_than_base"], report["findings"]
+    assert any("new on the head" in note for note in report["notes"]), report["notes"]
+
+
 def test_the_rerun_with_other_cpus_action_reruns_on_more_configurations(sqlite_api, tmp_path):
     api = sqlite_api
     repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.15)

@@ -185,7 +185,7 @@ def smallest_detected(
 
 
 def hidden_pair(rng: random.Random, label: str, value: float) -> float:
-    """Issue 22's websocket test: 15 ms on two cores, 3.7x pinned to one, and under the
+    """The websocket test of docs/explanations/statistics.md: 15 ms on two cores, 3.7x pinned to one, and under the
     quota sometimes as fast as two cores and sometimes slower than one (throttled or not)."""
     if label == "cpuset=0":
         return value * 3.7
@@ -272,7 +272,7 @@ def _print(result: dict) -> None:
         )
     for extra, figures in result["hidden_pair"].items():
         print(
-            f"a pair apart with the third configuration spread over both (issue 22), {extra} extra runs: "
+            f"a pair apart with the third configuration spread over both (docs/explanations/statistics.md), {extra} extra runs: "
             f"found in {figures['found']:.0%} of jobs, {figures['runs_pinned']:.1f} runs pinned"
         )
     verdict = "meets" if result["meets_target"] else "MISSES"

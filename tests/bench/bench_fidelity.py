@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.measure.executors.docker import RUNNER_USER
+from services.measure.executors.docker_guards import RUNNER_USER
 from services.settings import Settings
 from tests.bench.common import BenchError, lagtrace_run, scratch_dir, timing_walls, write_programs
 from tests.bench.figures import Figure, bootstrap, ratio_figure, spread_figure

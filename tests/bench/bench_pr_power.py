@@ -1,4 +1,4 @@
-"""How small a regression a pull request's base-against-head comparison finds (issue 24).
+"""How small a regression a pull request's base-against-head comparison finds (docs/explanations/statistics.md).
 
 Simulates the comparison of suites of 500 tests, each run ``repeat`` times on the base
 and on the head, through the real statistics (services/jobs/pull_requests.py compare:
@@ -15,7 +15,7 @@ to JUnit's 1 ms.
 
     .venv/bin/python -m tests.bench.run --only pr_power [--quick]
 
-Targets (issue 24): a 10 % regression found with 80 % power on a quiet node with the
+Targets (docs/measurements/statistics.md): a 10 % regression found with 80 % power on a quiet node with the
 default repeats; false "regressed" at most 1 % of tests.
 """
 

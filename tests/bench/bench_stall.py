@@ -33,9 +33,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from services.evidence import GdbContent, StallContent
 from services.measure.configs import CpuConfig
 from services.measure.drill import MAX_STALL_ATTEMPTS, RETRY_FRACTION
-from services.measure.evidence import GdbContent, StallContent
 from services.measure.executors.base import RunRequest
 from services.measure.probes import PROBES, ProbeContext
 from services.settings import Settings

@@ -1,4 +1,4 @@
-"""Suites of real size (issue 23): lagtrace's wall time over the suite's own, on one worker.
+"""Suites of real size (docs/explanations/cost-model.md): lagtrace's wall time over the suite's own, on one worker.
 
 A synthetic pytest suite of healthy tests with realistic durations (log-normal around
 20 ms, a tail to half a second; a third of them compute, the rest wait) and two planted
@@ -10,7 +10,7 @@ was found, and the medium or high findings on healthy tests (target: none).
 
     .venv/bin/python -m tests.bench.run --only suites [--quick]
 
-Target (issue 23): at most 4x for suites of 60 s and more; through the service, two
+Target (docs/measurements/suites.md): at most 4x for suites of 60 s and more; through the service, two
 workers (shards, services/jobs/shards.py) at most 0.6 of one worker's time. The quick run screens a
 suite of about 2 s without the drill (a smoke run); the full run about 10 s and 60 s
 (LAGTRACE_BENCH_LONG=1 adds 300 s).

@@ -21,7 +21,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from services.measure.executors.docker import JOB_LABEL
+from services.measure.executors.docker_guards import JOB_LABEL
 from tests.bench.common import BenchError, redis_server_url, scratch_dir, server_url
 from tests.bench.figures import quantile_figure
 from tests.e2e.test_service import running_stack

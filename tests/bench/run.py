@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _from_false_positives(result: dict) -> list[Figure]:
-    """Issue 12's simulation: worst false cpu_sensitivity rate and 80 % power per noise level."""
+    """The simulation of docs/explanations/statistics.md: worst false cpu_sensitivity rate and 80 % power per noise level."""
     worst = result["worst_false_per_test"]
     figures = [
         Figure(
@@ -175,13 +175,13 @@ BENCHMARKS = [
         "suites",
         "tests.bench.bench_suites:run",
         ("lagtrace / suite", "planted tests found", "medium/high findings on healthy tests"),
-        what="a synthetic pytest suite with two planted tests, default matrix and drill, one worker (issue 23)",
+        what="a synthetic pytest suite with two planted tests, default matrix and drill, one worker",
     ),
     Benchmark(
         "pr_power",
         "tests.bench.bench_pr_power:run",
         ("smallest regression found, 80 % power", "false 'regressed' per unchanged test"),
-        what="a pull request's base-against-head comparison, simulated with the real statistics (issue 24)",
+        what="a pull request's base-against-head comparison, simulated with the real statistics",
     ),
     Benchmark(
         "gate",
@@ -194,13 +194,13 @@ BENCHMARKS = [
         "tests.bench.bench_false_positives:run",
         ("false cpu_sensitivity per test",),
         adapt=_from_false_positives,
-        what="cpu_sensitivity on simulated identical configurations (issue 12)",
+        what="cpu_sensitivity on simulated identical configurations",
     ),
     Benchmark(
         "change_points",
         "tests.bench.bench_change_points:run",
         ("false slower_since per test",),
-        what="slower_since on simulated 60-push branch histories, searched after every push (issue 24)",
+        what="slower_since on simulated 60-push branch histories, searched after every push",
     ),
 ]
 

@@ -30,7 +30,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, func, select, text
 
-from services.measure.executors.docker import INSTALLATION_LABEL, JOB_LABEL, RUN_DIR
+from services.measure.executors.docker_guards import INSTALLATION_LABEL, JOB_LABEL, RUN_DIR
 from services.models import Finding, JobConfig, JobTask, Run, RunKind
 from services.settings import Settings
 from tests.conftest import require
@@ -115,7 +115,7 @@ class PrivatePostgres:
 
 
 class PrivateRedis:
-    """A Redis without persistence: a restart loses every queued message, as the issue's did."""
+    """A Redis without persistence: a restart loses every queued message (docs/guides/reliability.md)."""
 
     def __init__(self, base: Path):
         require(shutil.which("redis-server") is not None, "redis-server is not installed")

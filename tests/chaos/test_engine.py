@@ -1,4 +1,4 @@
-"""The Docker engine fails under a running service (issue 26): it goes away mid-screen and
+"""The Docker engine fails under a running service (docs/guides/reliability.md): it goes away mid-screen and
 comes back, and a job is cancelled while its dependencies install.
 
 The engine the workers see is a forwarder in front of the shared one (engine_proxy.py),
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from services.measure.executors.docker import JOB_LABEL
+from services.measure.executors.docker_guards import JOB_LABEL
 from services.models import Finding, JobConfig, JobTask, Run, RunKind
 from tests.chaos.conftest import EFFECTIVE, SLOW_YML, chaos_stack, record
 from tests.conftest import REPO

@@ -1,4 +1,4 @@
-"""Light work never waits behind screens (issue 26): with a backlog of screens queued on the
+"""Light work never waits behind screens (docs/guides/reliability.md): with a backlog of screens queued on the
 measurement queue, the reconciler still gives a killed worker's step back to the ledger,
 and a cancelled job's check run is completed, while the backlog runs.
 
@@ -19,7 +19,7 @@ import pytest
 from services.models import TaskState
 from tests.chaos.conftest import BOUND_S, SHIPPED_DEFAULTS, START_UP_S, children, kill_group, record
 
-# make chaos: the issue's backlog of 20 jobs on 2 workers; in make test, 6 keep it short.
+# make chaos: a backlog of 20 jobs on 2 workers (docs/guides/reliability.md); in make test, 6 keep it short.
 JOBS = 20 if SHIPPED_DEFAULTS else 6
 # Four runs (warm-up and three timed) of 3 s each: a screen of about 15 s. With the
 # shipped defaults (a 90 s bound) runs are longer, so that the backlog behind the killed

@@ -11,7 +11,7 @@ import uuid
 from docker.errors import NotFound
 from sqlalchemy import select
 
-from services.measure.executors.docker import INSTALLATION_LABEL, OWNER_LABEL, reap_orphans
+from services.measure.executors.docker_guards import INSTALLATION_LABEL, OWNER_LABEL, reap_orphans
 from services.models import Run, RunKind
 from services.settings import Settings
 from tests.chaos.conftest import CHAOS_SETTINGS, EFFECTIVE, chaos_stack, record

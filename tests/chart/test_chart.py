@@ -401,7 +401,7 @@ def test_no_secret_value_appears_outside_secrets(helm, values):
 def test_configmap_settings_are_real_settings_and_load(rendered):
     config = next(o for o in rendered.of_kind("ConfigMap"))["data"]
     fields = {f"LAGTRACE_{name.upper()}" for name in Settings.model_fields}
-    # Read by the image's entrypoint, or by a setting another branch adds (security issue).
+    # Read by the image's entrypoint, or by a setting another branch adds (docs/guides/security.md).
     outside_settings = {"LAGTRACE_ALLOWED_EXECUTORS"}
     unknown = set(config) - fields - outside_settings
     assert not unknown, f"ConfigMap keys no setting reads: {unknown}"
@@ -469,7 +469,7 @@ def test_whole_cores_values_give_the_engine_guaranteed_integer_cpus(helm):
     assert integer == ["dind"], integer
     terms = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms[0]["topologyKey"] == "kubernetes.io/hostname"
-    # The default is Burstable: whole cores are a choice the README explains.
+    # The default is Burstable: whole cores are a choice docs/guides/kubernetes.md explains.
     assert _qos(pod_spec(render(helm).one("Deployment", "-worker"))) == "Burstable"
 
 
@@ -517,15 +517,17 @@ def test_no_manifest_gives_the_prepare_step_the_host_network(rendered):
 def test_light_work_has_its_own_queue_and_only_the_measurement_queue_scales(helm):
     from cli.main import cli
     from services.jobs.dispatch import NOTIFY, RECONCILE, SCREEN
-    from worker.app import LIGHT_QUEUE, QUEUE, queue_for
+    from worker.app import CHECKS_QUEUE, LIGHT_QUEUE, QUEUE, queue_for
 
-    # Check runs and the reconciler never wait behind a screen: every `lagtrace worker`
-    # serves the light queue with a pool of its own (tests/worker/test_light_pool.py).
-    assert {queue_for(NOTIFY), queue_for(RECONCILE)} == {LIGHT_QUEUE} and queue_for(SCREEN) == QUEUE
+    # Check runs and the reconciler never wait behind a screen, nor the reconciler behind
+    # check runs: every `lagtrace worker` serves the light queue and the check-run queue
+    # with a pool each (tests/worker/test_light_pool.py).
+    assert queue_for(RECONCILE) == LIGHT_QUEUE and queue_for(NOTIFY) == CHECKS_QUEUE and queue_for(SCREEN) == QUEUE
     trial = render(helm, CHART / "ci" / "trial-values.yaml")
     worker = pod_spec(trial.one("Deployment", "-worker"))["containers"][0]
     assert worker["args"][0] == "worker" and "worker" in cli.commands
     assert _env(worker)["LAGTRACE_WORKER_CONCURRENCY"] == "1"  # one screen at a time
+    assert _env(worker)["LAGTRACE_CHECK_RUN_CONCURRENCY"] == "4"
     # KEDA adds workers for queued measurements only.
     lists = [t["metadata"]["listName"] for t in trial.one("ScaledObject", "-worker")["spec"]["triggers"]]
     assert lists == [QUEUE]
@@ -644,7 +646,7 @@ def test_an_in_chart_database_without_a_password_is_refused(helm, database):
     assert done.returncode != 0 and f"{database}.password is empty" in done.stderr, done.stderr
 
 
-# --- The prepare step's network, worker egress and artifacts in object storage (issue 25) ---
+# --- The prepare step's network, worker egress and artifacts in object storage (docs/guides/kubernetes.md) ---
 
 
 def _worker_egress(rendered: Rendered) -> dict:
@@ -749,3 +751,16 @@ def test_the_api_serves_one_process_per_cpu_it_requests(rendered):
     source = env["LAGTRACE_WEB_PROCESSES"]["valueFrom"]["resourceFieldRef"]
     assert source == {"containerName": "api", "resource": "requests.cpu", "divisor": "1"}
     assert container["resources"]["requests"]["cpu"]
+
+
+def test_the_api_trusts_one_proxy_where_the_chart_deploys_an_ingress(helm):
+    def proxies(*args: str) -> str:
+        api = pod_spec(render(helm, None, *args).one("Deployment", "-api"))["containers"][0]
+        return _env(api)["LAGTRACE_TRUSTED_PROXIES"]
+
+    # Without the Ingress, X-Forwarded-For is the client's own word: ignored.
+    assert proxies() == "0"
+    # With it, the ingress's entry names the client (tests/security/test_abuse.py).
+    assert proxies("--set", "ingress.enabled=true") == "1"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=2") == "2"
+    assert proxies("--set", "ingress.enabled=true", "--set", "ingress.trustedProxies=0") == "0"

@@ -182,7 +182,7 @@ def test_failing_command_is_recorded_not_an_error(sqlite_url, tmp_path):
     report = result.report(out)
     assert [r["exit_code"] for r in report["configs"][0]["runs"]] == [4, 4]
     assert "did not exit 0" in result.stdout and "boom" in result.stdout
-    # Failure is never shown as health (issue 12): a finding, with the exit code and output.
+    # Failure is never shown as health (docs/reference/findings.md, command_failed): a finding, with the exit code and output.
     [failed] = [f for f in report["findings"] if f["kind"] == "command_failed"]
     assert failed["severity"] == "high" and failed["metrics"]["exit_code"] == 4
     assert "boom" in failed["metrics"]["output_tail"]
@@ -226,7 +226,7 @@ def test_a_pytest_that_is_not_installed_is_command_failed_not_health(sqlite_url,
 @pytest.mark.latency
 def test_a_healthy_suite_of_forty_fast_tests_gets_a_report(sqlite_url, tmp_path):
     # Most of these tests take under 1 ms (JUnit says 0.000 or 0.001): lagtrace crashed on
-    # them with a ZeroDivisionError in latency_flaky (issue 12), and ratios to 0.000 s
+    # them with a ZeroDivisionError in latency_flaky (docs/measurements/accuracy.md), and ratios to 0.000 s
     # came out as "infx slower".
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -471,7 +471,7 @@ def hang_options(timeout_s: float, out) -> list[str]:
 
 
 def test_a_configuration_that_hangs_costs_one_timeout_and_the_report_names_it(sqlite_url, tmp_path):
-    """Issue 26: a hung configuration used to be rerun (warm-up, then every repetition up to
+    """docs/guides/reliability.md, every run ends: a hung configuration used to be rerun (warm-up, then every repetition up to
     min_repetitions), each run waiting out the whole timeout."""
     out, timeout_s = tmp_path / "out.json", 2.0
     started = time.monotonic()
@@ -538,7 +538,7 @@ def test_costly_and_close():
 
 @pytest.mark.latency
 def test_a_tiny_budget_screens_the_most_suspicious_test_and_names_what_it_left_out(sqlite_url, tmp_path):
-    """Issue 23: the budget is spent on the most suspicious tests first. The survey costs
+    """docs/explanations/cost-model.md: the budget is spent on the most suspicious tests first. The survey costs
     about 6 s; the cheap test's five focused rounds about 5 s more; the costly one's
     another 30 s, which a 20 s budget cannot hold."""
     suite = tmp_path / "suite"

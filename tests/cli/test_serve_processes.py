@@ -4,12 +4,14 @@ socket, a dead one replaced, all of them stopped by one SIGTERM to the parent.""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import redis
 import requests
 
 from tests.cli.test_submit import free_port
@@ -84,3 +86,84 @@ def test_serve_runs_the_processes_asked_for_and_replaces_a_dead_one(sqlite_url, 
     for pid in survivors:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
     assert "with 2 processes" in log_path.read_text()
+
+
+def _stopped(pid: int):
+    """SIGSTOP ``pid`` for the block: the other serving process accepts every connection."""
+
+    class Stopped:
+        def __enter__(self):
+            os.kill(pid, signal.SIGSTOP)
+
+        def __exit__(self, *_):
+            os.kill(pid, signal.SIGCONT)
+
+    return Stopped()
+
+
+def _sign_in(base: str, username: str, password: str) -> int:
+    with requests.Session() as browser:  # a new connection: whichever process accepts it
+        page = browser.get(f"{base}/sign-in", timeout=10).text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+        data = {"username": username, "password": password, "csrf_token": token}
+        return browser.post(f"{base}/sign-in", data=data, allow_redirects=False, timeout=10).status_code
+
+
+def test_rate_limits_hold_across_two_serving_processes(sqlite_url, tmp_path, redis_url):
+    broker = redis_url.rsplit("/", 1)[0] + "/11"  # a database of its own (tests/worker: 12, 14)
+    store = redis.Redis.from_url(broker)
+    store.flushdb()
+    assert run_cli(["migrate"], sqlite_url).returncode == 0
+    token = run_cli(["token", "create", "--project", "octo/demo"], sqlite_url).stdout.strip().splitlines()[-1]
+    made = subprocess.run(
+        [sys.executable, "-m", "cli.main", "user", "create", "ann", "--project", "octo/demo", "--password-stdin"],
+        cwd=REPO,
+        env={**os.environ, "LAGTRACE_DATABASE_URL": sqlite_url},
+        input="correct horse battery\n",
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "serve", "--port", str(port)],
+            cwd=REPO,
+            env={
+                **os.environ,
+                "LAGTRACE_DATABASE_URL": sqlite_url,
+                "LAGTRACE_BROKER_URL": broker,  # the limits are kept in the broker's Redis
+                "LAGTRACE_WEB_PROCESSES": "2",
+                "LAGTRACE_SUBMISSIONS_PER_MINUTE": "3",
+                "LAGTRACE_SIGN_IN_FAILURES_PER_MINUTE": "2",
+                # One signing key for both processes (a form from one is posted to the other),
+                # and plain http on 127.0.0.1.
+                "LAGTRACE_SECRET_KEY": "a-key-both-processes-share",
+                "LAGTRACE_COOKIE_SECURE": "false",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait(lambda: len(_children(server.pid)) == 2, "two serving processes", log_path)
+            first, second = sorted(_children(server.pid))
+            job = {"repository": {"url": "https://github.com/octo/demo.git"}, "command": ["python3", "-c", "pass"]}
+
+            def submit() -> int:
+                headers = {"Authorization": f"Bearer {token}", "Connection": "close"}
+                return requests.post(f"{base}/api/v1/jobs", json=job, headers=headers, timeout=10).status_code
+
+            with _stopped(first):  # all of this is served by the second process
+                assert [submit() for _ in range(3)] == [201, 201, 201]
+                assert [_sign_in(base, "ann", f"guess-{i}") for i in range(2)] == [401, 401]
+            with _stopped(second):  # and this by the first, which has seen none of it
+                assert submit() == 429
+                assert _sign_in(base, "ann", "correct horse battery") == 429
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            store.flushdb()
+            store.close()
+    assert server.returncode == 0, log_path.read_text()[-3000:]

@@ -1,7 +1,7 @@
-"""The README's service quickstart, its commands read from the README itself, run as a new
+"""The service quickstart (docs/guides/service.md), its commands read from that page itself, run as a new
 user would: as root with its real HOME (/root, mode 0700: the default work directory is
 below it), as root with a LAGTRACE_WORK_DIR under /var/tmp, and as an ordinary user in the
-docker group, against the real PostgreSQL, Redis and Docker engine. A README that drifts
+docker group, against the real PostgreSQL, Redis and Docker engine. A page that drifts
 from what works breaks this test."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import REPO, require
 
-SECTION = "## The service: API, workers, GitHub"
+QUICKSTART_PAGE = REPO / "docs" / "guides" / "service.md"
+DASHBOARD_PAGE = REPO / "docs" / "guides" / "dashboard.md"
+SECTION = "## Quickstart"
 # The first line of the quickstart. The session running this test ran it in this tree
 # (`make test` installs, then provisions: .state/test.env), so root goes on from there;
 # the ordinary user runs `make install` in a clone of their own (a venv on the system
@@ -37,13 +39,13 @@ QUICKSTART_TIMEOUT_S = 240
 
 
 def quickstart_commands() -> list[str]:
-    """The first shell block of the README's service section, one command per line."""
-    section = (REPO / "README.md").read_text().split(SECTION, 1)[1]
+    """The first shell block of the service page's quickstart, one command per line."""
+    section = QUICKSTART_PAGE.read_text().split(SECTION, 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, f"no ```sh block under {SECTION!r} in README.md"
+    assert block, f"no ```sh block under {SECTION!r} in {QUICKSTART_PAGE}"
     commands = []
     for raw in block.group(1).replace("\\\n", " ").splitlines():
-        line = re.sub(r"(^|\s)#.*$", "", raw).strip()  # the README's comments
+        line = re.sub(r"(^|\s)#.*$", "", raw).strip()  # the page's comments
         if line:
             commands.append(line)
     return commands
@@ -62,8 +64,8 @@ def same_server(readme_url: str, test_url: str) -> bool:
 def script(
     commands: list[str], database_url: str, broker_url: str, port: int, test_pg: str, test_redis: str, install: bool
 ) -> str:
-    """The README's commands with what a shared test machine needs changed: a database and
-    a Redis database of the test's own (on the servers the README names) and a free port."""
+    """The quickstart's commands with what a shared test machine needs changed: a database and
+    a Redis database of the test's own (on the servers the page names) and a free port."""
     assert commands[0] == SETUP, f"the quickstart no longer starts with {SETUP!r}: {commands[0]!r}"
     lines = ["set -euo pipefail", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT"]
     if install:
@@ -74,7 +76,7 @@ def script(
         if match:
             name, value = match.groups()
             own, server = (database_url, test_pg) if name == "LAGTRACE_DATABASE_URL" else (broker_url, test_redis)
-            assert same_server(value, server), f"README's {name}={value} is not the provisioned server {server}"
+            assert same_server(value, server), f"the quickstart's {name}={value} is not the provisioned server {server}"
             command = f"export {name}={shlex.quote(own)}"
         assert "8080" not in command or "--port 8080" in command or "127.0.0.1:8080" in command, command
         lines.append(command.replace("--port 8080", f"--port {port}").replace("127.0.0.1:8080", f"127.0.0.1:{port}"))
@@ -82,7 +84,7 @@ def script(
 
 
 def ordinary_user() -> pwd.struct_passwd:
-    """A user made as the README's Security section says (home directory, docker group)."""
+    """A user made as docs/guides/security.md says (home directory, docker group)."""
     try:
         return pwd.getpwnam(USER)
     except KeyError:
@@ -195,7 +197,7 @@ def test_the_readme_service_quickstart_reports_a_finding(
     findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
     assert findings and int(findings.group(1)) >= 1, out
     assert "command_failed" not in out, out
-    # The hand-off example's finding, as the README promises (about 20x on two cores here).
+    # The hand-off example's finding, as the quickstart promises (about 20x on two cores here).
     assert re.search(r"^  (HIGH|MEDIUM|LOW)\s+cpu_sensitivity: ", out, re.M), out
 
 
@@ -205,7 +207,7 @@ def test_the_dashboard_section_follows_on_from_the_quickstart():
     PATH)."""
     token = next(c for c in quickstart_commands() if "token create" in c)
     project = re.search(r"--project ([^\s)]+)", token)
-    dashboard = (REPO / "README.md").read_text().split("## Dashboard", 1)[1].split("\n## ", 1)[0]
+    dashboard = DASHBOARD_PAGE.read_text().split("# Dashboard", 1)[1].split("\n## ", 1)[0]
     commands = [line.strip() for line in dashboard.splitlines() if line.startswith("    ") and "lagtrace " in line]
     assert project and commands
     user = next(c for c in commands if " user create " in c and "--admin" not in c)

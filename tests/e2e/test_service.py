@@ -22,7 +22,7 @@ import pytest
 import redis
 from sqlalchemy import create_engine, func, select, text
 
-from services.measure.executors.docker import INSTALLATION_LABEL
+from services.measure.executors.docker_guards import INSTALLATION_LABEL
 from services.models import Job, JobTask, WebhookDelivery
 from services.settings import Settings
 from tests.conftest import REPO
@@ -286,7 +286,7 @@ def test_submit_over_http_finds_the_cpu_sensitive_hand_off(stack, repository, tm
         "python3",
         "handoff.py",
         "200",
-        "4",  # four clients: one loses its two-core cost beside a neighbour on CPU 0 (README quickstart)
+        "4",  # four clients: one loses its two-core cost beside a neighbour on CPU 0 (docs/guides/service.md, Quickstart)
     )
     assert done.returncode == 0, done.stderr + stack.logs()
     assert "lagtrace: job" in done.stderr and "runs" in done.stderr  # progress went to stderr
@@ -353,7 +353,7 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
     assert job["status"] == "done", job["error"]
     assert job["configs"] == ["cpuset=0", "cpuset=0-1"]
     mine = [r for r in stack.github.check_runs() if r.body.get("external_id") == str(job["id"])]
-    # A GitHub call that fails goes back to the ledger for 30 s (engine.notify_github):
+    # A GitHub call that fails goes back to the ledger for 30 s (services/github/notify.py):
     # the check run completes within one such retry.
     deadline = time.monotonic() + 75
     while not any(r.body.get("status") == "completed" for r in mine) and time.monotonic() < deadline:
@@ -518,9 +518,9 @@ def test_worker_with_the_docker_executor_finds_gil_contention_at_the_stall(stack
 
 
 def require_docker() -> None:
-    from services.measure.executors import docker as docker_executor
+    from services.measure.executors import docker_engine
     from services.settings import Settings
     from tests.conftest import require
 
-    problem = docker_executor.unavailable_reason(Settings().docker_image)
+    problem = docker_engine.unavailable_reason(Settings().docker_image)
     require(problem is None, f"no usable Docker engine: {problem}")

@@ -1,4 +1,4 @@
-"""Shards across workers (issue 23) through the whole service: the API, PostgreSQL, Redis
+"""Shards across workers (docs/guides/service.md#shards-across-workers) through the whole service: the API, PostgreSQL, Redis
 and two Celery workers, each given its own CPU (LAGTRACE_WORKER_CPUS) and its own work
 directory (so its node lock is its own), screening a synthetic suite
 (tests/bench/bench_suites.py) split in two shards.

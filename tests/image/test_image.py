@@ -22,7 +22,7 @@ import docker
 import pytest
 from docker.errors import DockerException, ImageNotFound
 
-from tests.conftest import EXAMPLES, REPO, require
+from tests.conftest import EXAMPLES, REPO, provisioned, require
 
 DOCKERFILE = REPO / "Dockerfile"
 ROLES = {
@@ -46,8 +46,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def image(engine) -> str:
-    name = os.environ.get("LAGTRACE_TEST_SERVICE_IMAGE")
-    require(bool(name), "LAGTRACE_TEST_SERVICE_IMAGE is not set: the service image is not built")
+    name = provisioned("image", "LAGTRACE_TEST_SERVICE_IMAGE")
     try:
         engine.images.get(name)
     except ImageNotFound:

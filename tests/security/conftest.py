@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.accounts.tokens import create_token
 from services.accounts.users import create_user
 from services.jobs.dispatch import InProcessDispatcher
-from services.measure.executors.docker import unavailable_reason
+from services.measure.executors.docker_engine import unavailable_reason
 from services.settings import Settings
 from tests.conftest import require
 from tests.service_support import SECRET, GitHubServer, delivery_headers, in_process_service
@@ -105,6 +105,7 @@ def build_service(
         "work_dir": tmp_path / "work",
         "artifact_dir": tmp_path / "artifacts",
         "allow_file_repositories": True,
+        "repository_hosts": ["*"],
         "github_webhook_secret": SECRET,
         "github_api_url": github.url,
         "github_token": GITHUB_TOKEN_CANARY,

@@ -41,13 +41,42 @@ def test_an_oversized_body_is_413_before_it_is_read(make_service):
     assert service.count(Job) == 0
 
 
-def sign_in(client, username: str, password: str, next_url: str | None = None):
-    page = client.get("/sign-in" + (f"?next={next_url}" if next_url is not None else ""))
+def sign_in(client, username: str, password: str, next_url: str | None = None, headers: dict | None = None):
+    page = client.get("/sign-in" + (f"?next={next_url}" if next_url is not None else ""), headers=headers)
     token = CSRF.search(page.get_data(as_text=True)).group(1)
     data = {"username": username, "password": password, "csrf_token": token}
     if next_url is not None:
         data["next"] = next_url
-    return client.post("/sign-in", data=data)
+    return client.post("/sign-in", data=data, headers=headers)
+
+
+def test_behind_a_proxy_one_clients_bad_passwords_lock_only_that_client(make_service):
+    # The chart's Ingress is one trusted proxy: it appends the client's address to
+    # X-Forwarded-For, and every request reaches the service from the ingress's address.
+    service = make_service(run_jobs=False, trusted_proxies=1)
+    service.add_user("ann", ["octo/demo"])
+    limit = service.settings.sign_in_failures_per_minute
+    mallory = {"X-Forwarded-For": "203.0.113.5"}
+    statuses = [sign_in(service.client, "ann", f"guess-{i}", headers=mallory).status_code for i in range(limit + 2)]
+    assert statuses == [401] * limit + [429] * 2, statuses
+    assert sign_in(service.client, "ann", PASSWORD, headers=mallory).status_code == 429
+    # ann, from her own address through the same ingress, is not locked out.
+    assert sign_in(service.client, "ann", PASSWORD, headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 302
+    # A client naming another address before the ingress's entry gains nothing: only the
+    # last hop, the one the ingress added, is believed.
+    spoofed = {"X-Forwarded-For": "198.51.100.7, 203.0.113.5"}
+    assert sign_in(service.client, "ann", "guess", headers=spoofed).status_code == 429
+
+
+def test_without_a_trusted_proxy_forwarded_addresses_are_ignored(front_door):
+    assert front_door.settings.trusted_proxies == 0  # the shipped default
+    front_door.add_user("ann", ["octo/demo"])
+    limit = front_door.settings.sign_in_failures_per_minute
+    statuses = [
+        sign_in(front_door.client, "ann", "guess", headers={"X-Forwarded-For": f"198.51.100.{i}"}).status_code
+        for i in range(limit + 1)
+    ]
+    assert statuses == [401] * limit + [429], statuses  # a new made-up address each time changed nothing
 
 
 @pytest.mark.parametrize(
@@ -86,7 +115,11 @@ def test_guessing_passwords_is_stopped_and_the_right_one_waits_too(front_door):
     assert statuses[:limit] == [401] * limit and set(statuses[limit:]) == {429}, statuses
     blocked = sign_in(front_door.client, "ann", PASSWORD)
     assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
-    # Spraying the guesses over other names from the same address is stopped as well.
+    # Spraying guesses over other names from the same client is stopped at the client's
+    # own limit, and then every name is refused to it.
+    per_client = front_door.settings.sign_in_client_failures_per_minute
+    sprayed = [sign_in(front_door.client, f"name-{i}", "guess").status_code for i in range(per_client)]
+    assert sprayed == [401] * (per_client - limit) + [429] * limit, sprayed
     front_door.add_user("bob", ["octo/demo"])
     assert sign_in(front_door.client, "bob", PASSWORD).status_code == 429
 
@@ -230,7 +263,7 @@ def test_dashboard_reruns_spend_the_same_submission_allowance(make_service):
 def test_sign_in_attempts_under_made_up_names_do_not_grow_the_limiters_table(front_door):
     # Once this address is blocked, each request under a new name is refused cheaply (no
     # password check), and must leave nothing behind either.
-    limit = front_door.settings.sign_in_failures_per_minute
+    limit = front_door.settings.sign_in_client_failures_per_minute
     page = front_door.client.get("/sign-in").get_data(as_text=True)
     token = CSRF.search(page).group(1)
     statuses = [
@@ -240,5 +273,14 @@ def test_sign_in_attempts_under_made_up_names_do_not_grow_the_limiters_table(fro
         for i in range(limit + 2000)
     ]
     assert statuses[:limit] == [401] * limit and set(statuses[limit:]) == {429}
-    failures = front_door.client.application.extensions["lagtrace"].sign_in_failures
-    assert len(failures._events) <= limit + 1, len(failures._events)  # the failed names and the address
+    shared = front_door.client.application.extensions["lagtrace"]
+    assert len(shared.sign_in_failures._events) == limit  # the failed names, each with this client
+    assert len(shared.sign_in_client_failures._events) == 1  # the client
+
+
+def test_an_unreachable_rate_limit_store_is_a_503_not_a_free_pass(make_service):
+    service = make_service(run_jobs=False, rate_limit_storage_url="redis://127.0.0.1:1/0")
+    response = service.submit(JOB)
+    assert response.status_code == 503, response.get_json()
+    assert "rate limits' store is unavailable" in response.get_json()["error"]
+    assert service.count(Job) == 0

@@ -168,7 +168,7 @@ def test_a_link_planted_where_checkouts_are_made_is_not_followed(tmp_path, plant
 
 
 def test_one_projects_upload_cannot_plant_where_the_next_job_is_unpacked(make_service, tmp_path):
-    """The attack of issue 26 through the service: project A's upload plants, in the work
+    """The attack through the service (docs/guides/security.md#sources): project A's upload plants, in the work
     dir's jobs/, the directory the next job ids would use, linked to a place A can read;
     project B's next upload must not be unpacked there (nor anything be planted)."""
     service = make_service()

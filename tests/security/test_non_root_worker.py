@@ -1,4 +1,4 @@
-"""The executor as an ordinary user in the docker group (how the README says to run the
+"""The executor as an ordinary user in the docker group (how docs/guides/security.md says to run the
 worker): it works, and a job's links to root-only files lead nowhere."""
 
 from __future__ import annotations

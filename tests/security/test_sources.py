@@ -89,6 +89,16 @@ def test_a_decompression_bomb_is_cut_off_early_and_off_the_request_thread(servic
     assert not list((service.settings.work_dir / "jobs").rglob("zeros.bin"))
 
 
+def test_a_pax_header_bomb_fails_the_job_naming_the_setting(service):
+    from tests.security.test_archive_bounds import pax_header_bomb
+
+    packed = gzip.compress(pax_header_bomb(), 9)  # 64 MiB of header in 65 KB
+    job = service.wait(service.upload(packed, STEADY).get_json()["id"])
+    assert job["status"] == "failed", job
+    assert "PAX header" in job["error"] and "LAGTRACE_MAX_ARCHIVE_HEADER_BYTES" in job["error"], job["error"]
+    assert list((service.settings.work_dir / "jobs").iterdir()) == []
+
+
 def test_too_many_members_are_refused(make_service):
     service = make_service(max_archive_members=50)
     members = [file_member(f"f{i}.txt", b"x") for i in range(60)]
@@ -155,7 +165,7 @@ def test_a_lagtrace_yml_linked_to_a_host_file_is_not_read(service, tmp_path):
 
 
 def test_requirements_linked_out_of_the_tree_are_not_read(tmp_path):
-    from services.measure.executors.docker import _inside_tree, read_regular_file
+    from services.measure.executors.docker_guards import inside_tree, read_regular_file
 
     tree = tmp_path / "tree"
     (tree / "requirements").mkdir(parents=True)
@@ -164,7 +174,53 @@ def test_requirements_linked_out_of_the_tree_are_not_read(tmp_path):
     (tmp_path / "elsewhere" / "dev.txt").write_text("x\n")
     (tree / "requirements" / "dev.txt").symlink_to(tmp_path / "elsewhere" / "dev.txt")
     (tree / "constraints.txt").write_text("pytest<9\n")
-    found = [p.name for p in sorted(tree.rglob("*.txt")) if _inside_tree(p, tree)]
+    found = [p.name for p in sorted(tree.rglob("*.txt")) if inside_tree(p, tree)]
     assert found == ["constraints.txt"]
     with pytest.raises(BadInput, match="links are not followed"):
         read_regular_file(tree / "requirements.txt", 1024)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "169.254.169.254", "10.0.0.1", "[::1]"])
+def test_repository_urls_at_internal_addresses_are_refused(make_service, tmp_path, address):
+    url = f"https://{address}/r.git"
+    # The shipped default: GitHub's host only, so an address is not even a host allowed.
+    service = make_service(run_jobs=False, repository_hosts=None, github_api_url="https://api.github.com")
+    response = service.submit({**STEADY, "repository": {"url": url}})
+    assert response.status_code == 422, response.get_json()
+    assert "LAGTRACE_REPOSITORY_HOSTS" in response.get_json()["error"]
+    assert service.count(Job) == 0
+    # Where any host is allowed, the address itself is refused: not global.
+    service.settings.repository_hosts = ["*"]
+    response = service.submit({**STEADY, "repository": {"url": url}})
+    assert response.status_code == 422, response.get_json()
+    assert "LAGTRACE_REPOSITORY_ALLOWED_NETWORKS" in response.get_json()["error"]
+    # And the worker refuses it before git runs (a row stored before the check existed).
+    (tmp_path / "clone").mkdir()
+    source = JobSource(job_id=1, kind="git", repository_url=url, ref=None)
+    with pytest.raises((BadInput, sources.SourceError), match="LAGTRACE_REPOSITORY_ALLOWED_NETWORKS"):
+        sources._clone(source, service.settings, tmp_path / "clone")
+    assert not (tmp_path / "clone" / ".git" / "FETCH_HEAD").exists()
+
+
+def test_only_the_allowed_hosts_are_cloned_from(front_door):
+    front_door.settings.repository_hosts = None
+    front_door.settings.github_api_url = "https://api.github.com"
+    assert front_door.settings.repository_host_list == ["github.com"]
+    refused = front_door.submit({**STEADY, "repository": {"url": "https://gitlab.com/o/r.git"}})
+    assert refused.status_code == 422 and "LAGTRACE_REPOSITORY_HOSTS" in refused.get_json()["error"]
+    accepted = front_door.submit({**STEADY, "repository": {"url": "https://github.com/o/r.git"}})
+    assert accepted.status_code == 201, accepted.get_json()
+    # A GitHub Enterprise named by the API URL is allowed beside github.com.
+    front_door.settings.github_api_url = "https://ghe.corp.example/api/v3"
+    assert front_door.settings.repository_host_list == ["github.com", "ghe.corp.example"]
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_unless_its_network_is_allowed(make_service, tmp_path):
+    service = make_service(run_jobs=False)  # any host ("*"), no network allowed
+    url = "https://localhost/r.git"  # the name passes; its address does not
+    assert service.submit({**STEADY, "repository": {"url": url}}).status_code == 201
+    with pytest.raises(sources.SourceError, match=r"resolves to a loopback address .*ALLOWED_NETWORKS"):
+        sources.resolve_repository_host(url, service.settings)
+    service.settings.repository_allowed_networks = ["127.0.0.0/8", "::1/128"]
+    host, port, addresses = sources.resolve_repository_host(url, service.settings)
+    assert (host, port) == ("localhost", 443) and "127.0.0.1" in addresses

@@ -38,11 +38,18 @@ def test_filler(n):
 
 
 def make_pull_request(
-    path: Path, lagtrace_yml: str, base_s: float, head_s: float, filler: int = 0, files: dict[str, str] | None = None
+    path: Path,
+    lagtrace_yml: str,
+    base_s: float,
+    head_s: float,
+    filler: int = 0,
+    files: dict[str, str] | None = None,
+    head_files: dict[str, str] | None = None,
 ) -> PullRequestRepository:
     """main holds tests/test_speed.py with test_target sleeping ``base_s`` (and ``filler``
     more quick tests in tests/test_filler.py, and ``files`` by path); the head commit (on
-    branch `slower`) makes it sleep ``head_s``. Returns the file:// URL and both commits."""
+    branch `slower`) makes it sleep ``head_s`` and adds ``head_files``. Returns the file://
+    URL and both commits."""
     (path / "tests").mkdir(parents=True)
     (path / ".lagtrace.yml").write_text(lagtrace_yml)
     for name, text in (files or {}).items():
@@ -60,6 +67,8 @@ def make_pull_request(
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     base = commit(base_s, "base")
     subprocess.run([*git, "checkout", "-qb", "slower"], check=True)
+    for name, text in (head_files or {}).items():
+        (path / name).write_text(text)
     head = commit(head_s, "slower target")
     return PullRequestRepository(f"file://{path}", base, head)
 

@@ -82,3 +82,22 @@ def test_a_cause_must_also_say_where_when_the_case_asks():
     assert Outcome(websocket, found, 1.0, causes=["hot_path"], cause_texts=[pytest_frames]).failed
     library = "t spends 0.015 s more per run in WebSocketTestSession._asgi_receive (testclient.py:163)"
     assert Outcome(websocket, found, 1.0, causes=["hot_path"], cause_texts=[library]).cause_right
+
+
+def test_a_cause_must_belong_to_its_test_when_the_case_names_one():
+    suite = Side("s", "pathology", Path("."), ["python"], ["event_loop_blocked"], [], None, "python3")
+    suite.expect_cause, suite.expect_cause_test = "event_loop_blocked", "test_cache.py::test_refresh_then_lookup"
+    found = [("event_loop_blocked", "medium")]
+    on_command = Outcome(suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[None])
+    assert on_command.failed and not on_command.cause_right
+    on_test = Outcome(
+        suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[suite.expect_cause_test]
+    )
+    assert on_test.cause_right and not on_test.failed
+
+
+def test_a_forbidden_kind_at_medium_fails_a_pathology_that_found_its_own():
+    suite = side("pathology", ["command_failed"])
+    suite.forbid = ["cpu_sensitivity"]
+    assert not Outcome(suite, [("command_failed", "medium"), ("cpu_sensitivity", "low")], 1.0).failed
+    assert Outcome(suite, [("command_failed", "medium"), ("cpu_sensitivity", "medium")], 1.0).failed

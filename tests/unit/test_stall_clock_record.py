@@ -6,11 +6,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from services.evidence import dump
 from services.measure.drill import retry_threshold
-from services.measure.evidence import dump
 from services.measure.executors.base import RunResult
-from services.measure.executors.container_timer import CLOCK_FILE
 from services.measure.executors.local import LocalExecutor
+from services.measure.executors.stall_clock import CLOCK_FILE
 from services.measure.probes import ProbeContext
 from services.measure.probes.core import CoreProbe
 from services.measure.stats import Summary
@@ -74,7 +74,7 @@ def _summary(median: float, ci_low: float) -> Summary:
 
 def test_retry_threshold_comes_from_the_slow_runs_and_stays_above_the_fast_median():
     summaries = {"cpuset=0": _summary(0.126, 0.12), "cpuset=0-1": _summary(1.6, 1.1)}
-    # The case: threshold 1.26 s, the evidence run ended at 0.54 s under load.
+    # A case seen under load: threshold 1.26 s, the evidence run ended at 0.54 s under load.
     assert retry_threshold(summaries, "cpuset=0-1", 1.26, [0.54]) == 0.27
     # Never below twice the fast configuration's median.
     assert retry_threshold(summaries, "cpuset=0-1", 1.26, [0.1]) == 0.252

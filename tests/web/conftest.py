@@ -58,6 +58,8 @@ def build_dashboard(database_url: str, tmp_path: Path, *, run_jobs: bool, migrat
         work_dir=tmp_path / "work",
         artifact_dir=tmp_path / "artifacts",
         allow_file_repositories=True,
+        # The tests name made-up https hosts (example.com) that are never cloned.
+        repository_hosts=["*"],
         secret_key="test-secret-key",
     )
     app, engine, session_factory, dispatcher = in_process_service(settings, run_jobs=run_jobs, migrated=migrated)

@@ -54,7 +54,7 @@ def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
     (job_id,) = _signed_in_with_jobs(dashboard)
     html = dashboard.page(f"/jobs/{job_id}")
     assert html.index("Findings (3)") < html.index("test × CPU configuration")
-    # The three findings of the slow test told as one story, before the findings (issue 12).
+    # The three findings of the slow test told as one story, before the findings (docs/guides/dashboard.md).
     story = html[html.index('id="diagnoses"') : html.index("Findings (3)")]
     assert "Diagnoses (1)" in story and TEST_SLOW in story
     assert "is 90.0x slower with cpuset=0-1" in story  # the symptom
@@ -257,6 +257,24 @@ def test_a_failed_job_page_does_not_claim_latency_was_healthy(dashboard):
     assert "latency did not depend" not in html and "nothing stalled" not in html
     assert "did not finish" in html
     assert "up to 1 run per configuration" in html and "up to 1 runs" not in html
+
+
+def test_an_output_tail_keeps_its_lines_on_the_job_and_finding_pages(dashboard):
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    tail = 'Traceback (most recent call last):\n  File "t.py", line 1\nImportError: no thing'
+    with dashboard.session_factory() as session:
+        job = session.get(Job, job_id)
+        finding = session.scalars(select(Finding).where(Finding.job_id == job_id)).first()
+        finding.detail = f"No run succeeded in every configuration. Last output:\n{tail}"
+        job.error = f"installing the dependencies failed (exit 1):\n{tail}"
+        session.commit()
+        finding_id = finding.id
+    escaped = tail.replace('"', "&#34;")
+    for path in (f"/jobs/{job_id}", f"/findings/{finding_id}"):
+        html = dashboard.page(path)
+        assert f'Last output:<pre class="output-tail">{escaped}</pre>' in html, path
+    html = dashboard.page(f"/jobs/{job_id}")
+    assert f'installing the dependencies failed (exit 1):<pre class="output-tail">{escaped}</pre>' in html
 
 
 def test_a_test_that_failed_to_collect_shows_a_dash_not_an_error(dashboard):

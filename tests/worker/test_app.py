@@ -36,7 +36,7 @@ def test_time_limits_that_do_not_nest_are_refused():
 @pytest.mark.parametrize(
     ("limits", "named"),
     [
-        # Issue 26: the default run timeout at 1800 s against a soft limit lowered to 1500 s.
+        # docs/guides/reliability.md, every run ends: the default run timeout at 1800 s against a soft limit lowered to 1500 s.
         ({"task_soft_time_limit_s": 1500, "task_time_limit_s": 1700}, "LAGTRACE_RUN_TIMEOUT_S (1800 s)"),
         # The default may fit while the maximum a job may ask for does not.
         ({"task_soft_time_limit_s": 2000, "task_time_limit_s": 2200}, "LAGTRACE_RUN_TIMEOUT_MAX_S (3000 s)"),

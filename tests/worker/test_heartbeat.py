@@ -1,16 +1,25 @@
 """The liveness heartbeat: a real `lagtrace worker` and `lagtrace beat` touch their file
 while they run, and a stopped worker leaves none behind (so a probe never sees a dead
-worker as alive)."""
+worker as alive). The worker keeps its row in the database fresh too, idle or busy."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from sqlalchemy import create_engine, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from services.db import make_engine
+from services.jobs import workers
+from services.models import Worker
+from services.settings import Settings
 from tests.conftest import REPO
 from worker.app import HEARTBEAT_INTERVAL_S
 
@@ -88,5 +97,37 @@ def test_beat_alone_touches_its_heartbeat(tmp_path, redis_url):
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _worker_rows(database: Path) -> list[tuple[str, str]]:
+    engine = create_engine(f"sqlite:///{database}")
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(select(Worker.name, Worker.cpus))]
+    except OperationalError:
+        return []  # not migrated yet: the worker is still starting
+    finally:
+        engine.dispose()
+
+
+def test_a_worker_keeps_its_row_fresh_idle_and_removes_it_when_stopped(tmp_path, redis_url):
+    # Idle (no job at all): the service still knows it is alive, from the database.
+    heartbeat = tmp_path / "work" / "heartbeat"
+    database, log = tmp_path / "lagtrace.db", tmp_path / "process.log"
+    process = _spawn(["worker", "--loglevel=INFO"], tmp_path, redis_url, heartbeat)
+    try:
+        mine = f"{socket.gethostname()}/{process.pid}"
+        _wait_for(lambda: [name for name, _ in _worker_rows(database)] == [mine], 60, "no row of its own", log)
+        settings = Settings(database_url=f"sqlite:///{database}", broker_url=redis_url)
+        with Session(make_engine(settings)) as session:
+            [alive] = workers.live(session, settings)
+            assert alive.name == mine and alive.cpus and alive.concurrency == 1
+        os.killpg(process.pid, signal.SIGTERM)  # a warm shutdown: gone at once, not after a lapse
+        assert process.wait(timeout=30) == 0
+        assert _worker_rows(database) == []
+    finally:
+        if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()

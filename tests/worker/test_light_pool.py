@@ -1,6 +1,8 @@
-"""The light queue (issue 26): the reconciler and check runs go to their own queue, served
-by a light worker that every `lagtrace worker` runs beside itself as a child process,
-started again when it dies and stopped with its parent."""
+"""The light queues (docs/guides/service.md#two-queues): the reconciler and check runs
+each go to a queue of their own, served by a light worker and a check-run worker that
+every `lagtrace worker` runs beside itself as child processes, started again when they
+die and stopped with their parent; and the measurement worker sweeps the checkouts of
+attempts that died."""
 
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ from services.jobs.dispatch import NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.settings import Settings
 from tests.conftest import REPO
 from worker import CeleryDispatcher, make_celery
-from worker.app import LIGHT_QUEUE, QUEUE, task_name
+from worker.app import CHECKS_QUEUE, LIGHT_QUEUE, QUEUE, task_name
 
 
 def _broker(redis_url: str) -> str:
     return redis_url.rsplit("/", 1)[0] + "/12"
 
 
-def test_light_steps_and_the_reconciler_go_to_the_light_queue(redis_url):
+def test_check_runs_and_the_reconciler_each_go_to_a_queue_of_their_own(redis_url):
     broker = _broker(redis_url)
     client = redis.Redis.from_url(broker)
     client.flushdb()
@@ -35,7 +37,7 @@ def test_light_steps_and_the_reconciler_go_to_the_light_queue(redis_url):
         for kind in (PREPARE, SCREEN, NOTIFY):
             dispatcher.send(Step(kind, 1, kind))
         # The Redis transport keeps each queue's messages in a list named after it.
-        assert client.llen(QUEUE) == 2 and client.llen(LIGHT_QUEUE) == 1
+        assert client.llen(QUEUE) == 2 and client.llen(CHECKS_QUEUE) == 1 and client.llen(LIGHT_QUEUE) == 0
         reconcile = app.conf.beat_schedule["reconcile"]
         assert reconcile["task"] == task_name(RECONCILE)
         # No expiry: a reconciler message is never dropped unrun.
@@ -52,10 +54,10 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _light_child(parent: int) -> int | None:
+def _light_child(parent: int, flag: bytes = b"--light-only") -> int | None:
     for pid in _children(parent):
         try:
-            if b"--light-only" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if flag in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return pid
         except FileNotFoundError:
             continue
@@ -128,3 +130,35 @@ def test_a_light_worker_whose_parent_was_killed_stops(tmp_path, redis_url):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # the pool children it left
+
+
+def test_check_runs_are_served_beside_a_busy_light_pool_and_dead_checkouts_are_swept(tmp_path, redis_url):
+    broker = _broker(redis_url)
+    client = redis.Redis.from_url(broker)
+    client.flushdb()
+    # A checkout left by an attempt of an earlier worker process that was killed.
+    dead = tmp_path / "work" / "jobs" / "4-screen-1-0123456789abcdef"
+    (dead / "pkg").mkdir(parents=True)
+    (dead / "pkg" / "big.bin").write_bytes(b"x" * 4096)
+    log = tmp_path / "worker.log"
+    process = _spawn(tmp_path, redis_url)
+    try:
+        _wait_for(lambda: not dead.exists(), 60, "the dead checkout was not swept at start", log)
+        checks = _wait_for(lambda: _light_child(process.pid, b"--checks-only"), 60, "no check-run worker", log)
+        _wait_for(lambda: f"checks-{process.pid}@" in log.read_text(), 60, "the check-run worker did not start", log)
+        _wait_for(lambda: f"light-{process.pid}@" in log.read_text(), 60, "the light worker did not start", log)
+        # A check-run message goes to the check-run queue, which only that worker serves.
+        app = make_celery(Settings(broker_url=broker))
+        CeleryDispatcher(app).send(Step(NOTIFY, 424242, NOTIFY))
+        _wait_for(lambda: client.llen(CHECKS_QUEUE) == 0, 30, "the check-run message was not taken", log)
+        _wait_for(lambda: "lagtrace.notify" in log.read_text(), 30, "the check-run worker did not run it", log)
+        assert "4-screen-1-0123456789abcdef" in log.read_text()  # the sweep says what it removed
+        os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, log.read_text()[-3000:]
+        _wait_for(lambda: _gone(checks), 30, "the check-run worker outlived its parent", log)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        client.flushdb()
+        client.close()

@@ -19,6 +19,9 @@ function followProgress(section) {
       bar.value = p.fraction;
       field("phase").textContent = p.phase;
       field("runs").textContent = `${p.runs_done} of ${p.runs_planned}`;
+      // A lost worker, or none alive to take the job (services/jobs/workers.py).
+      field("warning").textContent = p.warning || "";
+      field("warning").hidden = !p.warning;
       const rows = field("configs");
       rows.replaceChildren(...p.configs.map((c) => {
         const tr = document.createElement("tr");

@@ -31,7 +31,7 @@ def make_executor(
     ``job_id`` labels every container docker starts, so a cancel finds them all.
     """
     # Imported here: the Docker SDK is only needed when docker is asked for or tried.
-    from services.measure.executors import docker
+    from services.measure.executors import docker, docker_engine
 
     if allowed is not None and name in ("local", "docker") and name not in allowed:
         raise BadInput(
@@ -51,7 +51,7 @@ def make_executor(
     if name == "docker":
         return docker.DockerExecutor(settings, image, progress, cache_scope=cache_scope, job_id=job_id)
     if name == "auto":
-        problem = docker.unavailable_reason(image or settings.docker_image)
+        problem = docker_engine.unavailable_reason(image or settings.docker_image)
         if problem is None:
             progress(
                 f"executor auto: a Docker engine answers and {image or settings.docker_image} exists: using docker"
@@ -65,4 +65,41 @@ def make_executor(
     raise BadInput(f"unknown executor {name!r} (known: {', '.join(EXECUTORS)})")
 
 
-__all__ = ["EXECUTORS", "Executor", "LocalExecutor", "RunRequest", "RunResult", "make_executor"]
+# What the job engine asks of the container engine outside any one executor: a cancelled
+# job's runs stopped at once, what an interrupted attempt left removed, the engine waited
+# out. Imported when called, like the docker executor itself (the Docker SDK is needed
+# only where docker is used).
+
+
+def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
+    """Kill the running containers of a cancelled job of this installation; their names."""
+    from services.measure.executors import docker_guards
+
+    return docker_guards.stop_job_containers(settings, job_id)
+
+
+def remove_own_containers(settings: Settings, job_id: int) -> list[str]:
+    """Remove this process's containers of one job (an attempt the engine interrupted); their names."""
+    from services.measure.executors import docker_guards
+
+    return docker_guards.remove_own_containers(settings, job_id)
+
+
+def wait_for_engine(bound_s: float, progress: Callable[[str], None] = lambda message: None) -> bool:
+    """Wait up to ``bound_s`` for the Docker engine to answer again; whether it does."""
+    from services.measure.executors import docker_engine
+
+    return docker_engine.wait_for_engine(bound_s, progress)
+
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "LocalExecutor",
+    "RunRequest",
+    "RunResult",
+    "make_executor",
+    "remove_own_containers",
+    "stop_job_containers",
+    "wait_for_engine",
+]

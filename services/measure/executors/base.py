@@ -57,7 +57,7 @@ class RunRequest:
     watcher: RunWatcher | None = None
     # Labels the run's container (docker executor) so a job's leftovers can be found.
     job_id: int | None = None
-    # The stall clock's spec (executors/container_timer.py StallClock): the process that
+    # The stall clock's spec (executors/stall_clock.py StallClock): the process that
     # owns the run's clock freezes the command at the stall deadline and snapshots it.
     stall_clock: dict[str, Any] | None = None
 

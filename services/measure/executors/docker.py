@@ -18,173 +18,76 @@
   run's container is removed when the run ends however it ends, ``reap_orphans`` removes
   what a killed lagtrace of this installation left behind (never another installation's),
   and ``stop_job_containers`` kills a cancelled job's runs at once (the dependency install
-  and the one-shot containers carry the job label too).
+  and the one-shot containers carry the job label too): docker_guards.py, with the guards
+  on what a container leaves in the run directory.
+- Dependencies: installed once per lock-file content into a cached image (docker_prepare.py).
 - Engine outages: whatever the engine does instead of answering (the socket refuses or
   resets, a read times out, a 5xx, a log stream that breaks off, a container killed from
   outside its command) raises ``EngineUnavailable``, never a failed run: the service waits
-  the engine out (services/jobs/engine.py) and runs the step again.
+  the engine out (services/jobs/lease.py) and runs the step again (docker_engine.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import json
 import os
 import re
 import shutil
-import socket
-import stat
 import sys
-import tarfile
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import docker
 import requests
-import urllib3
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, ImageNotFound
 from docker.types import Mount
 
 from services.errors import BadInput, EngineUnavailable, LagtraceError
 from services.measure import hostload
 from services.measure.configs import parse_cpulist
-from services.measure.executors import prepare_network
-from services.measure.executors.base import RunRequest, RunResult, ToolResult
+from services.measure.executors.base import RunRequest, RunResult, RunWatcher
+from services.measure.executors.docker_engine import BUILD_HINT, connect, engine_calls, engine_trouble, reason
+from services.measure.executors.docker_exec import DockerProcessHandle
+from services.measure.executors.docker_guards import (
+    CONTAINER_PYTHON,
+    INSTALLATION_LABEL,
+    JOB_LABEL,
+    OWNER_LABEL,
+    RUN_DIR,
+    RUNNER_USER,
+    WORKSPACE,
+    check_workdir,
+    container_command,
+    disarm_run_dir,
+    give_to_runner,
+    kill_container,
+    owner_id,
+    reap_orphans,
+    remove_container,
+)
+from services.measure.executors.docker_prepare import prepare_dependencies
 from services.measure.executors.local import _tail
 from services.settings import Settings
 
-JOB_LABEL = "lagtrace.job"
-OWNER_LABEL = "lagtrace.owner"
-INSTALLATION_LABEL = "lagtrace.installation"
-DEPS_LABEL = "lagtrace.deps"
-DEPS_REPOSITORY = "lagtrace-deps"
-RUNNER_UID = 1000  # the runner image's non-root user; custom images keep this uid
-RUNNER_USER = f"{RUNNER_UID}:{RUNNER_UID}"
-# The image's own interpreter runs the timer, whatever virtualenv the job's PATH selects.
-CONTAINER_PYTHON = "/usr/bin/python3"
 TOOLS_DIR = "/lagtrace/tools"
 # (image, program) -> its path on the image's PATH (None: not there). Images are immutable
 # by id, so this holds for the life of the process; an incomplete answer is not kept.
 _LOCATED: dict[tuple[str, str], str | None] = {}
-DEPS_VENV = "/lagtrace/deps/venv"
-# Where every run sees its checkout (read-only, the working directory) and its run_dir.
-WORKSPACE = "/workspace"
-RUN_DIR = "/lagtrace/run"
 # /workspace/... where a tool reports a path: not inside another path (/x/workspace/...).
 _WORKSPACE_PATH = re.compile(r"(?<![\w.~/-])" + re.escape(WORKSPACE) + "/")
-IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
-# Lock and requirements files whose content decides the prepared environment.
-LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt")
-MAX_LOCK_FILE_BYTES = 1024 * 1024
-DEPS_SCOPE_LABEL = "lagtrace.deps.scope"
-ENGINE_TIMEOUT_S = 30
-BUILD_HINT = "build it with services/measure/executors/runner/build-offline.sh; lagtrace never pulls images"
 # The timer kills the command at the timeout itself; the engine-side kill is the backstop
 # for a timer that cannot (its container frozen or out of memory).
 BACKSTOP_GRACE_S = 30.0
 # How long a finished run's container waits for evidence tools before its timer exits,
 # should lagtrace die before removing it (it is removed at once otherwise).
 LINGER_S = 900
-# The prepare script's last line, with the install's exit status: a container that exits
-# without it was killed from outside (the shell is its first process, which nothing inside
-# the container may kill), not by a failing install.
-INSTALL_EXIT_MARK = "lagtrace-install-exit "
 # After a run's log stream ends without the measurement: how long the container is given
 # to exit before the stream is taken to have broken off with the run still going.
 STREAM_END_WAIT_S = 10
-# Waiting for an engine that went away: the first retry after 1 s, doubling up to this.
-ENGINE_BACKOFF_MAX_S = 10.0
-
-
-def connect(timeout_s: float = ENGINE_TIMEOUT_S) -> docker.DockerClient:
-    """A client for the engine at DOCKER_HOST (or the local socket), or EngineUnavailable."""
-    try:
-        client = docker.from_env(timeout=timeout_s)
-        client.ping()
-    except (DockerException, requests.RequestException) as exc:
-        raise EngineUnavailable(
-            f"no Docker engine answers ({_reason(exc)}); start one or use --executor local"
-        ) from None
-    return client
-
-
-def engine_trouble(exc: BaseException) -> bool:
-    """The engine did not answer (refused, reset, timed out, a stream cut off) or failed
-    with a server error: the environment, as opposed to a request it refused (4xx)."""
-    if isinstance(exc, APIError):
-        return exc.status_code is not None and exc.status_code >= 500
-    if isinstance(
-        exc,
-        requests.ConnectionError
-        | requests.Timeout
-        | requests.exceptions.ChunkedEncodingError
-        | urllib3.exceptions.HTTPError
-        | http.client.HTTPException
-        | ConnectionError,
-    ):
-        return True
-    # docker.from_env wraps the first request's failure ("Error while fetching server API version").
-    cause = exc.__cause__ or exc.__context__
-    return isinstance(exc, DockerException) and cause is not None and engine_trouble(cause)
-
-
-@contextmanager
-def _engine_calls(what: str) -> Iterator[None]:
-    """Engine trouble while doing ``what`` becomes EngineUnavailable (never the command's failure)."""
-    try:
-        yield
-    except EngineUnavailable:
-        raise
-    except Exception as exc:
-        if not engine_trouble(exc):
-            raise
-        answered = isinstance(exc, APIError)
-        raise EngineUnavailable(
-            f"the Docker engine was unavailable while {what} ({_reason(exc)})", answered=answered
-        ) from None
-
-
-def wait_for_engine(bound_s: float, progress: Callable[[str], None] = lambda m: None) -> bool:
-    """Ping the engine with backoff until it answers (True) or ``bound_s`` has passed (False)."""
-    deadline = time.monotonic() + bound_s
-    pause = 1.0
-    while True:
-        try:
-            connect(timeout_s=min(ENGINE_TIMEOUT_S, max(1.0, deadline - time.monotonic()))).close()
-            return True
-        except EngineUnavailable as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            progress(f"the Docker engine does not answer ({exc}); trying again in {min(pause, left):.0f} s")
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, ENGINE_BACKOFF_MAX_S)
-
-
-def unavailable_reason(image: str) -> str | None:
-    """Why `--executor auto` cannot use docker, or None when it can."""
-    try:
-        client = connect()
-    except EngineUnavailable as exc:
-        return str(exc)
-    try:
-        client.images.get(image)
-    except ImageNotFound:
-        return f"the runner image {image} is not built ({BUILD_HINT})"
-    except (DockerException, requests.RequestException) as exc:
-        return f"the Docker engine failed to answer ({_reason(exc)})"
-    finally:
-        client.close()
-    return None
 
 
 class DockerExecutor:
@@ -206,9 +109,10 @@ class DockerExecutor:
         # one project's code never runs in an image another project's install built.
         self.cache_scope = cache_scope
         self.client = connect()
-        with _engine_calls("looking up the runner image"):
+        with engine_calls("looking up the runner image"):
             try:
-                self._image_id = self.client.images.get(self.image).id
+                # The id the engine keys the image by (Image.id is its "Id", typed optional).
+                self._image_id: str = self.client.images.get(self.image).attrs["Id"]
             except ImageNotFound:
                 raise BadInput(f"image {self.image!r} does not exist in the Docker engine; {BUILD_HINT}") from None
             info = self.client.info()
@@ -220,7 +124,7 @@ class DockerExecutor:
         self._owner = owner_id()
         self._py_spy = _host_py_spy()
         self._tools: dict[str, str | None] = {}
-        with _engine_calls("removing containers left by a killed lagtrace"):
+        with engine_calls("removing containers left by a killed lagtrace"):
             reaped = reap_orphans(self.client, settings.installation)
         if reaped:
             progress(f"removed {len(reaped)} container(s) left by a lagtrace process that was killed")
@@ -258,127 +162,16 @@ class DockerExecutor:
         Measured runs then start from that image with everything installed and no network.
         The cache key covers the base image too, so a rebuilt runner image re-prepares.
         """
-        with _engine_calls("installing the dependencies"):
-            self._prepare(workdir, progress)
-
-    def _prepare(self, workdir: Path, progress: Callable[[str], None]) -> None:
-        _check_workdir(workdir)
-        lock_files = sorted(
-            {path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if _inside_tree(path, workdir)}
-        )
-        if not lock_files:
-            return
-        digest = hashlib.sha256(self._image_id.encode() + b"\0" + self.cache_scope.encode() + b"\0")
-        for path in lock_files:
-            content = read_regular_file(path, MAX_LOCK_FILE_BYTES)
-            digest.update(str(path.relative_to(workdir)).encode() + b"\0" + content + b"\0")
-        prepared = f"{DEPS_REPOSITORY}:{digest.hexdigest()[:16]}"
-        names = ", ".join(str(path.relative_to(workdir)) for path in lock_files)
-        try:
-            self.client.images.get(prepared)
-            progress(f"dependencies from {names}: cached in image {prepared}")
-        except ImageNotFound:
-            progress(f"installing dependencies from {names} (once; cached as image {prepared})")
-            self._install(workdir, lock_files, prepared)
-        self.run_image = prepared
-        self._tools.clear()
-
-    def _install(self, workdir: Path, lock_files: list[Path], prepared: str) -> None:
-        # As the prepare container sees them: the tree is mounted at /workspace.
-        inside = {path: f"{WORKSPACE}/{path.relative_to(workdir)}" for path in lock_files}
-        requirements = [a for p in lock_files if p.name.startswith("requirements") for a in ("-r", inside[p])]
-        constraints = [a for p in lock_files if p.name.startswith("constraints") for a in ("-c", inside[p])]
-        # --system-site-packages keeps the image's Debian pytest importable beside the venv.
-        script = (
-            f"({CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
-            f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"); '
-            f'code=$?; echo "{INSTALL_EXIT_MARK}$code"; exit $code'
-        )
-        # Built from scratch: the install runs the repository's own code (setup.py, build
-        # backends), so nothing of the worker's environment (index credentials, proxies,
-        # tokens) goes in; the operator may name one index without credentials.
-        environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1"}
-        if self.settings.package_index_url:
-            environment["PIP_INDEX_URL"] = self.settings.package_index_url
-            parts = urlsplit(self.settings.package_index_url)
-            if parts.scheme == "http":
-                # pip ignores a plain-http index unless told to trust it: an index inside
-                # the cluster, which the operator named and the sealed network leads to.
-                environment["PIP_TRUSTED_HOST"] = parts.netloc
-        network = self.settings.docker_prepare_network
-        if network == "index":
-            # The sealed network: the index (through its relay) and nothing else.
-            network = prepare_network.ensure(self.client, self.settings, self._image_id)
-        mounts = [Mount(WORKSPACE, str(workdir), type="bind", read_only=True)]
-        try:
-            container = self.client.containers.create(
-                self.image,
-                ["sh", "-c", script, "prepare", *requirements, *constraints],
-                working_dir=WORKSPACE,
-                environment=environment,
-                mounts=mounts,
-                network_mode=network,
-                # The root stays writable here: the install writes the venv into the image.
-                **self._hardening(read_only=False, job_id=self.job_id),
-            )
-        except APIError as exc:
-            raise self._engine_refused("the prepare container", exc) from None
-        try:
-            try:
-                container.start()
-            except APIError as exc:
-                raise self._engine_refused("the prepare container", exc) from None
-            timeout = self.settings.docker_prepare_timeout_s
-            started = time.monotonic()
-            try:
-                status = container.wait(timeout=timeout)
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError) as exc:
-                if time.monotonic() - started < timeout:
-                    # Before the timeout: the engine went away, not the install's time.
-                    raise EngineUnavailable(
-                        f"the Docker engine was unavailable while installing the dependencies ({_reason(exc)})"
-                    ) from None
-                # docker-py reports a wait that ran out of time as a read timeout.
-                _kill(container)
-                raise LagtraceError(
-                    f"installing the dependencies took more than {timeout:g} s (LAGTRACE_DOCKER_PREPARE_TIMEOUT_S)"
-                ) from None
-            if status.get("StatusCode") != 0:
-                log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-                lines = log.splitlines()
-                if not any(line.startswith(INSTALL_EXIT_MARK) for line in lines):
-                    container.reload()
-                    if not container.attrs["State"].get("OOMKilled"):
-                        raise EngineUnavailable(
-                            "the dependency install's container was killed from outside the install "
-                            "(the Docker engine restarting, or a cancel)"
-                        )
-                tail = "\n".join(line for line in lines[-21:] if not line.startswith(INSTALL_EXIT_MARK))
-                raise LagtraceError(f"installing the dependencies failed (exit {status.get('StatusCode')}):\n{tail}")
-            base = self.client.images.get(self.image).attrs["Config"]
-            env = [item for item in base.get("Env") or [] if not item.startswith(("PATH=", "VIRTUAL_ENV="))]
-            container.commit(
-                repository=prepared.split(":")[0],
-                tag=prepared.split(":")[1],
-                conf={
-                    "Env": [*env, f"PATH={DEPS_VENV}/bin:{IMAGE_PATH}", f"VIRTUAL_ENV={DEPS_VENV}"],
-                    "Cmd": [CONTAINER_PYTHON],
-                    "User": RUNNER_USER,
-                    "WorkingDir": base.get("WorkingDir") or "/",
-                    "Labels": {
-                        **(base.get("Labels") or {}),
-                        DEPS_LABEL: prepared.split(":")[1],
-                        DEPS_SCOPE_LABEL: self.cache_scope,
-                    },
-                },
-            )
-        finally:
-            _remove(container)
+        with engine_calls("installing the dependencies"):
+            prepared = prepare_dependencies(self, workdir, progress)
+        if prepared is not None:
+            self.run_image = prepared
+            self._tools.clear()
 
     def check_command(self, command: list[str], workdir: Path) -> None:
         if not command:
             raise BadInput("no command given: write it after --, e.g. lagtrace run -- python3 prog.py")
-        _check_workdir(workdir)
+        check_workdir(workdir)
         program = command[0]
         inside = program if os.path.isabs(program) else os.path.join(WORKSPACE, program)
         if program == workdir.as_posix() or program.startswith(workdir.as_posix() + "/"):
@@ -392,7 +185,7 @@ class DockerExecutor:
             if not os.access(path, os.X_OK):
                 raise BadInput(f"cannot execute {program!r}: not executable")
         else:
-            with _engine_calls("looking for the command in the image"):
+            with engine_calls("looking for the command in the image"):
                 found = self._locate([program])[program]
             if found is not None:
                 return
@@ -436,7 +229,7 @@ class DockerExecutor:
         except APIError as exc:
             raise self._engine_refused(f"a container of {image}", exc) from None
         finally:
-            _remove(container)
+            remove_container(container)
 
     # -- paths and tools ---------------------------------------------------------------
 
@@ -450,15 +243,15 @@ class DockerExecutor:
         if name == "py-spy":
             return f"{TOOLS_DIR}/py-spy" if self._py_spy else None
         if name not in self._tools:
-            with _engine_calls("looking for the evidence tools in the image"):
+            with engine_calls("looking for the evidence tools in the image"):
                 self._tools.update(self._locate(sorted({*IN_IMAGE_TOOLS, name})))
         return self._tools[name]
 
     # -- one run -----------------------------------------------------------------------
 
     def run(self, request: RunRequest) -> RunResult:
-        _give_to_runner(request.run_dir)
-        with _engine_calls(f"running {request.config.label}"):
+        give_to_runner(request.run_dir)
+        with engine_calls(f"running {request.config.label}"):
             try:
                 container = self.client.containers.create(self.run_image, **self._run_kwargs(request))
             except APIError as exc:
@@ -467,7 +260,7 @@ class DockerExecutor:
                 return self._run(container, request)
             finally:
                 # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
-                _remove(container)
+                remove_container(container)
                 # Only now, with no process of the job left to plant another, is what the
                 # container wrote safe to open: links and special files are removed first.
                 disarm_run_dir(request.run_dir)
@@ -488,7 +281,7 @@ class DockerExecutor:
                 "-I",
                 "-S",
                 "-c",
-                _timer_source(),
+                timer_source(),
                 output,
                 timeout,
                 str(LINGER_S),
@@ -539,13 +332,13 @@ class DockerExecutor:
 
         def stop() -> None:
             backstopped.set()
-            _kill(container)
+            kill_container(container)
 
         if request.timeout_s is not None:
             backstop = threading.Timer(request.timeout_s + BACKSTOP_GRACE_S, stop)
             backstop.daemon = True
             backstop.start()
-        watched = False
+        watched: RunWatcher | None = None  # the watcher, once it was told the command started
         measured = None
         # The timer's stdout tells when the command started and when it ended; the stream
         # blocks without polling (and without a socket timeout) for as long as the run takes.
@@ -556,7 +349,7 @@ class DockerExecutor:
                     mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
                     handle = DockerProcessHandle(container, int(line[4:]), mounts)
                     request.watcher.started(handle)
-                    watched = True
+                    watched = request.watcher
                 elif line.startswith("{"):
                     measured = json.loads(line)
                     break
@@ -565,9 +358,9 @@ class DockerExecutor:
             if backstop is not None:
                 backstop.cancel()
         host_wall_s = time.perf_counter() - started
-        if watched:
+        if watched is not None:
             # The container still runs (the timer lingers): tools can read what they took.
-            request.watcher.finished()
+            watched.finished()
         if measured is None:
             # The timer itself was killed (out of memory, by the backstop, or from outside
             # the command: a cancel, the engine restarting), or the stream broke off while
@@ -612,9 +405,9 @@ class DockerExecutor:
             }
         oom_killed = bool(measured["oom_killed"] or state.get("OOMKilled"))
         throttling = measured["throttling"] if request.config.cpus is not None else None
-        busy = measured["busy_cpu_s"]
+        busy = measured["busy_cpu_s"]  # [before, after]
         own_cpu_s = measured["user_s"] + measured["sys_s"]
-        foreign_cpus = hostload.foreign_cpus(*busy, own_cpu_s, measured["wall_s"]) if busy else 0.0
+        foreign_cpus = hostload.foreign_cpus(busy[0], busy[1], own_cpu_s, measured["wall_s"]) if busy else 0.0
         failed = measured["exit_code"] != 0 or measured["timed_out"]
         output = request.run_dir / "output.log"
         # lexists: never stat through what the container left (a link into /root raises
@@ -644,7 +437,7 @@ class DockerExecutor:
         )
 
     def _engine_refused(self, what: str, exc: APIError) -> LagtraceError:
-        message = _reason(exc)
+        message = reason(exc)
         if "network" in message and "not found" in message:
             return BadInput(
                 f"cannot start {what}: {message}; choose an existing network with "
@@ -655,197 +448,6 @@ class DockerExecutor:
         if engine_trouble(exc):
             return EngineUnavailable(f"the Docker engine failed to run {what}: {message}", answered=True)
         return LagtraceError(f"the Docker engine failed to run {what}: {message}")
-
-
-class DockerProcessHandle:
-    """The running command as the evidence tools see it: tools run via `docker exec`."""
-
-    def __init__(self, container, pid: int, mounts: dict[str, Path]):
-        self.container = container
-        self.pid = pid
-        self._mounts = mounts  # container path -> the host directory mounted there
-
-    def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
-        # coreutils' timeout kills the tool inside the container; exec has no timeout of its own.
-        command = argv if timeout_s is None else ["timeout", "-s", "KILL", f"{timeout_s:g}", *argv]
-        started = time.perf_counter()
-        try:
-            code, (stdout, stderr) = self.container.exec_run(command, user=RUNNER_USER, demux=True)
-        except (DockerException, requests.RequestException) as exc:
-            return ToolResult(
-                127, "", f"cannot run {argv[0]} in the container: {_reason(exc)}", time.perf_counter() - started
-            )
-        out = (stdout or b"").decode("utf-8", "replace")
-        err = (stderr or b"").decode("utf-8", "replace")
-        if timeout_s is not None and code == 137:
-            code, err = -9, err + f"\ntimed out after {timeout_s} s"
-        return ToolResult(code, out, err, time.perf_counter() - started)
-
-    def copy_out(self, path: str, host_path: Path) -> None:
-        inside = Path(os.path.normpath(path))
-        for mount, host_dir in self._mounts.items():
-            if inside.is_relative_to(mount):
-                # Written through a mount: already on the host.
-                source = host_dir / inside.relative_to(mount)
-                if source != host_path:
-                    shutil.move(source, host_path)
-                return
-        stream, _ = self.container.get_archive(path)
-        # The archive holds the one file; spool it beside its destination (cores are large).
-        with tempfile.TemporaryFile(dir=host_path.parent) as spool:
-            for chunk in stream:
-                spool.write(chunk)
-            spool.seek(0)
-            with tarfile.open(fileobj=spool) as archive:
-                member = next((m for m in archive.getmembers() if m.isfile()), None)
-                if member is None:
-                    raise LagtraceError(f"{path} in the container is not a regular file")
-                with archive.extractfile(member) as data, _create_exclusively(host_path) as target:
-                    shutil.copyfileobj(data, target)
-
-
-def _create_exclusively(host_path: Path):
-    """A new regular file at ``host_path``, never through whatever the container put there.
-
-    The run_dir is the container's to write while it runs: an entry of that name may be a
-    link to a host file (a `.pth` in site-packages runs code at the next interpreter start).
-    """
-    try:
-        host_path.unlink()
-    except FileNotFoundError:
-        pass
-    # O_EXCL with O_CREAT fails on any existing entry, a link planted since included.
-    fd = os.open(host_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    return os.fdopen(fd, "wb")
-
-
-def disarm_run_dir(run_dir: Path) -> list[str]:
-    """Remove every link, FIFO, socket and device below ``run_dir``; return what went.
-
-    Called once the container is gone. Afterwards every name under run_dir is a plain
-    file or directory of the run's own, so the probes and the artifact store may open
-    them by name. Nothing is followed while walking (scandir reports the entry itself).
-    """
-    removed: list[str] = []
-    pending = [run_dir]
-    while pending:
-        directory = pending.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if stat.S_ISDIR(mode):
-                pending.append(Path(entry.path))
-            elif not stat.S_ISREG(mode):
-                try:
-                    os.unlink(entry.path)
-                except OSError as exc:
-                    # A worker that is not root cannot unlink in a directory the container
-                    # made: the run is unusable rather than read through the link.
-                    raise LagtraceError(
-                        f"the run left {entry.path}, which is not a regular file and cannot be removed ({exc})"
-                    ) from None
-                removed.append(os.path.relpath(entry.path, run_dir))
-    return removed
-
-
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """A regular file's content, not through a link and at most ``max_bytes``; else BadInput."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise BadInput(f"{path.name}: cannot be read ({exc.strerror}; links are not followed)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{path.name}: not a regular file")
-        if info.st_size > max_bytes:
-            raise BadInput(f"{path.name}: {info.st_size} bytes, more than the {max_bytes} read")
-        return handle.read(max_bytes + 1)[:max_bytes]
-
-
-def _inside_tree(path: Path, tree: Path) -> bool:
-    """A regular file, reached without a link, that is really inside ``tree``."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    return path.resolve().is_relative_to(tree.resolve())
-
-
-def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:
-    """Remove this installation's containers whose lagtrace process on this host no longer exists.
-
-    Containers of lagtrace processes that are alive (other jobs on this node), of other
-    hosts sharing the engine, and of other installations (another lagtrace, say a staging
-    one, on the same engine) are left alone.
-    """
-    host = socket.gethostname()
-    removed = []
-    mine = {"label": [OWNER_LABEL, f"{INSTALLATION_LABEL}={installation}"]}
-    for container in client.containers.list(all=True, filters=mine):
-        owner_host, _, process = container.labels.get(OWNER_LABEL, "").partition(":")
-        pid, _, start_time = process.partition(":")
-        if owner_host != host or not pid.isdigit():
-            continue
-        if _start_time(int(pid)) == start_time:
-            continue
-        _remove(container)
-        removed.append(container.name)
-    return removed
-
-
-def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
-    """Kill the running containers of one job of this installation (a cancelled job): the
-    run ends at once, its container is then removed by the run that started it."""
-    try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
-    except (DockerException, requests.RequestException):
-        return []  # no engine here: nothing of ours can be running on it
-    labels = [f"{JOB_LABEL}={job_id}", f"{INSTALLATION_LABEL}={settings.installation}"]
-    stopped = []
-    try:
-        for container in client.containers.list(filters={"label": labels, "status": "running"}):
-            _kill(container)
-            stopped.append(container.name)
-    except (DockerException, requests.RequestException):
-        pass  # the engine is busy: the next heartbeat tries again
-    finally:
-        client.close()
-    return stopped
-
-
-def remove_own_containers(settings: Settings, job_id: int) -> list[str]:
-    """Remove this process's containers of one job: what an attempt the engine interrupted
-    left (its removal failed while the engine was away), before the step runs again."""
-    labels = [f"{JOB_LABEL}={job_id}", f"{INSTALLATION_LABEL}={settings.installation}", f"{OWNER_LABEL}={owner_id()}"]
-    removed = []
-    try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
-        try:
-            for container in client.containers.list(all=True, filters={"label": labels}):
-                _remove(container)
-                removed.append(container.name)
-        finally:
-            client.close()
-    except (DockerException, requests.RequestException):
-        pass  # away again: the reaper of this installation gets them once this process ends
-    return removed
-
-
-def owner_id(pid: int | None = None) -> str:
-    """This process as the reaper identifies it: pids are reused, pid + start time are not."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22, counted after the command name, which may itself contain spaces.
-    return stat.rsplit(")", 1)[1].split()[19]
 
 
 def _lines(stream):
@@ -860,45 +462,21 @@ def _lines(stream):
         yield buffer.decode("utf-8", "replace")
 
 
-def _timer_source() -> str:
-    return resources.files("services.measure.executors").joinpath("container_timer.py").read_text()
-
-
-def _give_to_runner(run_dir: Path) -> None:
-    """Let the container's uid 1000 write the run's files (output, JUnit XML, evidence)."""
-    if os.geteuid() == 0:
-        os.chown(run_dir, RUNNER_UID, RUNNER_UID)
-    else:
-        os.chmod(run_dir, 0o777)
-
-
-def container_command(command: list[str], workdir: Path, run_dir: Path) -> list[str]:
-    """The command as the container runs it: an argument naming a host path under the
-    run_dir or the working tree (``/srv/co/x.py``, ``--rootdir=/srv/co``) names the same
-    file at its mount. The run_dir first: a test's run_dir may sit inside the tree."""
-    mounts = [(run_dir.as_posix(), RUN_DIR), (workdir.as_posix(), WORKSPACE)]
-    translated = []
-    for argument in command:
-        option, equals, value = argument.partition("=") if argument.startswith("-") else ("", "", argument)
-        for host, inside in mounts:
-            if host != "/" and (value == host or value.startswith(host + "/")):
-                value = inside + value[len(host) :]
-                break
-        translated.append(option + equals + value)
-    return translated
-
-
-def _check_workdir(workdir: Path) -> None:
-    """What no mount can fix: the tree is mounted as it is, so its own mode is what the
-    container's user meets (its parents, a home of mode 0700 say, are never walked)."""
-    if not workdir.is_dir():
-        raise BadInput(f"working directory {workdir} does not exist")
-    mode = workdir.stat()
-    if mode.st_uid != RUNNER_UID and (mode.st_mode & 0o005) != 0o005:
-        raise BadInput(
-            f"working directory {workdir} is not readable by the container's user (uid {RUNNER_UID}); "
-            f"make it so with chmod o+rx"
-        )
+def timer_source() -> str:
+    """The container's timer as one program for ``python3 -I -S -c``: the stall clock it
+    imports is made a module under its own name first (lagtrace is not installed there)."""
+    files = resources.files("services.measure.executors")
+    clock = files.joinpath("stall_clock.py").read_text()
+    timer = files.joinpath("container_timer.py").read_text()
+    name = "services.measure.executors.stall_clock"
+    return (
+        "import sys, types\n"
+        f"clock = types.ModuleType({name!r})\n"
+        f"exec(compile({clock!r}, 'stall_clock.py', 'exec'), clock.__dict__)\n"
+        f"sys.modules[{name!r}] = clock\n"
+        "del sys, types, clock\n"
+        f"{timer}"
+    )
 
 
 def _host_py_spy() -> str | None:
@@ -908,36 +486,3 @@ def _host_py_spy() -> str | None:
         return str(beside_python.resolve())
     found = shutil.which("py-spy")
     return str(Path(found).resolve()) if found else None
-
-
-def _kill(container) -> None:
-    try:
-        container.kill()
-    except (DockerException, requests.RequestException):
-        pass  # already gone: nothing left to stop
-
-
-# A removal can fail for a moment: overlay2's "device or resource busy" leaves the
-# container dead, a busy engine answers late, another removal is under way (409).
-REMOVE_ATTEMPTS = 4
-
-
-def _remove(container) -> None:
-    for attempt in range(REMOVE_ATTEMPTS):
-        try:
-            container.remove(force=True)
-            return
-        except NotFound:
-            return
-        except (DockerException, requests.RequestException):
-            # Retried here because no later lagtrace process may reap it (a CLI run is
-            # the last of its database); past the last attempt the reaper gets it.
-            if attempt + 1 < REMOVE_ATTEMPTS:
-                time.sleep(0.5 * 2**attempt)
-
-
-def _reason(exc: Exception) -> str:
-    explanation = getattr(exc, "explanation", None)
-    if explanation:
-        return str(explanation)
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -20,7 +20,8 @@ CHUNK = 65536
 
 def resolve(host, port, excluded):
     for family, kind, proto, _, address in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
-        if ipaddress.ip_address(address[0].split("%")[0]) not in excluded:
+        # IPv4 and IPv6 addresses come as text (an IPv6 one may carry a %scope).
+        if ipaddress.ip_address(str(address[0]).split("%")[0]) not in excluded:
             return family, kind, proto, address
     raise OSError(f"{host} resolves to no address outside {excluded}")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from services.errors import BadInput
 from services.measure import cgroups, hostload
 from services.measure.executors.base import RunRequest, RunResult, ToolResult
-from services.measure.executors.container_timer import StallClock, wait_unreaped
+from services.measure.executors.stall_clock import StallClock, wait_unreaped
 from services.settings import Settings
 
 OUTPUT_TAIL_LINES = 20

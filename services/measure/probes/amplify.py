@@ -1,4 +1,4 @@
-"""Short tests amplified for the drill (issue 22): the drilled test run again and again in
+"""Short tests amplified for the drill (docs/explanations/evidence.md): the drilled test run again and again in
 one pytest process, so that the tracers see the test rather than pytest's start-up.
 
 A 15 ms test's evidence run is mostly pytest starting: py-spy takes one or two samples of
@@ -30,7 +30,7 @@ TARGET_S = 1.0
 MAX_ITERATIONS = 50
 # py-spy's profile is compared between two configurations function by function (hot_path's
 # differential), and at 100 Hz one second holds 100 samples: a function's share of them
-# moved by more than the slowdown between two runs of one starlette test (issue 22: the
+# moved by more than the slowdown between two runs of one starlette test (docs/measurements/accuracy.md: the
 # named frame went from the test client's to a middleware's). Three seconds, and up to 200
 # repetitions, since a profile's sampler does not slow the loop it samples.
 PROFILE_TARGET_S = 3.0

@@ -12,9 +12,10 @@ threshold, which is the blocking call itself (a synchronous logging handler, a
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 
-from services.measure.evidence import AsyncioLoopContent, EvidenceKind
+from services.evidence import AsyncioLoopContent, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, unavailable
 from services.measure.probes.hooks import install_hook
@@ -154,9 +155,18 @@ def blocking_frame(stack: list[dict]) -> dict | None:
     return None
 
 
+# A task's own name ("Task-7") differs between runs and tasks of one coroutine.
+TASK_NAME = re.compile(r"^Task [^:]*: ")
+# The tasks kept, and the functions kept of each: enough to find a test's coroutine.
+TASKS = 50
+TASK_FUNCTIONS = 40
+
+
 def summarize(reports: list[dict]) -> dict:
-    """Slow callbacks of every process, grouped by the blocking call, worst total first."""
+    """Slow callbacks of every process, grouped by the blocking call, worst total first,
+    and by the task that ran them (``tasks``: which test's coroutine blocked the loop)."""
     groups: dict[str, dict] = defaultdict(lambda: {"count": 0, "total_s": 0.0, "max_s": 0.0})
+    tasks: dict[str, dict] = defaultdict(lambda: {"count": 0, "total_s": 0.0, "functions": []})
     callbacks = 0
     slow_total = 0.0
     slow_count = 0
@@ -171,6 +181,13 @@ def summarize(reports: list[dict]) -> dict:
             group["max_s"] = max(group["max_s"], slow["seconds"])
             group.setdefault("callback", slow["callback"])
             group.setdefault("stack", [f"{f['function']} ({f['file']}:{f['line']})" for f in slow.get("stack", [])[:8]])
+            task = tasks[TASK_NAME.sub("Task ", slow["callback"])]
+            task["count"] += 1
+            task["total_s"] += slow["seconds"]
+            for f in slow.get("stack", []):
+                function = f"{f['function']} ({f['file']})"
+                if function not in task["functions"] and len(task["functions"]) < TASK_FUNCTIONS:
+                    task["functions"].append(function)
             slow_total += slow["seconds"]
             slow_count += 1
     ranked = sorted(groups.items(), key=lambda item: -item[1]["total_s"])
@@ -181,6 +198,10 @@ def summarize(reports: list[dict]) -> dict:
         "blocking_calls": [
             {"call": where, **{k: round(v, 4) if isinstance(v, float) else v for k, v in group.items()}}
             for where, group in ranked[:TOP]
+        ],
+        "tasks": [
+            {"callback": callback, **{k: round(v, 4) if isinstance(v, float) else v for k, v in task.items()}}
+            for callback, task in sorted(tasks.items(), key=lambda item: -item[1]["total_s"])[:TASKS]
         ],
     }
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.measure.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, content_model
+from services.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, content_model
 from services.measure.executors.base import Executor, ProcessHandle, RunResult, RunWatcher, ToolResult
 from services.measure.probes.stall import StopBeforeTimeout
 

@@ -1,6 +1,6 @@
-"""census: a suite's sleeps and reads, attributed to its tests (issue 22, item 4).
+"""census: a suite's sleeps and reads, attributed to its tests (docs/explanations/cost-model.md).
 
-A suite of real size is never traced whole with every probe (issue 23: each costs the
+A suite of real size is never traced whole with every probe (docs/explanations/cost-model.md: each costs the
 suite's time again), yet a test that polls with 0.5 ms sleeps, or reads a socket a byte at
 a time, leaves no mark on the timing screen: it is neither slow nor CPU-sensitive. The
 census is the survey's own run of the suite in one configuration (drill.SurveyCensus: a
@@ -20,7 +20,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from services.measure.evidence import CensusContent, CensusTest, EvidenceKind
+from services.evidence import CensusContent, CensusTest, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, unavailable
 from services.measure.probes.hooks import install_hook

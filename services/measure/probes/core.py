@@ -1,7 +1,7 @@
 """The stall snapshot: at the stall deadline the process that owns the run's clock
 freezes the command's whole process group, takes py-spy dump, /proc I/O counters and a
 core (`gcore`) of every Python process in it while frozen, and thaws it
-(executors/container_timer.py StallClock). After the run, gdb reads each core (`info
+(executors/stall_clock.py StallClock). After the run, gdb reads each core (`info
 threads`, `thread apply all py-bt`, `thread apply all bt`) into threads with their
 Python frames and a flag for those "Waiting for the GIL".
 
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.measure.evidence import (
+from services.evidence import (
     EvidenceKind,
     GdbContent,
     ProcIoContent,
     PySpyDumpContent,
     StallContent,
 )
-from services.measure.executors import container_timer as clock
+from services.measure.executors import stall_clock as clock
 from services.measure.executors.base import ProcessHandle, RunResult
 from services.measure.probes import procio, pyspy
 from services.measure.probes.base import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from services.measure.evidence import EvidenceKind, FaulthandlerContent
+from services.evidence import EvidenceKind, FaulthandlerContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import NO_STALL, EvidenceDraft, Probe, unavailable
 from services.measure.probes.hooks import install_hook

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from services.measure.evidence import EvidenceKind, ImportsContent
+from services.evidence import EvidenceKind, ImportsContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, missing_tool, unavailable
 

@@ -7,7 +7,7 @@ command's own namespace, also inside a container.
 
 from __future__ import annotations
 
-from services.measure.evidence import EvidenceKind, ProcIoContent
+from services.evidence import EvidenceKind, ProcIoContent
 from services.measure.executors.base import Executor, ProcessHandle
 from services.measure.probes.base import EvidenceDraft, missing_tool, tool_failure
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from services.measure.evidence import EvidenceKind, PySpyDumpContent, PySpyRecordContent
+from services.evidence import EvidenceKind, PySpyDumpContent, PySpyRecordContent
 from services.measure.executors.base import Executor, ProcessHandle, RunResult
 from services.measure.probes import flamegraph
 from services.measure.probes.base import (
@@ -28,7 +28,7 @@ RECORD_KIND = EvidenceKind.pyspy
 DUMP_KIND = EvidenceKind.pyspy_dump
 PROFILE_FILE = "pyspy-profile.speedscope.json"
 FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
-RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (DESIGN.md section 8)
+RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (docs/explanations/design.md)
 TOP_FRAMES = 5
 TOP_FUNCTIONS = 8
 

@@ -1,7 +1,7 @@
 """reads: every read syscall's size and what it read from (socket, pipe or file).
 
 `strace -c` counts calls but not bytes, and /proc/PID/io does not count socket reads at
-all (`recv`, `recvfrom`, `recvmsg` are missing from syscr; DESIGN.md section 8). This
+all (`recv`, `recvfrom`, `recvmsg` are missing from syscr; docs/explanations/design.md). This
 probe traces only the read family (`--seccomp-bpf` leaves every other syscall
 untraced and free), with `-y` to name each descriptor and `-s 0` to print no data,
 and keeps a size histogram per descriptor type, so a rule can judge the typical read
@@ -15,7 +15,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from services.measure.evidence import EvidenceKind, ReadsContent
+from services.evidence import EvidenceKind, ReadsContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 

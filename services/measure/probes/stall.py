@@ -3,7 +3,7 @@ drilled test starts and ends, so the stall deadline counts from the test's start
 not from the process's (pytest's own start-up can take seconds).
 
 The clock itself (freeze, snapshot, thaw) runs in the process that owns the run's clock:
-services/measure/executors/container_timer.py ``StallClock``.
+services/measure/executors/stall_clock.py ``StallClock``.
 
 Also here: StopBeforeTimeout, which ends a wrapping tracer just before the hard timeout.
 """

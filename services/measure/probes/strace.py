@@ -1,13 +1,13 @@
 """`strace -f -c`: which syscalls the command (and every thread and child) spent its
 kernel time in. A futex-dominated table is the signature of threads handing work to
-each other (DESIGN.md story 1); huge counts of tiny reads point at I/O patterns (story 2).
+each other (docs/explanations/design.md, story 1); huge counts of tiny reads point at I/O patterns (story 2).
 """
 
 from __future__ import annotations
 
 import re
 
-from services.measure.evidence import EvidenceKind, StraceContent
+from services.evidence import EvidenceKind, StraceContent
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import DENIED, FAILED, EvidenceDraft, TracerProbe, unavailable
 

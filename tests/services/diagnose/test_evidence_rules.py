@@ -55,7 +55,7 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     args = [PYTHON, path, "300", "4"] if program == "example" else [PYTHON, path]
     for _attempt in range(2):
         report, result = screen(
-            # 5 runs: no cpu_sensitivity verdict rests on fewer (issue 12)
+            # 5 runs: no cpu_sensitivity verdict rests on fewer (docs/explanations/statistics.md)
             tmp_path,
             sqlite_url,
             args,
@@ -87,7 +87,7 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     assert stall["metrics"]["elapsed_s"] >= stall["metrics"]["stall_after_s"]
     assert {"pyspy_dump", "gdb"} <= {e["kind"] for e in report["evidence"] if e["id"] in stall["evidence"]}
 
-    # The tracer's effect is a note on the evidence it distorted, not a finding (issue 12).
+    # The tracer's effect is a note on the evidence it distorted, not a finding (docs/reference/findings.md).
     assert not of_kind(report, "observer_effect")
     notes = [note for e in report["evidence"] for note in e["notes"]]
     assert notes, result.stdout

@@ -52,7 +52,7 @@ THREAD_HASHER = """
 def test_a_pool_wider_than_the_quota_that_takes_its_cpu_time_over_the_quota_is_no_finding(
     program, sqlite_url, tmp_path
 ):
-    # Issue 22: throttled in most periods, yet the run takes its CPU time divided by the
+    # docs/reference/findings.md (cpu_throttling): throttled in most periods, yet the run takes its CPU time divided by the
     # quota, as a pool sized to the quota would: the quota's share, no cost of its own.
     path = str(EXAMPLES / "pool_quota.py") if program == "example" else write(tmp_path, "hasher.py", THREAD_HASHER)
     report, result = screen(

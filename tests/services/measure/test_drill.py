@@ -69,7 +69,7 @@ def test_run_with_evidence_stores_probes_artifacts_and_observer_data(tmp_path):
     assert {run["probe"] for run in report["evidence_runs"]} == {"strace", "pyspy", "core", "faulthandler"}
     assert {run["config"] for run in report["evidence_runs"]} == {"cpuset=0", "cpuset=0-1"}
     assert len(report["evidence_runs"]) == 8
-    # Every timing run hit the 2.5 s timeout: no median (issue 12: timed-out runs are in
+    # Every timing run hit the 2.5 s timeout: no median (docs/guides/run.md: timed-out runs are in
     # no statistic), a command_failed finding, and the drill still looks where it hangs.
     for run in report["evidence_runs"]:
         assert run["timing_median_s"] is None and run["wall_s"] > 0

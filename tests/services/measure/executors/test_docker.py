@@ -23,9 +23,10 @@ import pytest
 
 from services.errors import BadInput
 from services.measure.configs import CpuConfig
-from services.measure.executors import docker as docker_executor
+from services.measure.executors import docker_engine, docker_guards
 from services.measure.executors.base import RunRequest
-from services.measure.executors.docker import OWNER_LABEL, DockerExecutor
+from services.measure.executors.docker import DockerExecutor
+from services.measure.executors.docker_guards import OWNER_LABEL
 from services.settings import Settings
 from tests.conftest import CLI_PIDS, EXAMPLES, PYTHON, REPO, require, run_cli
 from tests.service_support import write_wheel
@@ -35,7 +36,7 @@ CORES = ["--config", "cpuset=0", "--config", "cpuset=0-1"]
 
 @pytest.fixture(scope="module", autouse=True)
 def engine():
-    problem = docker_executor.unavailable_reason(Settings().docker_image)
+    problem = docker_engine.unavailable_reason(Settings().docker_image)
     require(problem is None, f"no usable Docker engine: {problem}")
     client = docker.from_env()
     # Other modules' stacks (their workers killed at teardown) are not this module's to judge.
@@ -49,14 +50,14 @@ def engine():
 def leftovers(client, before: set[str]) -> list[str]:
     """lagtrace containers, new since ``before``, of this test process or of the lagtrace
     processes it started that are gone (another xdist worker's are its own to judge)."""
-    mine = docker_executor.owner_id()
+    mine = docker_guards.owner_id()
     found = []
     for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
         if container.id in before:
             continue
         owner = container.labels[OWNER_LABEL]
         host, pid, start_time = owner.split(":")
-        alive = docker_executor._start_time(int(pid)) == start_time
+        alive = docker_guards.process_start_time(int(pid)) == start_time
         if owner == mine or (host == mine.split(":")[0] and int(pid) in CLI_PIDS and not alive):
             found.append(container.name)
     return found
@@ -478,8 +479,8 @@ def start_sleeping_job(database: str) -> subprocess.Popen:
 
 def wait_for_run_container(engine, job: subprocess.Popen) -> str:
     """The owner label of the job's run container (job 1 in its fresh database), once it runs."""
-    owner = docker_executor.owner_id(job.pid)
-    labels = [f"{OWNER_LABEL}={owner}", f"{docker_executor.JOB_LABEL}=1"]
+    owner = docker_guards.owner_id(job.pid)
+    labels = [f"{OWNER_LABEL}={owner}", f"{docker_guards.JOB_LABEL}=1"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and job.poll() is None:
         if engine.containers.list(filters={"label": labels, "status": "running"}):
@@ -516,7 +517,7 @@ def test_containers_of_a_killed_lagtrace_are_reaped_at_the_next_start(tmp_path, 
 
 @pytest.mark.latency
 def test_evidence_probes_work_inside_the_container(tmp_path):
-    """The evidence issue's probes, unchanged, through the docker executor's interface."""
+    """The evidence probes (docs/explanations/evidence.md), unchanged, through the docker executor's interface."""
     traced, _ = cli_report(
         ["--executor", "docker", "--config", "cpuset=0-1", "--repeat", "1", "--evidence", "strace"],
         ["python3", "examples/handoff.py", "300"],
@@ -570,7 +571,7 @@ def test_where_a_program_is_in_the_image_is_looked_up_once_per_process(workdir, 
         since=since,
         until=int(time.time()) + 1,
         decode=True,
-        filters={"type": "container", "event": "create", "label": f"{OWNER_LABEL}={docker_executor.owner_id()}"},
+        filters={"type": "container", "event": "create", "label": f"{OWNER_LABEL}={docker_guards.owner_id()}"},
     )
     assert len(list(created)) <= 2  # at most one per program this process had not looked up
 

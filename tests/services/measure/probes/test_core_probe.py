@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from services.measure.evidence import dump as stored
-from services.measure.executors import container_timer as clock
+from services.evidence import dump as stored
+from services.measure.executors import stall_clock as clock
 from services.settings import Settings
 from tests.services.measure.probes.probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe
 

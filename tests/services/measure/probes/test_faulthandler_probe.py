@@ -1,4 +1,4 @@
-from services.measure.evidence import dump as stored
+from services.evidence import dump as stored
 from tests.services.measure.probes.probe_helpers import python_program, run_probe
 
 TWO_SLEEPERS = """

@@ -3,8 +3,8 @@ import textwrap
 
 import pytest
 
+from services.evidence import dump as stored
 from services.measure.configs import CpuConfig
-from services.measure.evidence import dump as stored
 from services.measure.executors.base import RunRequest
 from services.measure.executors.local import LocalExecutor
 from services.measure.probes.base import ProbeContext

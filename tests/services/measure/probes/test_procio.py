@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from services.measure.evidence import dump as stored
+from services.evidence import dump as stored
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes import procio
 from services.settings import Settings

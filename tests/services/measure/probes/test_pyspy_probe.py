@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from services.measure.evidence import dump as stored
+from services.evidence import dump as stored
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes import pyspy
 from services.settings import Settings

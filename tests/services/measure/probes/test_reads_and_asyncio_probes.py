@@ -60,6 +60,11 @@ def test_asyncio_loop_probe_names_the_blocking_call(executor, tmp_path):
     [top] = content.blocking_calls[:1]
     assert top.call.startswith("slow_lookup (") and "program.py:4" in top.call
     assert top.count == 8
+    # Both tasks run one coroutine: one task entry, whose stacks name its functions (how a
+    # test's own coroutine is told apart when a whole suite is drilled).
+    [task] = content.tasks
+    assert task.callback.startswith("Task worker (") and task.count == 8
+    assert any(f.startswith("slow_lookup (") and "program.py" in f for f in task.functions)
 
 
 def test_asyncio_loop_probe_says_when_no_loop_ran(executor, tmp_path):

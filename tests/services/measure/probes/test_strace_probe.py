@@ -1,6 +1,6 @@
 import pytest
 
-from services.measure.evidence import dump as stored
+from services.evidence import dump as stored
 from services.measure.probes.strace import parse_summary
 from services.settings import Settings
 from tests.services.measure.probes.probe_helpers import WithoutTools, handoff, python_program, require_tool, run_probe

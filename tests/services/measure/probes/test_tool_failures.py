@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from services.measure.evidence import dump as stored
+from services.evidence import dump as stored
 from services.measure.executors.base import ToolResult
 from services.measure.executors.local import LocalProcessHandle
 from services.measure.probes.base import DENIED, ENDED, tool_failure

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.diagnose import busy_polling
 from services.measure.probes import strace
 from tests.support import jobs
@@ -22,6 +24,8 @@ def test_psutil_5_wait_with_a_timeout_is_a_slow_poller():
     assert finding.kind == "busy_polling"
     assert 40 <= finding.metrics["polling_calls_per_s"] <= 80
     assert finding.metrics["syscalls"]["wait4"] == 85
+    # What polling costs is its wake-ups' system time (clock_nanosleep's and wait4's), not the wait.
+    assert finding.metrics["accounts_s"] == pytest.approx(0.001793 + 0.000285)
     assert "slow poller" in finding.detail
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from services.diagnose import cpu_sensitivity
 from services.measure.samples import JobSamples, collect
+from services.models import RunKind
 from services.thresholds import Thresholds
 from tests.unit.jobs import job, run
 
@@ -157,7 +158,7 @@ def _runs(walls: list[float], cpu_share: float) -> list:
 
 
 def test_a_slowdown_the_quota_explains_is_no_finding():
-    # issue 12: a healthy CPU-bound program under cpus=0.5 is twice as slow by physics
+    # docs/reference/findings.md: a healthy CPU-bound program under cpus=0.5 is twice as slow by physics
     # (faker's twin, 22 Nov: 2.1x); two busy threads are four times as slow.
     one_thread = {"cpuset=0": _runs([0.95, 0.96, 0.94, 0.95, 0.97], 0.98), "cpus=0.5": _runs([2.0] * 5, 0.49)}
     assert cpu_sensitivity.judge(collect(job(one_thread, cpus={"cpus=0.5": 0.5})), LIMITS) == []
@@ -202,7 +203,7 @@ def _pinned(configs: dict) -> object:
 
 
 def test_parallel_work_pinned_to_fewer_cores_is_the_cores_share_not_a_finding():
-    # Issue 22: a process pool keeping two CPUs busy on two cores is twice as slow on one.
+    # docs/reference/findings.md: a process pool keeping two CPUs busy on two cores is twice as slow on one.
     pool = {"cpuset=0": _runs([0.2, 0.21, 0.2, 0.19, 0.2], 1.0), "cpuset=0-1": _runs([0.1, 0.1, 0.11, 0.1, 0.1], 1.95)}
     assert cpu_sensitivity.judge(collect(_pinned(pool)), LIMITS) == []
     # Five times as slow on one core is more than the lost core explains, and said so.
@@ -222,3 +223,54 @@ def test_the_hand_off_slower_on_more_cores_owes_nothing_to_pinning():
     [finding] = cpu_sensitivity.judge(collect(_pinned(handoff)), LIMITS)
     assert finding.config_label == "cpuset=0-1" and finding.metrics["ratio"] == pytest.approx(5.0)
     assert "pinned" not in finding.metrics
+
+
+def _xdist_suite(exit_code: int) -> object:
+    """A healthy suite run with `pytest -n 2`: two workers keep both cores busy (1.9 CPUs
+    over the survey run with cpuset=0-1), so under cpus=0.5 each worker has a quarter of a
+    CPU and every test takes about 4x (to 6.6x with the throttling pauses) as long. One
+    unrelated test fails in every run (pytest exits 1)."""
+    rng = random.Random(7)
+    fast = {f"tests/test_x.py::test_{i}": 0.02 + 0.01 * i for i in range(16)}
+    failing = {"tests/test_x.py::test_broken": 0.01}
+    outcomes = {"tests/test_x.py::test_broken": "failed"}
+
+    def runs(label: str, factor: tuple[float, float], share: float) -> list:
+        survey = run(30.0, kind=RunKind.survey, exit_code=exit_code, user_s=30.0 * share, outcomes=outcomes)
+        survey.test_results = []
+        focused = [
+            run(
+                2.0,
+                kind=RunKind.focus,
+                exit_code=exit_code,
+                user_s=2.0 * share,
+                tests={**{t: d * rng.uniform(*factor) for t, d in fast.items()}, **failing},
+                outcomes=outcomes,
+                repetition=r,
+            )
+            for r in range(1, 6)
+        ]
+        return [survey, *focused]
+
+    built = job(
+        {"cpuset=0-1": runs("cpuset=0-1", (0.95, 1.05), 1.9), "cpus=0.5": runs("cpus=0.5", (4.0, 6.6), 0.5)},
+        cpus={"cpus=0.5": 0.5},
+    )
+    built.command = ["python", "-m", "pytest", "-n", "2", "tests"]
+    built.configs[0].cpuset = "0-1"
+    return built
+
+
+def test_two_xdist_workers_under_a_quota_are_the_quotas_share_even_beside_a_failing_test():
+    # The suite's one failing test made every run exit 1, and the CPUs the command kept
+    # busy were read from successful runs only: no share, so the 4x-6.6x of every test
+    # was held against the fast median alone (16 MEDIUM findings on a real suite).
+    assert cpu_sensitivity.judge(collect(_xdist_suite(exit_code=1)), LIMITS) == []
+    assert cpu_sensitivity.judge(collect(_xdist_suite(exit_code=0)), LIMITS) == []
+    samples = collect(_xdist_suite(exit_code=1))
+    assert samples.cpu_share("cpuset=0-1") == pytest.approx(1.9)
+
+
+def test_a_failed_run_of_a_program_that_is_not_pytest_says_nothing_of_its_share():
+    configs = {"cpuset=0-1": [run(1.0, user_s=1.9, exit_code=1)] * 5, "cpus=0.5": [run(4.0, user_s=2.0)] * 5}
+    assert collect(job(configs, cpus={"cpus=0.5": 0.5})).cpu_share("cpuset=0-1") is None

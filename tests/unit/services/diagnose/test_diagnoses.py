@@ -133,3 +133,35 @@ def test_where_the_cpu_time_grew_is_the_cause_only_where_no_mechanism_is_found()
     stall = finding(4, "stall", "medium", test="t", evidence=[12])
     [story] = build_diagnoses([symptom, grew, stall], [])
     assert story["cause"]["kind"] == "hot_path" and story["cause"]["accounts_s"] == 0.9
+
+
+def test_a_failing_test_of_the_suite_is_never_another_tests_cause():
+    # A real suite run with `pytest -n 2`, one unrelated test failing: the diagnoses of its
+    # slow tests named `command_failed (found on the whole command)` as their cause.
+    findings = [
+        finding(1, "command_failed", "high"),
+        finding(2, "cpu_sensitivity", "medium", test="t::slow", config="cpus=0.5", **SENSITIVE),
+        finding(3, "hot_path", "low", evidence=[10], accounts_s=1.0),
+        finding(4, "cpu_throttling", "medium", config="cpuset=0"),
+    ]
+    by_test = {d["test"]: d for d in build_diagnoses(findings, [])}
+    assert by_test["t::slow"]["cause"] is None
+    assert "found on the whole command" not in "\n".join(render(list(by_test.values())))
+    assert by_test[None]["cause"]["kind"] == "command_failed"
+
+
+def test_three_seconds_of_a_blocked_loop_outweigh_a_measured_sixtieth_of_throttling():
+    findings = [
+        finding(1, "cpu_sensitivity", "medium", test="t", config="cpus=0.5", **SENSITIVE),
+        finding(2, "cpu_throttling", "medium", test="t", config="cpus=0.5", accounts_s=0.06),
+        finding(3, "event_loop_blocked", "medium", test="t", evidence=[10], accounts_s=3.0, blocked_s=3.0),
+    ]
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "event_loop_blocked" and story["cause"]["accounts_s"] == 3.0
+    # The catalogue's order breaks a tie only: equal seconds, the more specific kind.
+    findings[2]["metrics"]["accounts_s"] = 0.06
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "event_loop_blocked"
+    findings[2]["metrics"]["accounts_s"] = 0.05
+    [story] = build_diagnoses(findings, [])
+    assert story["cause"]["kind"] == "cpu_throttling"

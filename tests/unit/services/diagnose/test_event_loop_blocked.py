@@ -30,6 +30,7 @@ def test_a_synchronous_logging_handler_is_named_as_the_blocking_call():
     assert finding.severity == "medium"
     assert "emit" in finding.title
     assert 1.2 <= finding.metrics["blocked_s"] <= 1.6
+    assert finding.metrics["accounts_s"] == finding.metrics["blocked_s"]  # the seconds it weighs as a cause
     assert "48 times" in finding.detail and "QueueHandler" in finding.detail
     assert "warning (" in finding.detail  # the logging call on the loop thread's stack
 
@@ -41,7 +42,7 @@ def test_a_queue_handler_keeps_the_loop_free():
 
 
 def test_callbacks_a_quota_stretched_are_no_blocked_loop_where_an_unquoted_drill_tells():
-    # Issue 22: the blocking handler's report, but taken under cpus=0.5; the same loop
+    # docs/reference/findings.md (event_loop_blocked): the blocking handler's report, but taken under cpus=0.5; the same loop
     # drilled without a quota kept every callback short.
     blocked = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-blocking-handler.json"))])
     free = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-queue-handler.json"))])
@@ -57,3 +58,40 @@ def test_callbacks_a_quota_stretched_are_no_blocked_loop_where_an_unquoted_drill
     built.evidence = [e for e in built.evidence if e.config is quota]
     [note] = event_loop_blocked.check(jobs.context(built))
     assert note.severity == "low" and "Measured only under a 0.5-CPU quota" in note.detail
+
+
+SUITE = {
+    "test_cache.py::test_refresh_then_lookup": 0.24,
+    "test_cache.py::test_lookup_before_refresh": 0.001,
+    "test_cache.py::test_workers_run_concurrently": 0.1,
+    "test_cache.py::test_timeouts_fire": 0.1,
+}
+
+
+def _suite_drilled_whole(tests: dict[str, float]):
+    """A pytest-asyncio suite (examples/corpus/asyncio_suite) whose test_refresh_then_lookup
+    waits 0.22 s on a synchronous socket read on the loop thread, drilled as one command."""
+    summary = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-pytest-asyncio-suite.json"))])
+    built = jobs.job(["python", "-m", "pytest", "-q", "test_cache.py"])
+    config = built.configs[1]
+    jobs.timing_runs(config, [1.2] * 5, tests=tests)
+    content = {"status": "ok", "threshold_s": 0.02, "wall_s": 1.2, **summary}
+    jobs.evidence(built, config, "asyncio_loop", content, wall_s=1.2)
+    return built
+
+
+def test_a_blocked_loop_found_on_the_whole_suite_belongs_to_the_test_whose_task_blocked_it():
+    [finding] = event_loop_blocked.check(jobs.context(_suite_drilled_whole(SUITE)))
+    assert finding.test_id == "test_cache.py::test_refresh_then_lookup" and finding.severity == "medium"
+    assert 0.2 <= finding.metrics["blocked_s"] <= 0.3 and finding.metrics["accounts_s"] == finding.metrics["blocked_s"]
+    assert finding.metrics["attributed_from"] == "the whole command's drill"
+    assert finding.title.startswith("test_cache.py::test_refresh_then_lookup's event loop was blocked")
+    assert "mostly in readinto" in finding.title and "fetch_settings" in finding.detail
+    # Nothing of it is left to the whole command: no second finding there.
+
+
+def test_a_task_no_test_ran_stays_the_commands():
+    # The same evidence in a job whose tests the frames do not name (another module).
+    others = {"test_other.py::test_refresh_then_lookup": 0.24, "test_other.py::test_x": 0.1}
+    [finding] = event_loop_blocked.check(jobs.context(_suite_drilled_whole(others)))
+    assert finding.test_id is None and "attributed_from" not in finding.metrics

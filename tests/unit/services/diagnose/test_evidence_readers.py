@@ -9,7 +9,7 @@ import pytest
 from services.diagnose import futex_storm, gil_contention, off_cpu_wait
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import Severity
-from services.measure.evidence import dump
+from services.evidence import dump
 from services.measure.probes import pyspy
 from services.measure.probes.core import parse_gdb
 from services.measure.probes.strace import parse_summary
@@ -91,6 +91,6 @@ def test_gil_contention_ignores_a_lone_thread_and_unusable_snapshots():
 
 
 def dump_failed() -> dict:
-    from services.measure.evidence import EvidenceStatus, GdbContent
+    from services.evidence import EvidenceStatus, GdbContent
 
     return dump(GdbContent(status=EvidenceStatus.failed, reason="gdb failed"))

@@ -102,7 +102,7 @@ def test_start_up_inside_imports_is_no_hot_path():
     built, _ = _startup_job()
     assert hot_path.check(jobs.context(built)) == []
     # The same samples with imports not told apart: the import system's _path_stat held
-    # the most, but it is the interpreter's machinery, as pytest's own frames are (issue 22).
+    # the most, but it is the interpreter's machinery, as pytest's own frames are (docs/reference/findings.md).
     built, _ = _startup_job(imports_told_apart=False)
     assert hot_path.check(jobs.context(built)) == []
 
@@ -157,7 +157,7 @@ def test_a_caller_on_the_hot_path_is_titled_with_its_cumulative_share():
 
 
 def test_pytest_s_and_the_interpreter_s_frames_are_never_the_hot_path():
-    # Issue 22: a 15 ms test's drill is mostly pytest (fixtures, hooks, runpy); the test's
+    # docs/reference/findings.md (hot_path): a 15 ms test's drill is mostly pytest (fixtures, hooks, runpy); the test's
     # own code or its library's is named, however few samples it holds.
     def frame(function: str, file: str, own: int, cumulative: int) -> dict:
         return {
@@ -220,3 +220,60 @@ def test_a_short_tests_hot_path_is_what_grew_from_the_fast_to_the_slow_configura
 def test_a_profile_that_did_not_grow_names_no_function():
     # The same profile on both sides: nothing grew, and a low symptom asks no other answer.
     assert hot_path.check(jobs.context(_websocket_job(fast_profile="cpuset=0"))) == []
+
+
+def test_the_seconds_a_hot_path_claims_never_exceed_the_slowdown_it_explains():
+    # An echo server's handler thread and its client thread both sit in _echo: py-spy samples
+    # every thread at the same instants, so the two threads' samples of the same 1.5 s
+    # summed to 2.9 s "more per run" for a test 1.82 s slower.
+    test = "test_echo.py::test_round_trips"
+
+    def frame(samples: int, total: int) -> dict:
+        pct = 100.0 * samples / total
+        return {
+            "function": "_echo",
+            "file": "/app/echo.py",
+            "line": 7,
+            "own_samples": samples,
+            "cumulative_samples": samples,
+            "own_pct": pct,
+            "cumulative_pct": pct,
+        }
+
+    def profile(per_thread: int, observed_s: float) -> dict:
+        total = int(observed_s * 100) + 20
+        return {
+            "status": "ok",
+            "rate_hz": 100,
+            "samples": 2 * total,
+            "run": {
+                "run_id": 1,
+                "wall_s": observed_s + 0.5,
+                "observed_s": observed_s,
+                "exit_code": 0,
+                "timed_out": False,
+            },
+            "functions": [
+                {"thread": "echo-server", "samples": total, "functions": [frame(per_thread, total)]},
+                {"thread": "MainThread", "samples": total, "functions": [frame(per_thread - 5, total)]},
+            ],
+        }
+
+    built = jobs.job(["python", "-m", "pytest", "-q"], labels=("cpuset=0", "cpuset=0-1"))
+    medians = {"cpuset=0": 2.0, "cpuset=0-1": 0.18}
+    for config in built.configs:
+        for step in (0.0, 0.01, -0.01, 0.02, -0.02):
+            jobs.timing_runs(
+                config, [medians[config.label] + 0.5], cpu_share=0.95, tests={test: medians[config.label] + step}
+            )
+    slow, fast = built.configs
+    jobs.evidence(built, slow, "pyspy", profile(150, 2.1), wall_s=2.6, test_id=test)
+    jobs.evidence(built, fast, "pyspy", profile(8, 0.2), wall_s=0.7, test_id=test)
+    [finding] = hot_path.check(jobs.context(built))
+    slowdown = 2.0 - 0.18
+    assert "_echo (echo.py:7)" in finding.title
+    assert finding.metrics["accounts_s"] <= slowdown + 1e-9
+    claimed = float(finding.title.split(" spends ")[1].split(" s more")[0])
+    assert claimed <= round(slowdown, 3), finding.title
+    # What the profile shows per thread is still there, not inflated: at most the test's duration.
+    assert all(max(per.values()) <= 2.1 for per in finding.metrics["per_run_s"].values())

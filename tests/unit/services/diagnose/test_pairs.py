@@ -6,7 +6,7 @@ from pathlib import Path
 
 from services.diagnose import pairs
 from services.diagnose.context import DrillPair
-from services.jobs.engine import drill_targets
+from services.jobs.drill_targets import drill_targets
 from services.measure.samples import collect
 from services.settings import Settings
 from services.thresholds import Thresholds

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.diagnose import tiny_reads
 from services.measure.probes import reads
 from tests.support import jobs
@@ -61,16 +63,18 @@ def test_tiny_socket_reads_are_a_finding_naming_the_typical_size():
     assert finding.metrics["median_bytes"] == 1
     assert "recvfrom" in finding.detail and "median 1 bytes" in finding.detail
     assert "0.120 s of system time (strace -c), 29% of the 0.410 s untraced median" in finding.detail
+    assert finding.metrics["accounts_s"] == pytest.approx(0.12)
 
 
 def test_tiny_reads_that_cost_little_or_nothing_measured_are_a_low_note():
-    # Issue 22: a client reading small messages as a peer sends them spends 2 % of its run
+    # docs/reference/findings.md (tiny_reads): a client reading small messages as a peer sends them spends 2 % of its run
     # in the reads; a bigger buffer would save nothing.
     parsed = by_type("strace-reads-recv1.txt")
     [cheap] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=0.008)))
     assert cheap.severity == "low" and "too little to be worth a larger buffer" in cheap.detail
     [unmeasured] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=None)))
     assert unmeasured.severity == "low" and "not measured" in unmeasured.detail
+    assert "accounts_s" not in unmeasured.metrics
 
 
 def test_large_socket_reads_are_no_finding():

@@ -39,6 +39,7 @@ def test_plugin_autoload_that_is_most_of_a_short_run_is_named_with_its_plugins()
     [finding] = slow_startup.check(jobs.context(built))
     assert finding.config_label == "cpuset=0"  # the fastest start-up, not the quota's
     assert finding.metrics["share"] > 0.95 and finding.severity == "medium"
+    assert finding.metrics["accounts_s"] == finding.metrics["startup_s"]
     modules = [entry["module"] for entry in finding.metrics["slowest"]]
     assert modules[:3] == ["hypothesis", "faker", "pytest_benchmark.plugin"]
     assert "_pytest.main" not in modules and "json" not in modules

@@ -175,7 +175,7 @@ def test_a_single_thread_slowed_by_the_quota_factor_is_physics_not_a_finding():
 
 def test_a_pool_that_takes_its_cpu_time_over_the_quota_is_the_quota_s_share_not_a_finding():
     # Two processes computing 1 s of CPU: 0.5 s on two cores, 2 s under cpus=0.5, throttled
-    # in nearly every period. One process would take the same 2 s: physics (issue 22).
+    # in nearly every period. One process would take the same 2 s: physics (docs/reference/findings.md).
     built = job({"cpus=0.5": quota_runs(2, 0.5), "cpuset=0-1": [run(0.5, user_s=1.0)] * 5}, cpus={"cpus=0.5": 0.5})
     assert cpu_throttling.check(RuleContext(built, LIMITS)) == []
 
@@ -215,6 +215,7 @@ def test_a_command_failing_in_every_run_is_a_high_finding_with_its_exit_code_and
     [finding] = command_failed.check(RuleContext(built, LIMITS))
     assert finding.severity == "high"
     assert finding.metrics["exit_code"] == 1 and finding.metrics["runs"] == 27
+    assert finding.metrics["accounts_s"] > 0  # every run's time is the failure's
     assert "No module named pytest" in finding.detail and "every configuration" in finding.title
 
 

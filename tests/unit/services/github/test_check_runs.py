@@ -192,3 +192,31 @@ def test_an_unchanged_verdict_says_which_slowdown_it_rules_out():
     assert "Unchanged rules out a slowdown above the upper end of each 95 % interval" in summary
     assert "1.07x for the median unchanged test, 1.21x at worst" in summary
     assert "1.3x slowdown with 80 % power" in summary
+
+
+def test_a_test_new_on_the_head_is_listed_as_new_with_no_base():
+    new_row = {
+        "test": "tests/test_speed.py::test_added",
+        "config": "cpuset=0",
+        "base_median_s": None,
+        "head_median_s": 0.25,
+        "base_n": 0,
+        "head_n": 5,
+        "ratio": None,
+        "ratio_low": None,
+        "ratio_high": None,
+        "p_value": None,
+        "verdict": "new",
+    }
+    comparison = {
+        "base_commit": "b" * 40,
+        "base_ref": "main",
+        "head_commit": "a" * 40,
+        "tests": [new_row],
+        "counts": {"regressed": 0, "improved": 0, "unchanged": 0, "too_noisy": 0, "new": 1},
+    }
+    body = check_run_body(SETTINGS, done_job(), source(), report(comparison=comparison))
+    summary = body["output"]["summary"]
+    assert "1 new" in summary
+    [row] = [line for line in summary.splitlines() if "test_added" in line]
+    assert "**new**" in row and row.count("| - |") >= 1

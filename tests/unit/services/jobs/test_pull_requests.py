@@ -98,3 +98,41 @@ def test_a_test_below_the_clock_gets_a_verdict_and_no_ratio():
 def test_the_ratio_interval_has_no_upper_end_when_resampled_bases_reach_zero():
     assert ratio_interval([0.0, 0.0, 0.001, 0.001, 0.001], [0.002] * 5, seed=1) is None
     assert ratio_interval([0.0] * 5, [0.002] * 5) is None
+
+
+def test_a_test_new_on_the_head_is_marked_new_and_left_out_of_the_whole_command():
+    from services.jobs.pull_requests import NEW, head_samples, new_tests
+    from services.models import RunKind
+    from tests.unit.jobs import job, run
+
+    # The base runs test_a (30 ms); the head runs test_a unchanged and adds test_new (2 s):
+    # the whole command's wall grows by the new test alone ("regressed 1.22x" before).
+    base_runs = [run(0.33 + d, kind=RunKind.base, tests={"t.py::test_a": 0.03 + d}) for d in around(0.0, 7, 0)]
+    head_runs = [run(2.33 + d, tests={"t.py::test_a": 0.03 + d, "t.py::test_new": 2.0}) for d in around(0.0, 7, 0)]
+    built = job({"cpuset=0": base_runs + head_runs})
+    new = new_tests(built)
+    assert new == {"t.py::test_new"}
+    from services.measure.samples import collect
+
+    changes = compare(collect(built, RunKind.base), head_samples(built, new), LIMITS, seed=7, new=new)
+    found = {change.test_id: change for change in changes}
+    assert found["t.py::test_new"].verdict == NEW and found["t.py::test_new"].base is None
+    # The whole command: each head run's wall less the new test's 2 s, as the base ran it.
+    assert found[None].verdict == UNCHANGED, found[None]
+    assert found[None].head.median == pytest.approx(0.33, abs=0.01)
+    # Without leaving it out, the command's comparison would call it regressed.
+    unadjusted = {c.test_id: c.verdict for c in compare(collect(built, RunKind.base), collect(built), LIMITS, seed=7)}
+    assert unadjusted[None] == REGRESSED
+
+
+def test_a_test_the_base_ran_and_failed_is_not_new():
+    from services.jobs.pull_requests import new_tests
+    from services.models import RunKind
+    from tests.unit.jobs import job, run
+
+    base_runs = [
+        run(0.3, kind=RunKind.base, exit_code=1, tests={"t.py::x": 0.1}, outcomes={"t.py::x": "failed"})
+        for _ in range(5)
+    ]
+    head_runs = [run(0.3, tests={"t.py::x": 0.1}) for _ in range(5)]
+    assert new_tests(job({"cpuset=0": base_runs + head_runs})) == frozenset()

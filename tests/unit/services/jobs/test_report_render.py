@@ -108,13 +108,29 @@ def test_a_sharded_screen_names_each_shards_node():
     from tests.unit.services.jobs.test_report_schema import _minimal_report
 
     places = [
-        {"phase": "screen", "node": "node-a", "locks": ["/locks"], "shard": 1},
-        {"phase": "screen", "node": "node-b", "locks": ["/locks"], "shard": 2},
-        {"phase": "drill", "node": "node-a", "locks": ["/locks"]},
+        {"phase": "screen", "node": "node-a", "locks": ["node"], "shard": 1},
+        {"phase": "screen", "node": "node-b", "locks": ["cpu0", "cpu1"], "shard": 2},
+        {"phase": "drill", "node": "node-a", "locks": ["node"]},
     ]
     lines = [line for line in render_text(_minimal_report(measured_on=places)).splitlines() if " ran on node " in line]
     assert lines == [
-        "The screen of shard 1 ran on node node-a, holding /locks",
-        "The screen of shard 2 ran on node node-b, holding /locks",
-        "The drill ran on node node-a, holding /locks",
+        "The screen of shard 1 ran on node node-a, holding the node's measurement lock",
+        "The screen of shard 2 ran on node node-b, holding the locks of cpu0, cpu1",
+        "The drill ran on node node-a, holding the node's measurement lock",
     ]
+
+
+def test_the_node_lock_is_named_never_the_workers_path(tmp_path):
+    """The report is the job's users'; the worker's lock directory is not theirs to see."""
+    from services.measure import nodelock
+    from services.settings import Settings
+
+    settings = Settings(database_url="sqlite://", work_dir=tmp_path / "work", node_lock_path=tmp_path / "locks")
+    with nodelock.measurement_slot(settings, None) as held:
+        assert held.locks == ("node",)
+    packing = settings.model_copy(update={"pack_disjoint_cores": True})
+    with nodelock.measurement_slot(packing, (0,)) as held:
+        assert held.locks == ("cpu0",)
+    # What jobs measured before stored: the paths, named the same way now.
+    assert nodelock.lock_label(str(tmp_path / "locks")) == "node"
+    assert nodelock.lock_label(str(tmp_path / "locks" / "cpu1.lock")) == "cpu1"

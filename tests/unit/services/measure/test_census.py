@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.measure.evidence import CensusContent
+from services.evidence import CensusContent
 from services.measure.probes import census
 from services.thresholds import Thresholds
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.jobs.engine import drill_targets
+from services.jobs.drill_targets import drill_targets
 from services.settings import Settings
 from tests.support import jobs
 
@@ -45,3 +45,19 @@ def test_a_suite_with_many_flagged_tests_drills_the_most_severe_first_and_names_
     assert len(drilled) == Settings().thresholds.drill_max_tests == 5
     assert drilled[0] == "t.py::test_7"  # high before low, whatever the suite's order
     assert len(left_out) == 3 and not set(left_out) & set(drilled)
+
+
+def test_the_note_on_a_drill_with_nothing_to_trace_says_what_happened():
+    from services.measure.drill import NO_TARGETS, no_targets
+    from services.models import RunKind
+    from tests.unit.jobs import job, run
+
+    # Every run failed: nothing was found because nothing was measured, not "the screen found nothing".
+    failed = job({"a": [run(0.1, exit_code=2) for _ in range(3)], "b": [run(0.1, exit_code=2)]})
+    assert "no timing run of the command succeeded" in no_targets(failed)
+    assert "found nothing" not in no_targets(failed)
+    # A pull request: its change against the base is a comparison, no drill was asked for it.
+    pull_request = job({"a": [run(0.1) for _ in range(5)] + [run(0.2, kind=RunKind.base) for _ in range(5)]})
+    assert "comparing the two" in no_targets(pull_request) and "found nothing" not in no_targets(pull_request)
+    # A job screened healthy says so.
+    assert no_targets(job({"a": [run(0.1) for _ in range(5)], "b": [run(0.1) for _ in range(5)]})) == NO_TARGETS

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.evidence import FaulthandlerContent, ImportsContent, StraceContent
 from services.measure import pytest_command
-from services.measure.evidence import FaulthandlerContent, ImportsContent, StraceContent
 from services.measure.probes import faulthandler, imports, procio
 from services.measure.probes.strace import parse_summary
 

@@ -74,7 +74,7 @@ def test_benjamini_hochberg_step_up():
     assert benjamini_hochberg({}, 0.05) == set()
 
 
-# Issue 22's websocket test: pinned fully above two cores, the quota's runs over both.
+# docs/explanations/statistics.md's websocket test: pinned fully above two cores, the quota's runs over both.
 PINNED, QUOTA, TWO_CORES = [0.055, 0.054, 0.056, 0.055, 0.057], [0.012, 0.013, 0.070, 0.072, 0.074], [0.014] * 5
 
 

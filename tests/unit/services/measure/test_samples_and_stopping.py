@@ -91,7 +91,7 @@ def test_round_order_is_a_shuffle_reproduced_by_its_seed():
 
 
 def test_a_pair_apart_but_not_yet_a_discovery_gets_more_runs_and_only_that_pair():
-    # Issue 22: pinned 0.055 s against 0.014 s on two cores, every run apart, the quota's
+    # docs/explanations/statistics.md: pinned 0.055 s against 0.014 s on two cores, every run apart, the quota's
     # runs over both; among ten tests judged, 5 runs a side cannot make it a discovery.
     steady = {"cpuset=0": [0.02] * 5, "cpuset=0-1": [0.02] * 5, "cpus=0.5": [0.02] * 5}
     tests = {f"t{i}": dict(steady) for i in range(9)}

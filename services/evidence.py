@@ -367,6 +367,17 @@ class BlockingCall(_Model):
     stack: list[str] = []  # the loop thread's stack while blocked, innermost first
 
 
+class TaskBlocking(_Model):
+    """Slow callbacks grouped by the task (or callback) that ran them: which test's
+    coroutine blocked the loop, when a whole suite was drilled."""
+
+    callback: str  # "Task test_x (/path/test_mod.py:12)": the coroutine, the task's own name left out
+    count: int
+    total_s: float
+    # The functions on the loop thread's stacks while blocked, "function (file)", innermost first.
+    functions: list[str] = []
+
+
 class AsyncioLoopContent(EvidenceContent):
     threshold_s: float | None = None
     wall_s: float | None = None
@@ -375,6 +386,7 @@ class AsyncioLoopContent(EvidenceContent):
     slow_callbacks: int | None = None
     blocked_s: float | None = None
     blocking_calls: list[BlockingCall] | None = None
+    tasks: list[TaskBlocking] | None = None  # None: recorded before tasks were told apart
 
 
 # --- the census: a suite's sleeps and reads, per test ------------------------------

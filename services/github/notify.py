@@ -1,0 +1,50 @@
+"""The notify step: a job's GitHub check run, brought to the job's state.
+
+GitHub is an adapter over the jobs: this module uses services.jobs, never the other way
+round; services/steps.py puts it in the ledger's table of step handlers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.github.client import GitHubClient, GitHubError, check_run_body
+from services.jobs import lifecycle, summaries
+from services.jobs.report import build_report
+from services.models import JobSource, JobTask, TaskState, utcnow
+from services.settings import Settings
+
+
+def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
+    """Bring the GitHub check run to the job's current state (create it the first time)."""
+    job = task.job
+    source = session.scalar(select(JobSource).where(JobSource.job_id == job.id).with_for_update())
+    if source is None or not source.github_repository:
+        task.state = TaskState.done
+        return
+    report = (
+        (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
+        if job.status in lifecycle.FINISHED
+        else None
+    )
+    body = check_run_body(settings, job, source, report)
+    client = GitHubClient(settings)
+    try:
+        if source.github_check_run_id:
+            client.update_check_run(source.github_repository, source.github_check_run_id, body)
+        else:
+            source.github_check_run_id = client.create_check_run(source.github_repository, body)
+    except GitHubError as exc:
+        task.error = str(exc)
+        if task.attempts >= settings.task_max_attempts:
+            task.state = TaskState.failed
+            job.notes = [*job.notes, f"the GitHub check run could not be updated: {exc}"]
+        else:
+            # Back to the ledger: the reconciler sends it again once this backoff is over.
+            task.state = TaskState.pending
+            task.lease_expires_at = utcnow() + dt.timedelta(seconds=30 * task.attempts)
+        return
+    task.state = TaskState.done
