@@ -22,7 +22,8 @@ from services.settings import Settings
 @pytest.fixture
 def session(db_session, tmp_path):
     # The settings the steps read (leases, attempts); the database is db_session's.
-    db_session.settings = Settings(work_dir=tmp_path / "work")
+    # example.com is never cloned here: any host may be named.
+    db_session.settings = Settings(work_dir=tmp_path / "work", repository_hosts=["*"])
     return db_session
 
 

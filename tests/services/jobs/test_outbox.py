@@ -31,7 +31,7 @@ def received():
 
 @pytest.fixture
 def sessions(database_url, tmp_path, received):
-    settings = Settings(database_url=database_url, work_dir=tmp_path / "work")
+    settings = Settings(database_url=database_url, work_dir=tmp_path / "work", repository_hosts=["*"])
     migrate.upgrade(settings)
     engine = make_engine(settings)
     factory = outbox.bind(make_session_factory(engine), received[0])
@@ -83,7 +83,7 @@ def test_a_rolled_back_step_is_never_sent(sessions, received):
 
 
 def test_a_send_that_fails_leaves_the_step_to_the_reconciler(database_url, tmp_path, caplog):
-    settings = Settings(database_url=database_url, work_dir=tmp_path / "work")
+    settings = Settings(database_url=database_url, work_dir=tmp_path / "work", repository_hosts=["*"])
     migrate.upgrade(settings)
     engine = make_engine(settings)
     # A real Celery dispatcher whose broker does not answer: its send raises.
