@@ -23,32 +23,17 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
 
 from services.measure.sequential import DIFFERENT, UNDECIDED, SequentialRule, goes_on, judge
 from services.measure.stats import benjamini_hochberg
 from services.thresholds import Thresholds
+from tests.bench.bench_false_positives import Draw, bimodal, lognormal
 from tests.bench.figures import Figure
 
 TESTS = 500
 SLOWED_SHARE = 0.1
 STORED = 20  # a test's history: four matrix jobs of five runs
 SLOWDOWNS = (1.2, 2.0)
-
-Draw = Callable[[random.Random, float], float]
-
-
-def lognormal(sigma: float) -> Draw:
-    return lambda rng, base: base * math.exp(rng.gauss(0.0, sigma))
-
-
-def bimodal(slow_share: float, factor: float, sigma: float) -> Draw:
-    def draw(rng: random.Random, base: float) -> float:
-        value = base * math.exp(rng.gauss(0.0, sigma))
-        return value * factor if rng.random() < slow_share else value
-
-    return draw
-
 
 # CodSpeed measured 2.66 % on shared CI runners; the rest are this machine's worse days
 # and the false_positives benchmark's bimodal test.
