@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 
 from flask import Flask, Request
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface, SessionMixin
-from itsdangerous import BadSignature
+from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from services.accounts.secret_key import shared_secret_key
 from services.context import AppContext
@@ -34,6 +35,17 @@ class _SessionInterface(SecureCookieSessionInterface):
     and the CSRF token modify the session and so still send it at once."""
 
     session_class = _Session
+
+    def __init__(self, load_secret_key: Callable[[], str] | None = None) -> None:
+        self._load_secret_key = load_secret_key
+
+    def get_signing_serializer(self, app: Flask) -> URLSafeTimedSerializer | None:
+        # The key kept in the database is read on the first request that signs or reads a
+        # cookie, not when the app is built: an app made before `lagtrace migrate` ran
+        # (tests/chart/test_chart.py builds one on an empty database) still starts.
+        if not app.secret_key and self._load_secret_key is not None:
+            app.secret_key = self._load_secret_key()
+        return super().get_signing_serializer(app)
 
     def open_session(self, app: Flask, request: Request) -> _Session | None:
         serializer = self.get_signing_serializer(app)
@@ -63,12 +75,15 @@ class _SessionInterface(SecureCookieSessionInterface):
 def register(app: Flask, context: AppContext) -> None:
     """Add the dashboard at / to an app made by cli.wsgi.create_app."""
     settings = context.settings
+    load_secret_key: Callable[[], str] | None = None
     if settings.secret_key is None:
         # One key for every serving process: a key of each process's own sent every
         # sign-in whose next request reached another process back to the sign-in form
         # (tests/cli/test_serve_processes.py signs in 8 times through 2 processes).
-        with context.session_factory() as session:
-            app.secret_key = shared_secret_key(session)
+        def load_secret_key() -> str:
+            with context.session_factory() as session:
+                return shared_secret_key(session)
+
         log.info("LAGTRACE_SECRET_KEY is not set: sign-ins are signed with the key kept in the database")
     else:
         app.secret_key = settings.secret_key.get_secret_value()
@@ -82,6 +97,6 @@ def register(app: Flask, context: AppContext) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=settings.session_hours),
     )
-    app.session_interface = _SessionInterface()
+    app.session_interface = _SessionInterface(load_secret_key)
     app.jinja_env.autoescape = True
     app.register_blueprint(views.bp)

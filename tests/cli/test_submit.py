@@ -118,7 +118,7 @@ def test_submit_exits_1_with_the_reason_when_the_command_failed_in_every_run(sql
             timeout=240,
         )
         # The job's page in the dashboard is named as soon as the job is made.
-        queued = re.search(r"^lagtrace: job (\d+) queued: (\S+)$", done.stderr, re.M)
+        queued = re.search(r"^lagtrace: job (\d+) queued: (\S+)( \(.*\))?$", done.stderr, re.M)
         assert queued, done.stderr
         assert queued.group(2) == f"{url}/jobs/{queued.group(1)}"
         page = requests.get(queued.group(2), allow_redirects=False, timeout=10)
