@@ -54,6 +54,9 @@ unit: install-test
 #   parallel  every test that asserts no latency verdict, on TEST_WORKERS pytest-xdist
 #             workers (they mostly wait on PostgreSQL, Redis, Docker and HTTP); each
 #             worker has its own Redis and data directory (tests/support/xdist.py);
+#             --dist worksteal: a worker whose queue ran dry takes half of another's
+#             (https://pytest-xdist.readthedocs.io/en/stable/distribution.html), so
+#             one worker's run of long tests no longer ends the tier alone;
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
 # Measured on a 2-core machine busy with other work (load average 7-10 besides): the
@@ -63,7 +66,7 @@ test: install-test
 	.ci/provision.sh
 	@. .state/test.env; \
 	start=$$(date +%s); \
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not nightly and not latency" $(PYTEST_ARGS); parallel=$$?; \
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal -m "not nightly and not latency" $(PYTEST_ARGS); parallel=$$?; \
 	middle=$$(date +%s); \
 	$(VENV)/bin/pytest -m "latency and not nightly" $(PYTEST_ARGS); latency=$$?; \
 	end=$$(date +%s); \

@@ -35,7 +35,7 @@ SECTION = "## Quickstart"
 # Python). `.ci/provision.sh` (apt, services) is root's alone.
 SETUP = "make install && .ci/provision.sh"
 USER = "lagtrace-quickstart"
-QUICKSTART_TIMEOUT_S = 240
+QUICKSTART_TIMEOUT_S = 420  # beside other tests (the parallel tier) as well as alone
 
 
 def quickstart_commands() -> list[str]:
@@ -138,12 +138,14 @@ def services(postgres_server_url, redis_url):
         admin.dispose()
 
 
-@pytest.mark.latency
 # root-srv takes the same path as root-var-tmp (a work directory outside any home): nightly.
+# Each install path's run ends with a report, beside other tests; the hand-off's verdict
+# is asserted alone on the machine by tests/e2e/test_quickstart_browser.py (latency),
+# which runs root's quickstart to the same finding and then opens it in the dashboard.
 @pytest.mark.parametrize(
     "who", ["root", "root-var-tmp", pytest.param("root-srv", marks=pytest.mark.nightly), "ordinary-user"]
 )
-def test_the_readme_service_quickstart_reports_a_finding(
+def test_the_readme_service_quickstart_ends_with_a_report(
     who, services, postgres_server_url, redis_url, tmp_path, cleanup
 ):
     require(os.geteuid() == 0, "running as root and as another user needs root")
@@ -194,11 +196,9 @@ def test_the_readme_service_quickstart_reports_a_finding(
             process.wait(timeout=30)
     out, err = out_path.read_text(), err_path.read_text()
     assert process.returncode == 0, f"{body}\n--- stdout\n{out}\n--- stderr\n{err[-6000:]}"
-    findings = re.search(r"^Findings \((\d+)\)$", out, re.M)
-    assert findings and int(findings.group(1)) >= 1, out
+    assert re.search(r"^Findings( \(\d+\)|: none)$", out, re.M), out
     assert "command_failed" not in out, out
-    # The hand-off example's finding, as the quickstart promises (about 20x on two cores here).
-    assert re.search(r"^  (HIGH|MEDIUM|LOW)\s+cpu_sensitivity: ", out, re.M), out
+    assert re.search(r"^lagtrace: job \d+: done, \d+/\d+ runs", err, re.M), err[-3000:]
 
 
 def test_the_dashboard_section_follows_on_from_the_quickstart():
