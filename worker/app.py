@@ -141,7 +141,16 @@ class Registration(bootsteps.StartStopStep):
     A thread rather than the worker's timer: a database that hangs must not stall the
     main loop (the liveness probe's heartbeat would go stale and the pod restart, which
     cures nothing). Its beats are every Settings.heartbeat_interval_s, as a step's are.
+
+    Started after the pool: a thread busy in its first beat (importing the database
+    driver, connecting) while the pool forks its processes leaves the child a copy of
+    the locks it held, and the child's first task then waits on them for ever. Without
+    ``requires``, Celery's boot order put this step before the pool when the worker ran
+    the beat too (`lagtrace worker --beat`): a worker of the chaos and shard tests took a
+    step and never ran it (https://docs.celeryq.dev/en/stable/userguide/extending.html#blueprints).
     """
+
+    requires: ClassVar = {"celery.worker.components:Pool"}
 
     def __init__(self, parent, **kwargs):
         super().__init__(parent, **kwargs)
@@ -160,6 +169,10 @@ class Registration(bootsteps.StartStopStep):
         self._engine = make_engine(self.settings, pool_size=1)
         # Pool processes forked from this one must not use (or close) its connection.
         worker_process_init.connect(self._after_fork, weak=False)
+        # The first beat here, on the main thread: the driver's lazy imports are done
+        # before the thread exists, so a pool process forked later (one replacing a child
+        # that died) inherits no lock a beat in flight holds.
+        self._beat_once()
         self._thread = threading.Thread(target=self._loop, name="lagtrace-worker-heartbeat", daemon=True)
         self._thread.start()
 
@@ -173,16 +186,17 @@ class Registration(bootsteps.StartStopStep):
             registry.beat(session, self.identity)
             session.commit()
 
+    def _beat_once(self) -> None:
+        try:
+            self.beat()
+        except Exception as exc:
+            # The database is away: the row lapses and the next beat brings it back.
+            log.warning("worker heartbeat missed: %s: %s", type(exc).__name__, exc)
+
     def _loop(self) -> None:
         assert self.settings is not None
-        while True:
-            try:
-                self.beat()
-            except Exception as exc:
-                # The database is away: the row lapses and the next beat brings it back.
-                log.warning("worker heartbeat missed: %s: %s", type(exc).__name__, exc)
-            if self._stop.wait(self.settings.heartbeat_interval_s):
-                return
+        while not self._stop.wait(self.settings.heartbeat_interval_s):
+            self._beat_once()
 
     def _after_fork(self, **_kwargs) -> None:
         if self._engine is not None:
@@ -249,7 +263,11 @@ class CheckoutSweeper(bootsteps.StartStopStep):
     """Removes the checkouts of attempts whose process died (services/jobs/sources.py
     sweep_checkouts), once at start and every LAGTRACE_CHECKOUT_SWEEP_INTERVAL_S, on a
     thread of its own: a large tree's removal must not stall the worker's event loop (and
-    its heartbeat). Only a worker that checks code out has one (``lagtrace_sweep``)."""
+    its heartbeat). Only a worker that checks code out has one (``lagtrace_sweep``).
+    Started after the pool, as Registration is: a pool process forked while a sweep
+    held a checkout's lock would hold it for as long as it lives."""
+
+    requires: ClassVar = {"celery.worker.components:Pool"}
 
     def __init__(self, parent, **kwargs):
         super().__init__(parent, **kwargs)

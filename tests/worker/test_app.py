@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -79,3 +83,44 @@ def test_the_dispatcher_reports_an_unreachable_broker():
 
 def test_the_dispatcher_reaches_the_test_redis(redis_url):
     assert CeleryDispatcher(make_celery(Settings(broker_url=redis_url))).problem() is None
+
+
+# Hash seeds with which Celery's boot order, before the worker's steps required the pool,
+# started the database heartbeat and the checkout sweeper ahead of it (4 of the first 8).
+@pytest.mark.parametrize("seed", ["0", "2", "3", "7"])
+def test_the_heartbeat_and_sweeper_threads_start_after_the_pool_forks(seed, tmp_path, migrated_sqlite, redis_url):
+    """A thread running while the pool forks leaves the child a copy of every lock it
+    held: a worker with --beat took steps and never ran them when its heartbeat thread was
+    connecting to the database as the pool forked. The boot order follows set iteration,
+    so it is tried under fixed hash seeds, in a real worker's own log."""
+    database = tmp_path / "lagtrace.db"
+    shutil.copy(migrated_sqlite, database)
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": seed,
+        "LAGTRACE_DATABASE_URL": f"sqlite:///{database}",
+        "LAGTRACE_BROKER_URL": redis_url.rsplit("/", 1)[0] + "/14",
+        "LAGTRACE_WORK_DIR": str(tmp_path / "work"),
+    }
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker", "--beat", "--loglevel=DEBUG"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "celery@" not in (text := log_path.read_text()) or " ready." not in text:
+            assert worker.poll() is None and time.monotonic() < deadline, text[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    started = re.findall(r"\| Worker: Starting (\w+)", log_path.read_text())
+    assert {"Pool", "Registration", "CheckoutSweeper"} <= set(started), started
+    assert started.index("Pool") < started.index("Registration"), started
+    assert started.index("Pool") < started.index("CheckoutSweeper"), started
