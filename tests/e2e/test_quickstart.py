@@ -25,6 +25,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from tests.conftest import REPO, require
+from tests.support.xdist import PROVISIONED_REDIS_URL
 
 QUICKSTART_PAGE = REPO / "docs" / "guides" / "service.md"
 DASHBOARD_PAGE = REPO / "docs" / "guides" / "dashboard.md"
@@ -75,7 +76,9 @@ def script(
         match = re.fullmatch(r"export (LAGTRACE_DATABASE_URL|LAGTRACE_BROKER_URL)=(\S+)", command)
         if match:
             name, value = match.groups()
-            own, server = (database_url, test_pg) if name == "LAGTRACE_DATABASE_URL" else (broker_url, test_redis)
+            # An xdist worker's test_redis is a server of its own: the page names the provisioned one.
+            redis_server = PROVISIONED_REDIS_URL or test_redis
+            own, server = (database_url, test_pg) if name == "LAGTRACE_DATABASE_URL" else (broker_url, redis_server)
             assert same_server(value, server), f"the quickstart's {name}={value} is not the provisioned server {server}"
             command = f"export {name}={shlex.quote(own)}"
         assert "8080" not in command or "--port 8080" in command or "127.0.0.1:8080" in command, command

@@ -34,6 +34,9 @@ from pathlib import Path
 
 # gw0, gw1, ... in an xdist worker; None in a serial run.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# The provisioned Redis (.state/test.env), read before a worker points the variable at a
+# server of its own: what the docs' commands name (tests/e2e/test_quickstart.py).
+PROVISIONED_REDIS_URL = os.environ.get("LAGTRACE_TEST_REDIS_URL")
 
 
 def _free_port() -> int:
