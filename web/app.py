@@ -9,6 +9,7 @@ from collections.abc import Callable
 from flask import Flask, Request
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface, SessionMixin
 from itsdangerous import BadSignature, URLSafeTimedSerializer
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.accounts.secret_key import shared_secret_key
 from services.context import AppContext
@@ -39,12 +40,23 @@ class _SessionInterface(SecureCookieSessionInterface):
     def __init__(self, load_secret_key: Callable[[], str] | None = None) -> None:
         self._load_secret_key = load_secret_key
 
-    def get_signing_serializer(self, app: Flask) -> URLSafeTimedSerializer | None:
-        # The key kept in the database is read on the first request that signs or reads a
-        # cookie, not when the app is built: an app made before `lagtrace migrate` ran
-        # (tests/chart/test_chart.py builds one on an empty database) still starts.
-        if not app.secret_key and self._load_secret_key is not None:
+    def load_secret_key(self, app: Flask) -> None:
+        """The key kept in the database, if it can be read now. When it cannot (a database
+        not yet migrated: tests/chart/test_chart.py builds an app on an empty one; or one
+        that is down), the app still starts, and the next request tries again."""
+        if app.secret_key or self._load_secret_key is None:
+            return
+        try:
             app.secret_key = self._load_secret_key()
+        except SQLAlchemyError as exc:
+            log.warning("the sign-in key could not be read from the database yet: %s", type(exc).__name__)
+
+    def get_signing_serializer(self, app: Flask) -> URLSafeTimedSerializer | None:
+        # Without the key this request has no session (Flask's null session): an API call
+        # with a token needs none, and a page's own database access answers 503 in an
+        # outage, where an error here would be a bare 500 (Flask opens the session before
+        # any error handler can see it).
+        self.load_secret_key(app)
         return super().get_signing_serializer(app)
 
     def open_session(self, app: Flask, request: Request) -> _Session | None:
@@ -97,6 +109,8 @@ def register(app: Flask, context: AppContext) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         PERMANENT_SESSION_LIFETIME=dt.timedelta(hours=settings.session_hours),
     )
-    app.session_interface = _SessionInterface(load_secret_key)
+    interface = _SessionInterface(load_secret_key)
+    interface.load_secret_key(app)  # at start when it can: requests then never wait on it
+    app.session_interface = interface
     app.jinja_env.autoescape = True
     app.register_blueprint(views.bp)

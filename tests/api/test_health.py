@@ -83,3 +83,20 @@ def test_one_repeat_limit_from_the_settings_in_the_api_its_document_the_forms_an
     # `lagtrace run` (no server between) keeps the same limit, from the same setting.
     done = run_cli(["run", "--repeat", "31", "--", "true"], f"sqlite:///{tmp_path / 'cli.db'}")
     assert done.returncode == 2 and "--repeat: at most 30 (LAGTRACE_MAX_REPEAT)" in done.stderr
+
+
+def test_an_app_started_while_the_database_is_down_answers_503_not_500():
+    """The dashboard's signing key is kept in the database (web/app.py): a process that
+    starts during an outage cannot read it, and an API request must still get the
+    outage's 503, not a bare 500 from Flask opening the session."""
+    from cli.wsgi import create_app
+    from services.jobs.dispatch import InProcessDispatcher
+    from services.settings import Settings
+
+    # Nothing listens on port 1: a database that is away when the process starts.
+    settings = Settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    client = create_app(settings, InProcessDispatcher(lambda step: None)).test_client()
+    assert client.get("/healthz").status_code == 200
+    response = client.get("/api/v1/jobs/1", headers={"Authorization": "Bearer lt_not_checked_yet"})
+    assert response.status_code == 503, response.get_data(as_text=True)
+    assert "database is unavailable" in response.get_json()["error"]
