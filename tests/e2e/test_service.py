@@ -384,17 +384,17 @@ def test_a_signed_push_reports_a_check_run_and_a_rerequest_reruns(stack, reposit
 # Each run stamps its job, the CPUs it was pinned to (its configuration), and when it
 # started and ended; the runs are then checked for order and overlap.
 STAMP = (
-    "import os, sys, time; started = time.time(); time.sleep(0.3); "
+    "import os, sys, time; started = time.time(); time.sleep(float(sys.argv[3])); "
     "cpus = ','.join(map(str, sorted(os.sched_getaffinity(0)))); "
     "open(sys.argv[1], 'a').write(f'{sys.argv[2]} {cpus} {started} {time.time()}\\n')"
 )
 
 
-def submit_stamped(stack: Stack, url: str, stamps: Path, tag: str, configs: list[str]) -> int:
+def submit_stamped(stack: Stack, url: str, stamps: Path, tag: str, configs: list[str], run_s: float = 0.3) -> int:
     # Local executor: the runs write their stamps to a host file a container could not reach.
     body = {
         "repository": {"url": url},
-        "command": ["python3", "-c", STAMP, str(stamps), tag],
+        "command": ["python3", "-c", STAMP, str(stamps), tag, str(run_s)],
         "configs": configs,
         "repeat": 3,
         "evidence": [],
@@ -451,8 +451,11 @@ def test_two_jobs_share_a_node_only_when_packing_on_disjoint_cores(
     options["LAGTRACE_ALLOWED_EXECUTORS"] = "docker,local"
     with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=2, **options) as two_workers:
         stamps = tmp_path / "stamps"
+        # Runs of 1.5 s: each job measures for about 6 s, so two jobs whose prepare steps
+        # ended a few seconds apart still measure at once (with 0.3 s runs, one rehearsal's
+        # second job began its runs after the first had ended: no overlap to see).
         ids = [
-            submit_stamped(two_workers, repository[0], stamps, tag, [config])
+            submit_stamped(two_workers, repository[0], stamps, tag, [config], run_s=1.5)
             for tag, config in (("a", "cpuset=0"), ("b", "cpuset=1"))
         ]
         jobs = [two_workers.wait(job_id) for job_id in ids]

@@ -72,9 +72,18 @@ def gzip_bomb(unpacked_bytes: int) -> bytes:
     return out.getvalue()
 
 
-# Asserts the request's latency (answered in under 0.5 s): serially, beside no other work.
+# Asserts the request's latency against a small archive's: serially, beside no other work.
 @pytest.mark.latency
 def test_a_decompression_bomb_is_cut_off_early_and_off_the_request_thread(service):
+    # The same archive unpacking to 1 MiB: its request, after one that pays the app's
+    # first-call costs, is what the bomb's must match (0.5 s was a bound once: one quiet
+    # run answered in 512 ms, the next machine may be slower or faster).
+    small = gzip_bomb(1024 * 1024)
+    service.wait(service.upload(small, STEADY).get_json()["id"])
+    started = time.perf_counter()
+    response = service.upload(small, STEADY)
+    small_s = time.perf_counter() - started
+    service.wait(response.get_json()["id"])
     packed = gzip_bomb(1024 * 1024 * 1024)  # 1 GiB of zeros: about 1 MB packed
     started = time.perf_counter()
     response = service.upload(packed, STEADY)
@@ -82,9 +91,13 @@ def test_a_decompression_bomb_is_cut_off_early_and_off_the_request_thread(servic
     assert response.status_code == 201, response.get_json()
     job = service.wait(response.get_json()["id"])
     assert job["status"] == "failed" and "unpacks to more than" in job["error"], job["error"]
-    print(f"bomb: {len(packed)} bytes packed, request answered in {answered_s * 1000:.0f} ms; {job['error']}")
-    # The request only looked at the first bytes; gunzipping 1 GiB takes seconds.
-    assert answered_s < 0.5
+    print(
+        f"bomb: {len(packed)} bytes packed, request answered in {answered_s * 1000:.0f} ms "
+        f"(1 MiB archive: {small_s * 1000:.0f} ms); {job['error']}"
+    )
+    # The request only looked at the first bytes: a thousand times the unpacked size costs
+    # it no more than a few times a small archive's (writing 1 GiB out takes seconds).
+    assert answered_s < 3 * small_s + 0.25, (answered_s, small_s)
     # Refused from the header's size, before a byte of it was written.
     assert not list((service.settings.work_dir / "jobs").rglob("zeros.bin"))
 
