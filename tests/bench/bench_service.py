@@ -201,6 +201,8 @@ def run(quick: bool = False) -> dict:
             "LAGTRACE_GITHUB_WEBHOOK_SECRET": SECRET,
             "LAGTRACE_SECRET_KEY": "bench-secret-key",
             "LAGTRACE_COOKIE_SECURE": "false",  # plain http on loopback
+            # The deliveries' repository is on a host of its own (nothing is cloned here).
+            "LAGTRACE_REPOSITORY_HOSTS": "git.example",
         }
         _cli(env, "migrate")
         engine = make_engine(Settings(database_url=database_url))
