@@ -59,8 +59,8 @@ unit: install-test
 #             one worker's run of long tests no longer ends the tier alone;
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
-# Measured on a 2-core machine busy with other work (load average 7-10 besides): the
-# parallel tier 1,812 s for 990 tests on 4 workers (3.7 tests running on average).
+# Measured on this 2-core machine alone, on a clean clone (2026-11-28): the parallel tier
+# 1,332 s for 1,136 tests on 4 workers, the latency tier 1,505 s for 53 tests.
 TEST_WORKERS ?= 4
 test: install-test
 	.ci/provision.sh
@@ -94,9 +94,9 @@ accuracy: install-test
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run that fails only on a
-# broken benchmark, never on a slow machine: about 12 minutes on a 2-core machine (718 s
-# measured beside other work; false_positives 334 s, suites 89 s, turnaround 64 s,
-# tracers 61 s, service 59 s, the rest under 30 s each). Measure on a quiet machine.
+# broken benchmark, never on a slow machine: about 7 minutes on a 2-core machine (425 s
+# on a clean clone alone; suites 131 s, false_positives 102 s, tracers 47 s, the rest
+# under 35 s each). Measure on a quiet machine.
 bench: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
