@@ -145,9 +145,10 @@ class Registration(bootsteps.StartStopStep):
     Started after the pool: a thread busy in its first beat (importing the database
     driver, connecting) while the pool forks its processes leaves the child a copy of
     the locks it held, and the child's first task then waits on them for ever. Without
-    ``requires``, Celery's boot order put this step before the pool when the worker ran
-    the beat too (`lagtrace worker --beat`): a worker of the chaos and shard tests took a
-    step and never ran it (https://docs.celeryq.dev/en/stable/userguide/extending.html#blueprints).
+    ``requires``, Celery's boot order (set iteration: it changes with the hash seed) often
+    put this step before the pool: a worker of the chaos and shard tests took a step and
+    never ran it (https://docs.celeryq.dev/en/stable/userguide/extending.html#blueprints;
+    tests/worker/test_app.py reads the order under fixed seeds).
     """
 
     requires: ClassVar = {"celery.worker.components:Pool"}
