@@ -294,6 +294,9 @@ def parent_of_name(worker: str) -> int | None:
     return parent_of(int(worker.split("/", 1)[1].split()[0]))
 
 
+# Asserts the head's 5x `regressed`: a latency verdict, so it runs in the serial tier (beside
+# the parallel tier's load the comparison answered `too_noisy`, as its neighbour note said).
+@pytest.mark.latency
 def test_a_pull_request_is_screened_in_shards_each_against_the_base_tests_it_has(stack, tmp_path):
     # 40 fillers (a file heavier than a shard's share: split into node ids), the target the
     # head slows 5x, and a file the head adds, which the base commit has not.
