@@ -73,7 +73,8 @@ class EngineUnavailable(ServiceUnreachable):
     """The Docker engine did not answer (refused, reset, timed out) or failed (5xx): the
     environment, never the command. A service step waits it out and is given back to the
     ledger; for `lagtrace run` the fix is the user's (start one, or --executor local).
-    ``answered``: the engine did answer, with a server error (5xx), so it is up but failing."""
+    ``answered``: the engine did answer, with a server error (5xx) or by reporting a container
+    killed from outside, so it is up: the attempt counts (services/jobs/lease.py)."""
 
     exit_code = 2
 

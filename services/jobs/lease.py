@@ -182,9 +182,11 @@ def _wait_out_engine(
     failed it with a 5xx: the environment, never the command, so nothing of this attempt is
     stored. The engine is waited for with backoff (at most LAGTRACE_DOCKER_ENGINE_WAIT_S);
     what the attempt left is removed, and the step is given back to the ledger: at once and
-    not counted as an attempt when the engine answers again (as for the database), else
-    counted and after the same pause again; with its attempts used up the job fails saying
-    the engine was unavailable."""
+    not counted as an attempt when the engine had stopped answering and answers again (as
+    for the database), else counted and after the same pause again. An engine that kept
+    answering (a 5xx, a container killed from outside) counts, so no cause inside the
+    job's reach makes a step run for ever; with its attempts used up the job fails saying
+    the engine was unavailable (tests/services/jobs/test_lease.py)."""
     log.warning(
         "%s of job %s paused: the Docker engine is unavailable (%s); waiting up to %g s for it",
         step.task_name,

@@ -30,6 +30,7 @@ from services.measure.executors.stall_clock import StallClock, wait_unreaped
 
 CPU_STAT_FILES = ("/sys/fs/cgroup/cpu.stat", "/sys/fs/cgroup/cpu/cpu.stat", "/sys/fs/cgroup/cpu,cpuacct/cpu.stat")
 # cgroup v2, then v1: both carry an ``oom_kill`` counter (v1 since Linux 4.13).
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
@@ -70,11 +71,27 @@ def busy_cpu_seconds():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def own_io():
+def own_io(handle):
     """The timer's I/O counters, which take in the command's once it is reaped (as in
-    services/hostload.py): the difference is the command's read syscalls and bytes."""
-    with open("/proc/self/io") as handle:
-        return {key: int(value) for key, value in (line.split(": ") for line in handle.read().splitlines())}
+    services/hostload.py): the difference is the command's read syscalls and bytes.
+    ``handle`` is /proc/self/io opened before the timer became non-dumpable (the file is
+    then root's, mode 0400); reading through it stays allowed to the process itself."""
+    handle.seek(0)
+    return {key: int(value) for key, value in (line.split(": ") for line in handle.read().splitlines())}
+
+
+def set_dumpable(flag):
+    """prctl(2) PR_SET_DUMPABLE. The timer makes itself non-dumpable: its /proc files then
+    belong to root and ptrace(2) of it needs CAP_SYS_PTRACE, which the command (no effective
+    capabilities) lacks, so the command cannot write a forged measurement into the timer's
+    stdout through /proc/1/fd/1, nor stop the timer. The child sets itself dumpable again
+    before execve(2), so the evidence tools still attach to the command
+    (tests/security/test_measurement_channel.py)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, flag, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_DUMPABLE, {flag})")
 
 
 def main():
@@ -83,13 +100,15 @@ def main():
         sys.exit("usage: container_timer OUTPUT TIMEOUT LINGER STALL -- COMMAND...")
     timeout_s = None if timeout_text == "none" else float(timeout_text)
     stall = None if stall_text == "none" else json.loads(stall_text)
+    io_counters = open("/proc/self/io")  # noqa: SIM115 - read again after the command
+    set_dumpable(0)
 
     before_cpu, before_oom = cpu_stat(), oom_kills()
     output = os.open(output_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     devnull = os.open(os.devnull, os.O_RDONLY)
     clock = None if stall is None else StallClock(stall)
     busy_before = busy_cpu_seconds()
-    io_before = own_io()
+    io_before = own_io(io_counters)
     started = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -98,6 +117,7 @@ def main():
         os.dup2(output, 1)
         os.dup2(output, 2)
         try:
+            set_dumpable(1)
             os.execvp(command[0], command)
         except OSError as exc:
             os.write(2, f"lagtrace: cannot execute {command[0]!r}: {exc.strerror}\n".encode())
@@ -126,7 +146,7 @@ def main():
         clock.stop()
     _, status, usage = os.wait4(pid, 0)
     busy_after = busy_cpu_seconds()
-    io_after = own_io()
+    io_after = own_io(io_counters)
     signal.setitimer(signal.ITIMER_REAL, 0)
     try:  # background processes the command left would load the next measurement
         os.killpg(pid, signal.SIGKILL)

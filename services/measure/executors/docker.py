@@ -374,12 +374,15 @@ class DockerExecutor:
         if measured is None:
             if state.get("Running"):
                 raise EngineUnavailable(f"the Docker engine's stream of the run in {request.config.label} broke off")
-            # The timer is the container's first process: nothing inside it may kill it,
-            # so a SIGKILL that was neither the OOM killer's nor the backstop's came from outside.
+            # The timer is the container's first process and non-dumpable: nothing inside it
+            # may kill it, so a SIGKILL that was neither the OOM killer's nor the backstop's
+            # came from outside. The engine answered the reload, so the attempt counts: a
+            # cause that repeats ends after LAGTRACE_TASK_MAX_ATTEMPTS, never loops.
             if state.get("ExitCode") == 137 and not state.get("OOMKilled") and not backstopped.is_set():
                 raise EngineUnavailable(
                     f"the run's container in {request.config.label} was killed from outside the command "
-                    "(the Docker engine restarting, or a cancel)"
+                    "(the Docker engine restarting, or a cancel)",
+                    answered=True,
                 )
         return self._result(request, measured, state, host_wall_s)
 

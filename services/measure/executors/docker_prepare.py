@@ -46,7 +46,9 @@ LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt"
 MAX_LOCK_FILE_BYTES = 1024 * 1024
 # The prepare script's last line, with the install's exit status: a container that exits
 # without it was killed from outside (the shell is its first process, which nothing inside
-# the container may kill), not by a failing install.
+# the container may kill), not by a failing install. The script writes a newline before it,
+# so output the install left without one (a build backend writing to /proc/1/fd/1) cannot
+# hide it (tests/security/test_measurement_channel.py).
 INSTALL_EXIT_MARK = "lagtrace-install-exit "
 
 
@@ -83,7 +85,7 @@ def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], pre
     script = (
         f"({CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
         f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"); '
-        f'code=$?; echo "{INSTALL_EXIT_MARK}$code"; exit $code'
+        f'code=$?; printf "\\n{INSTALL_EXIT_MARK}%d\\n" "$code"; exit $code'
     )
     # Built from scratch: the install runs the repository's own code (setup.py, build
     # backends), so nothing of the worker's environment (index credentials, proxies,
@@ -140,11 +142,13 @@ def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], pre
             if not any(line.startswith(INSTALL_EXIT_MARK) for line in lines):
                 container.reload()
                 if not container.attrs["State"].get("OOMKilled"):
+                    # The engine answered: the attempt counts, so a cause that repeats ends.
                     raise EngineUnavailable(
                         "the dependency install's container was killed from outside the install "
-                        "(the Docker engine restarting, or a cancel)"
+                        "(the Docker engine restarting, or a cancel)",
+                        answered=True,
                     )
-            tail = "\n".join(line for line in lines[-21:] if not line.startswith(INSTALL_EXIT_MARK))
+            tail = "\n".join(line for line in lines[-22:] if line and not line.startswith(INSTALL_EXIT_MARK))
             raise LagtraceError(f"installing the dependencies failed (exit {status.get('StatusCode')}):\n{tail}")
         base = executor.client.images.get(executor.image).attrs["Config"]
         env = [item for item in base.get("Env") or [] if not item.startswith(("PATH=", "VIRTUAL_ENV="))]
