@@ -339,7 +339,7 @@ def _evidence_run(
                 repetition=1 + sum(1 for r in job_config.runs if r.kind == RunKind.evidence),
                 probe=name,
                 test_id=target.test_id,
-                wrapping=Wrapping(probe.command, env, probe.watcher(), probe.stall_clock()),
+                wrapping=Wrapping(probe.command, env, probe.watcher(), probe.stall_clock(), ptrace=probe.ptrace),
             )
         except BadInput as exc:
             # The screen ran this command, so what failed to start is the probe's tool (a
@@ -455,7 +455,7 @@ class SurveyCensus:
             self.progress(f"census in {job_config.label}: {missing.content.reason}")
             return None
         self._probe = probe
-        return Wrapping(probe.command, probe.env(), probe.watcher())
+        return Wrapping(probe.command, probe.env(), probe.watcher(), ptrace=probe.ptrace)
 
     def collect(self, job_config: JobConfig, measured: Measured) -> bool:
         """Store the census of the traced run; False when the tracer never ran the suite

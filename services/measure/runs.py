@@ -39,6 +39,8 @@ class Wrapping:
     watcher: RunWatcher | None = None
     # The stall clock the executor runs (executors/stall_clock.py StallClock).
     stall_clock: dict[str, Any] | None = None
+    # The probe's tool attaches to the command (Probe.ptrace).
+    ptrace: bool = False
 
 
 def run_once(
@@ -78,6 +80,7 @@ def run_once(
             watcher=wrapping.watcher,
             job_id=job_config.job_id,
             stall_clock=wrapping.stall_clock,
+            ptrace=wrapping.ptrace,
         )
     )
     cases = pytest_command.parse(junit_file) if is_pytest else []

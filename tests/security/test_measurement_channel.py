@@ -137,3 +137,29 @@ def test_a_run_container_killed_from_outside_is_the_engines_and_counts(workdir, 
     # The engine answered throughout: the lease counts this attempt (services/jobs/lease.py).
     assert away.value.answered
 
+
+CAP_SYS_PTRACE = 1 << 19  # <linux/capability.h>
+READ_BOUNDING_SET = (
+    "import re; status = open('/proc/self/status').read(); "
+    "print('bounding', int(re.search(r'CapBnd:\\s*(\\w+)', status)[1], 16))"
+)
+
+
+def bounding_set(executor: DockerExecutor, workdir: Path, *, ptrace: bool) -> int:
+    run_dir = workdir.parent / f"run-{time.time_ns()}"
+    run_dir.mkdir()
+    request = RunRequest(
+        ["python3", "-c", READ_BOUNDING_SET], workdir, CpuConfig("all"), run_dir, 60, job_id=0, ptrace=ptrace
+    )
+    result = executor.run(request)
+    text = (run_dir / "output.log").read_text()
+    assert result.exit_code == 0, text
+    return int(text.split("bounding", 1)[1])
+
+
+def test_only_runs_whose_probe_attaches_to_the_command_may_use_ptrace(workdir, tmp_path):
+    runs = executor(tmp_path)
+    # A timing run: no capability at all, ptrace's included.
+    assert bounding_set(runs, workdir, ptrace=False) == 0
+    # An evidence run of strace, py-spy or gdb (Probe.ptrace): that one and no other.
+    assert bounding_set(runs, workdir, ptrace=True) == CAP_SYS_PTRACE

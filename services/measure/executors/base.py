@@ -60,6 +60,9 @@ class RunRequest:
     # The stall clock's spec (executors/stall_clock.py StallClock): the process that
     # owns the run's clock freezes the command at the stall deadline and snapshots it.
     stall_clock: dict[str, Any] | None = None
+    # An evidence tool attaches to the command (strace, py-spy, gdb): only then may the
+    # run's container use ptrace (docker: CAP_SYS_PTRACE).
+    ptrace: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 - CPU configuration: ``nano_cpus`` for a quota, ``cpuset_cpus`` for pinning.
 - Hardening for untrusted test code: no network, read-only root with a tmpfs for
-  scratch, every capability dropped except SYS_PTRACE (the evidence tools attach to the
-  command), no-new-privileges, the engine's default seccomp profile, uid 1000, memory
+  scratch, every capability dropped (SYS_PTRACE kept only in the evidence runs whose
+  tool attaches to the command), no-new-privileges, the engine's default seccomp profile, uid 1000, memory
   and pids limits, and no Docker socket inside.
 - Timing: container start-up takes about 200 ms, so the clock and the rusage are read by
   ``container_timer`` inside the container, around fork/exec and wait4.
@@ -296,10 +296,10 @@ class DockerExecutor:
             network_mode="none",
             nano_cpus=round(config.cpus * 1e9) if config.cpus is not None else None,
             cpuset_cpus=config.cpuset_text,
-            **self._hardening(read_only=True, job_id=request.job_id),
+            **self._hardening(read_only=True, job_id=request.job_id, ptrace=request.ptrace),
         )
 
-    def _hardening(self, *, read_only: bool, job_id: int | None) -> dict:
+    def _hardening(self, *, read_only: bool, job_id: int | None, ptrace: bool = False) -> dict:
         settings = self.settings
         return dict(
             name=f"lagtrace-{job_id if job_id is not None else 'x'}-{uuid.uuid4().hex[:10]}",
@@ -312,7 +312,9 @@ class DockerExecutor:
             read_only=read_only,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}"},
             cap_drop=["ALL"],
-            cap_add=["SYS_PTRACE"],
+            # Only for the evidence runs whose tool attaches to the command (Probe.ptrace):
+            # a timing run's code gets no way to read or steer another process.
+            cap_add=["SYS_PTRACE"] if ptrace else [],
             security_opt=["no-new-privileges"],  # and no seccomp option: the default profile
             mem_limit=settings.docker_memory,
             memswap_limit=settings.docker_memory,  # no swap: over the limit is an OOM kill

@@ -105,6 +105,9 @@ class Probe(ABC):
 
     name = ""
     kind: EvidenceKind  # what the probe stores when it cannot look (its main evidence)
+    # Its tool attaches to the command with ptrace(2) or reads its memory (strace, py-spy,
+    # gdb): the executor grants CAP_SYS_PTRACE to this probe's runs and to no other run.
+    ptrace = False
 
     def __init__(self, context: ProbeContext):
         self.context = context
@@ -148,6 +151,7 @@ class TracerProbe(Probe):
 
     tool = ""
     stop_signal = "TERM"
+    ptrace = True
 
     def __init__(self, context: ProbeContext):
         super().__init__(context)

@@ -294,6 +294,7 @@ def describe_gil_samples(samples: dict) -> str:
 
 
 class CoreProbe(Probe):
+    ptrace = True  # py-spy dump, gcore and gdb attach to the frozen command
     """The `core` evidence run: the stall snapshot, taken by the run's stall clock."""
 
     name = "core"
