@@ -9,6 +9,7 @@ of its own, on the network the operator chose (LAGTRACE_DOCKER_PREPARE_NETWORK).
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ import requests
 from docker.errors import APIError, ImageNotFound
 from docker.types import Mount
 
-from services.errors import EngineUnavailable, LagtraceError
+from services.errors import BadInput, EngineUnavailable, LagtraceError
 from services.measure.executors import prepare_network
 from services.measure.executors.docker_engine import reason
 from services.measure.executors.docker_guards import (
@@ -60,11 +61,8 @@ def prepare_dependencies(executor: DockerExecutor, workdir: Path, progress: Call
     )
     if not lock_files:
         return None
-    digest = hashlib.sha256(executor._image_id.encode() + b"\0" + executor.cache_scope.encode() + b"\0")
-    for path in lock_files:
-        content = read_regular_file(path, MAX_LOCK_FILE_BYTES)
-        digest.update(str(path.relative_to(workdir)).encode() + b"\0" + content + b"\0")
-    prepared = f"{DEPS_REPOSITORY}:{digest.hexdigest()[:16]}"
+    base = executor._image_id.encode() + b"\0" + executor.cache_scope.encode() + b"\0"
+    prepared = f"{DEPS_REPOSITORY}:{dependency_key(base, workdir, lock_files)}"
     names = ", ".join(str(path.relative_to(workdir)) for path in lock_files)
     try:
         executor.client.images.get(prepared)
@@ -73,6 +71,81 @@ def prepare_dependencies(executor: DockerExecutor, workdir: Path, progress: Call
         progress(f"installing dependencies from {names} (once; cached as image {prepared})")
         install(executor, workdir, lock_files, prepared)
     return prepared
+
+
+def dependency_key(base: bytes, workdir: Path, lock_files: list[Path]) -> str:
+    """The prepared image's tag: the lock files' content, and what they install from the
+    tree itself (``local_references``), so a changed local package is installed again
+    rather than served stale from the cache (tests/unit/services/measure/test_dependency_key.py)."""
+    digest = hashlib.sha256(base)
+    for path in lock_files:
+        content = read_regular_file(path, MAX_LOCK_FILE_BYTES)
+        digest.update(str(path.relative_to(workdir)).encode() + b"\0" + content + b"\0")
+        for reference, editable in local_references(content.decode("utf-8", "replace")):
+            target = (workdir / reference).resolve()
+            if not target.is_relative_to(workdir.resolve()):
+                continue  # outside the tree: not mounted, the install fails and says so
+            digest.update(f"{reference}\0{editable}\0".encode())
+            _hash_local(digest, target, editable)
+    return digest.hexdigest()[:16]
+
+
+# A lock file's lines that install from the working tree: `-e PATH`, `--editable PATH`, and
+# paths (`.`, `./pkg`, `file:./pkg`), which pip reads relative to its working directory,
+# the tree's root here (pip's "Requirements File Format").
+_EDITABLE_PREFIXES = ("-e ", "--editable ", "--editable=")
+# What decides an editable install's result: the code itself is read from /workspace at
+# run time, its metadata (dependencies, entry points) only at install time.
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+MAX_LOCAL_FILES = 10_000
+
+
+def local_references(text: str) -> list[tuple[str, bool]]:
+    """(path, editable) for each line of ``text`` that installs from the working tree."""
+    found = []
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        editable = line.startswith(_EDITABLE_PREFIXES)
+        if editable:
+            line = line.split(" ", 1)[1] if line.startswith(("-e ", "--editable ")) else line.split("=", 1)[1]
+            line = line.strip()
+        elif line.startswith("-"):
+            continue
+        if line.startswith("file:"):
+            line = urlsplit(line).path
+        line = line.split("#", 1)[0].split("[", 1)[0].strip()
+        if line.startswith((".", "/")):
+            found.append((line, editable))
+    return found
+
+
+def _hash_local(digest, target: Path, editable: bool) -> None:
+    """Adds what the install reads of ``target`` to ``digest``: an editable project's
+    metadata files, else every regular file below it (links are not followed)."""
+    if target.is_file():
+        files = [target]
+    elif editable:
+        files = [target / name for name in PROJECT_FILES]
+    else:
+        files = []
+        for directory, dirs, names in os.walk(target):
+            dirs[:] = sorted(d for d in dirs if d not in (".git", "__pycache__"))
+            files.extend(Path(directory) / name for name in sorted(names))
+            if len(files) > MAX_LOCAL_FILES:
+                raise BadInput(
+                    f"{target.name}: more than {MAX_LOCAL_FILES} files in a package the requirements install "
+                    "from the tree; install it as a wheel, or with -e"
+                )
+    for path in files:
+        if not inside_tree(path, target if target.is_dir() else target.parent):
+            continue
+        digest.update(str(path.relative_to(target.parent)).encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
 
 
 def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], prepared: str) -> None:
