@@ -7,6 +7,8 @@ import secrets
 from urllib.parse import urlsplit
 
 from flask import abort, g, redirect, request, session, url_for
+from flask.sessions import NullSession
+from werkzeug.exceptions import ServiceUnavailable
 
 from services.accounts.users import session_is_current, user_with_projects, visible_projects
 from services.context import db
@@ -42,6 +44,13 @@ def check_csrf() -> None:
 
 def load_user():
     """Before every dashboard request: CSRF, then the signed-in user (or off to sign in)."""
+    if isinstance(session._get_current_object(), NullSession):  # type: ignore[attr-defined]
+        # No signing key: it is kept in the database (web/app.py), which did not answer.
+        # Without a session there is no CSRF token and no sign-in: the outage's 503, as
+        # the API answers it, rather than a 500 from the form's token.
+        raise ServiceUnavailable(
+            "the database is unavailable: signing in needs it; try again in a minute", retry_after=30
+        )
     check_csrf()
     user = identify()
     if user is None and request.endpoint not in PUBLIC_ENDPOINTS:

@@ -234,7 +234,10 @@ def _invalid(exc: ValidationError):
 
 @bp.errorhandler(HTTPException)
 def _http_error(exc: HTTPException):
-    return render_template("error.html", status=exc.code, message=exc.description), exc.code or 500
+    # A 503's Retry-After (werkzeug's ServiceUnavailable carries it) goes out with the page.
+    retry_after = getattr(exc, "retry_after", None)
+    headers = {"Retry-After": str(retry_after)} if isinstance(retry_after, int) else {}
+    return render_template("error.html", status=exc.code, message=exc.description), exc.code or 500, headers
 
 
 def error_page(exc: HTTPException) -> Response:

@@ -100,3 +100,9 @@ def test_an_app_started_while_the_database_is_down_answers_503_not_500():
     response = client.get("/api/v1/jobs/1", headers={"Authorization": "Bearer lt_not_checked_yet"})
     assert response.status_code == 503, response.get_data(as_text=True)
     assert "database is unavailable" in response.get_json()["error"]
+    # The dashboard's pages too: the sign-in form needs a session for its CSRF token.
+    for path in ("/sign-in", "/"):
+        page = client.get(path)
+        assert page.status_code == 503, (path, page.status_code, page.get_data(as_text=True)[:300])
+        assert "database is unavailable" in page.get_data(as_text=True)
+        assert page.headers.get("Retry-After") == "30"
