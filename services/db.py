@@ -13,6 +13,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.settings import Settings
 
+# Connection exceptions (08xxx), a server shutting down or starting up (57P0x), and a
+# read-only server mid-failover (25006).
+READ_ONLY_STATE = "25006"
+_UNREACHABLE_STATES = ("57P01", "57P02", "57P03", READ_ONLY_STATE)
+
 
 def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
     """``pool_size``: the connections kept open (SQLAlchemy's default, 5, when None); a
@@ -31,7 +36,19 @@ def make_engine(settings: Settings, *, pool_size: int | None = None) -> Engine:
     engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args, json_serializer=json_dumps, **pooled)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+    else:
+        event.listen(engine, "handle_error", _read_only_is_a_disconnect)
     return engine
+
+
+def _read_only_is_a_disconnect(context) -> None:
+    """A failover: the old primary, demoted (or a standby the address still leads to),
+    refuses writes with SQLSTATE 25006 (read_only_sql_transaction). The connection is
+    treated as lost (SQLAlchemy's handle_error event, ``is_disconnect``): the pool drops
+    it and the next attempt connects again, and ``unreachable`` waits the outage out
+    instead of failing the step (tests/services/test_db_failover.py)."""
+    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_STATE:
+        context.is_disconnect = True
 
 
 def json_dumps(value: Any) -> str:
@@ -66,10 +83,6 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
 
 
-# Connection exceptions (08xxx) and a server shutting down or starting up (57P0x).
-_UNREACHABLE_STATES = ("57P01", "57P02", "57P03")
-
-
 def unreachable(exc: BaseException) -> bool:
     """The database could not be reached (down, restarting, connection lost), as opposed
     to a statement it refused: the first is waited out, the second is a failure."""
@@ -77,8 +90,10 @@ def unreachable(exc: BaseException) -> bool:
         return False
     if exc.connection_invalidated:
         return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    if sqlstate == READ_ONLY_STATE:
+        return True  # raised as InternalError (class 25), not OperationalError
     if not isinstance(exc, OperationalError | InterfaceError):
         return False
-    sqlstate = getattr(exc.orig, "sqlstate", None)
     # No SQLSTATE: the driver never heard from a server (refused, reset, timed out).
     return sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNREACHABLE_STATES

@@ -1,10 +1,13 @@
 """The broker and the database fail under a running service: Redis restarts with messages
-queued (all lost: no persistence), PostgreSQL stops for half a minute mid-screen."""
+queued (all lost: no persistence), PostgreSQL stops for half a minute mid-screen, and a
+failover leaves the service's address on a read-only server for 20 s."""
 
 from __future__ import annotations
 
 import json
 import time
+
+from sqlalchemy import create_engine, text
 
 from tests.chaos.conftest import BOUND_S, SLOW_YML, START_UP_S, report
 
@@ -60,4 +63,37 @@ def test_postgresql_stopped_for_30_s_mid_screen(stack, private_postgres, reposit
     worker_logs = "".join(log.read_text() for log in stack.base.glob("worker*.log"))
     assert "paused: the database is unreachable" in worker_logs
     assert final <= BOUND_S + START_UP_S + 60
+    stack.assert_effects_once(job_id, repeat=4)
+
+
+FAILOVER_S = 20.0
+
+
+def test_a_failover_to_a_read_only_server_mid_screen_is_waited_out(stack, private_postgres, repository_with):
+    """The connections are cut and, until the new primary takes the address, the server
+    there only reads: writes get SQLSTATE 25006 (services/db.py). The step pauses as for
+    an outage and the job ends done, not failed."""
+    job_id = stack.push(repository_with(SLOW_YML))
+    stack.wait_for_run(job_id)
+    name = stack.database_url.rsplit("/", 1)[1]
+    admin = create_engine(private_postgres.url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
+            connection.execute(
+                text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"), {"name": name}
+            )
+        fault = time.monotonic()
+        time.sleep(FAILOVER_S)
+        with admin.connect() as connection:
+            connection.execute(text(f'ALTER DATABASE "{name}" RESET default_transaction_read_only'))
+    finally:
+        admin.dispose()
+    back = time.monotonic()
+    status, final = stack.wait_final(job_id, BOUND_S + START_UP_S + 120)
+    report(f"a failover: the database read-only {FAILOVER_S:g} s", back - fault, time.monotonic() - fault)
+    assert status == "done", f"{stack.ledger(job_id)}\n{stack.logs()}"
+    worker_logs = "".join(log.read_text() for log in stack.base.glob("worker*.log"))
+    assert "read-only transaction" in worker_logs or "terminating connection" in worker_logs, worker_logs[-3000:]
+    assert "paused: the database is unreachable" in worker_logs
     stack.assert_effects_once(job_id, repeat=4)
