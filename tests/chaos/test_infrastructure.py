@@ -9,9 +9,7 @@ import time
 
 from sqlalchemy import create_engine, text
 
-from tests.chaos.conftest import BOUND_S, SLOW_YML, START_UP_S, report
-
-QUICK_YML = "command: [python3, -c, pass]\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
+from tests.chaos.conftest import BOUND_S, QUICK_YML, SLOW_YML, START_UP_S, report
 
 
 def test_redis_restarted_with_messages_queued(stack, private_redis, repository_with):
@@ -90,7 +88,7 @@ def test_a_failover_to_a_read_only_server_mid_screen_is_waited_out(stack, privat
     finally:
         admin.dispose()
     back = time.monotonic()
-    status, final = stack.wait_final(job_id, BOUND_S + START_UP_S + 120)
+    status, _ = stack.wait_final(job_id, BOUND_S + START_UP_S + 120)
     report(f"a failover: the database read-only {FAILOVER_S:g} s", back - fault, time.monotonic() - fault)
     assert status == "done", f"{stack.ledger(job_id)}\n{stack.logs()}"
     worker_logs = "".join(log.read_text() for log in stack.base.glob("worker*.log"))

@@ -27,9 +27,8 @@ def test_a_read_only_server_mid_failover_is_an_outage_and_passes(postgres_url, p
                 text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"),
                 {"name": name},
             )
-        with pytest.raises(DBAPIError) as refused:
-            with engine.begin() as connection:
-                connection.execute(text("INSERT INTO beats VALUES (1)"))
+        with pytest.raises(DBAPIError) as refused, engine.begin() as connection:
+            connection.execute(text("INSERT INTO beats VALUES (1)"))
         assert getattr(refused.value.orig, "sqlstate", None) == "25006", refused.value
         assert unreachable(refused.value)  # waited out (services/jobs/lease.py), never a failure
         assert refused.value.connection_invalidated  # the read-only connection is not kept
@@ -48,9 +47,8 @@ def test_a_read_only_server_mid_failover_is_an_outage_and_passes(postgres_url, p
 def test_a_refused_statement_is_still_a_failure(postgres_url):
     engine = make_engine(Settings(database_url=postgres_url))
     try:
-        with pytest.raises(DBAPIError) as refused:
-            with engine.begin() as connection:
-                connection.execute(text("INSERT INTO no_such_table VALUES (1)"))
+        with pytest.raises(DBAPIError) as refused, engine.begin() as connection:
+            connection.execute(text("INSERT INTO no_such_table VALUES (1)"))
         assert not unreachable(refused.value) and not refused.value.connection_invalidated
     finally:
         engine.dispose()
