@@ -353,7 +353,13 @@ def beat(loglevel: str) -> None:
 
 @cli.command()
 @click.argument("max_age_s", metavar="MAX_AGE", type=float, default=60.0)
-def alive(max_age_s: float) -> None:
+@click.option(
+    "--ready",
+    is_flag=True,
+    help="Also fail while the work directory has less free space than LAGTRACE_MIN_FREE_DISK_BYTES "
+    "(the worker takes no step then): for a readiness probe, not a liveness one.",
+)
+def alive(max_age_s: float, ready: bool) -> None:
     """Liveness of a worker or beat: exit 0 when its heartbeat file
     (LAGTRACE_WORKER_HEARTBEAT_FILE) was touched within MAX_AGE seconds. The worker touches it
     from its main loop, so one stuck on a lost broker goes stale while one busy with a long
@@ -371,6 +377,13 @@ def alive(max_age_s: float) -> None:
     if age > max_age_s:
         click.echo(f"lagtrace: heartbeat {name} is {age:.0f} s old (limit {max_age_s:g} s)", err=True)
         sys.exit(1)
+    if ready:
+        from services.jobs.disk import short_of_space
+
+        short = short_of_space(_load_settings())
+        if short is not None:
+            click.echo(f"lagtrace: not ready: {short}", err=True)
+            sys.exit(1)
 
 
 @cli.group()

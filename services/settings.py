@@ -194,6 +194,9 @@ class Settings(BaseSettings):
     # Touched by a worker's (and beat's) main loop every few seconds; Kubernetes' liveness
     # probe reads its age. Unset: no heartbeat file.
     worker_heartbeat_file: Path | None = None
+    # A worker whose work directory has less free space takes no step, gives back one
+    # that fails meanwhile, and is not ready (services/jobs/disk.py).
+    min_free_disk_bytes: int = Field(512 * 1024 * 1024, ge=0)
     # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
     node_name: str | None = None
     # The directory of the node's measurement locks (services/measure/nodelock.py): every

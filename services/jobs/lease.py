@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import unreachable
 from services.errors import EngineUnavailable
-from services.jobs import ledger, lifecycle
-from services.jobs.dispatch import Step
+from services.jobs import disk, ledger, lifecycle
+from services.jobs.dispatch import NOTIFY, Step
 from services.measure.executors import remove_own_containers, stop_job_containers, wait_for_engine
 from services.models import Job, JobStatus, JobTask, TaskState
 from services.settings import Settings
@@ -113,11 +113,19 @@ def run_step(
 
     While the step runs, a heartbeat renews its lease. The database going away pauses the
     step: it waits for the database and gives the step back to the ledger, not counted as an
-    attempt. The Docker engine going away pauses it too (``_wait_out_engine``). A failure is
-    recorded on the job, and recording it is retried until it is.
+    attempt. The Docker engine going away pauses it too (``_wait_out_engine``), and so does a
+    work directory short of space (services/jobs/disk.py): no step is taken then, and one
+    that fails meanwhile is given back uncounted. A failure is recorded on the job, and
+    recording it is retried until it is.
     """
     handler = handlers[step.kind]
     worker, attempt = ledger.worker_name(settings), None
+    short = disk.short_of_space(settings) if step.kind != NOTIFY else None
+    if short is not None:
+        # Not claimed: the reconciler sends it again once its lease is over, to whichever
+        # worker has room then (services/jobs/disk.py).
+        log.warning("%s of job %s not taken: %s", step.task_name, step.job_id, short)
+        return
     try:
         with session_factory() as session:
             task = ledger.claim(session, settings, step)
@@ -145,6 +153,23 @@ def run_step(
                     if unreachable(exc):
                         raise
                     _rollback(session)
+                    if (short := disk.short_of_space(settings)) is not None:
+                        # The disk's fault, whatever failed: given back, not counted.
+                        log.warning(
+                            "%s of job %s paused: %s (%s: %s); it is given back",
+                            step.task_name,
+                            step.job_id,
+                            short,
+                            type(exc).__name__,
+                            exc,
+                        )
+                        _until_recorded(
+                            session_factory,
+                            settings,
+                            f"giving back {step.task_name}",
+                            lambda s: ledger.release(s, settings, step, worker, attempt),
+                        )
+                        return
                     error = f"{task.name}: {type(exc).__name__}: {exc}"
                     _until_recorded(
                         session_factory,

@@ -61,6 +61,8 @@ BOUND_S = EFFECTIVE.recovery_bound_s
 # message then waits for the worker's single slot.
 START_UP_S = 15.0
 FINAL = ("done", "failed", "cancelled")
+# One run of a no-op in one container: a job that reaches its end in seconds.
+QUICK_YML = "command: [python3, -c, pass]\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
 # Four timed runs of two seconds each in one container configuration: long enough to be
 # killed mid-screen, short enough to keep the suite within minutes.
 SLOW_YML = (

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from services.measure.executors.docker_guards import JOB_LABEL
 from services.models import Finding, JobConfig, JobTask, Run, RunKind
-from tests.chaos.conftest import EFFECTIVE, SLOW_YML, chaos_stack, record
+from tests.chaos.conftest import EFFECTIVE, QUICK_YML, SLOW_YML, chaos_stack, record
 from tests.conftest import REPO
 
 OUTAGE_S = 20.0
@@ -111,7 +111,6 @@ SLOW_PACKAGE = {
     ),
     "slowpkg/sleepy.py": "import time\n\ntime.sleep(600)\n",
 }
-QUICK_YML = "command: [python3, -c, pass]\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
 
 
 def commit_files(url: str, files: dict[str, str]) -> tuple[str, str]:

@@ -14,10 +14,9 @@ from sqlalchemy import select
 from services.measure.executors.docker_guards import INSTALLATION_LABEL, OWNER_LABEL, reap_orphans
 from services.models import Run, RunKind
 from services.settings import Settings
-from tests.chaos.conftest import CHAOS_SETTINGS, EFFECTIVE, chaos_stack, record
+from tests.chaos.conftest import CHAOS_SETTINGS, EFFECTIVE, QUICK_YML, chaos_stack, record
 
 SLEEP_YML = "command: [sleep, '100000']\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
-QUICK_YML = "command: [python3, -c, pass]\nconfigs: [cpuset=0]\nrepeat: 1\nexecutor: docker\nevidence: []\n"
 
 
 def test_a_run_without_a_timeout_gets_the_default_and_none_may_exceed_the_maximum(

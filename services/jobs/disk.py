@@ -1,0 +1,44 @@
+"""The worker's disk: a full one is the environment's fault, never the job's.
+
+A job's checkout, run directories and the evidence it copies out all go under the work
+directory. When it fills up (with dind, the pod's emptyDir; a checkout of a killed attempt
+left behind), every step there fails, whatever its code. So a worker short of space takes
+no step (the reconciler sends it again, to whichever worker has room), a step that fails
+while the disk is short is given back uncounted, as for a database outage, and `lagtrace
+alive --ready` fails so that Kubernetes' readiness probe shows it (docs/guides/reliability.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from services.settings import Settings
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes for an unprivileged writer on ``path``'s file system (its nearest
+    existing parent when it is not made yet)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def short_of_space(settings: Settings) -> str | None:
+    """Why the work directory cannot take a step now, or None when it has room."""
+    free = free_bytes(settings.work_dir)
+    if free >= settings.min_free_disk_bytes:
+        return None
+    return (
+        f"the work directory {settings.work_dir} has {_size(free)} free, under "
+        f"LAGTRACE_MIN_FREE_DISK_BYTES ({_size(settings.min_free_disk_bytes)})"
+    )
+
+
+def _size(n: int) -> str:
+    value, unit = float(n), "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
