@@ -72,8 +72,6 @@ def _plain_docker(settings: Settings, workdir: Path) -> float:
         f"/tmp:rw,exec,nosuid,nodev,size={settings.docker_tmpfs_size}",
         "--cap-drop",
         "ALL",
-        "--cap-add",
-        "SYS_PTRACE",
         "--security-opt",
         "no-new-privileges",
         "--user",
