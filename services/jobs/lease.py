@@ -163,12 +163,7 @@ def run_step(
                             type(exc).__name__,
                             exc,
                         )
-                        _until_recorded(
-                            session_factory,
-                            settings,
-                            f"giving back {step.task_name}",
-                            lambda s: ledger.release(s, settings, step, worker, attempt),
-                        )
+                        _give_back(session_factory, settings, step, worker, attempt)
                         return
                     error = f"{task.name}: {type(exc).__name__}: {exc}"
                     _until_recorded(
@@ -187,12 +182,19 @@ def run_step(
             step.job_id,
             exc,
         )
-        _until_recorded(
-            session_factory,
-            settings,
-            f"giving back {step.task_name}",
-            lambda s: ledger.release(s, settings, step, worker, attempt),
-        )
+        _give_back(session_factory, settings, step, worker, attempt)
+
+
+def _give_back(
+    session_factory: sessionmaker[Session], settings: Settings, step: Step, worker: str, attempt: int | None
+) -> None:
+    """The step back to the ledger, its attempt not counted (ledger.release), retried until recorded."""
+    _until_recorded(
+        session_factory,
+        settings,
+        f"giving back {step.task_name}",
+        lambda s: ledger.release(s, settings, step, worker, attempt),
+    )
 
 
 def _wait_out_engine(
