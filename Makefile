@@ -60,7 +60,7 @@ unit: install-test
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
 # Measured on this 2-core machine alone, on a clean clone (2026-11-28): the parallel tier
-# 1,332 s for 1,136 tests on 4 workers, the latency tier 1,505 s for 53 tests.
+# 1,198 s for 1,152 tests on 4 workers, the latency tier 1,627 s for 54 tests.
 TEST_WORKERS ?= 4
 test: install-test
 	.ci/provision.sh
@@ -94,9 +94,9 @@ accuracy: install-test
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run that fails only on a
-# broken benchmark, never on a slow machine: about 7 minutes on a 2-core machine (425 s
-# on a clean clone alone; suites 131 s, false_positives 102 s, tracers 47 s, the rest
-# under 35 s each). Measure on a quiet machine.
+# broken benchmark, never on a slow machine: about 7-8 minutes on a 2-core machine (425 s
+# and 499 s on clean clones alone; suites 131-238 s, false_positives 88-102 s, the rest
+# under 50 s each). Measure on a quiet machine.
 bench: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)
