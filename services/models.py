@@ -20,8 +20,10 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    func,
+    select,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
 from services import evidence as evidence_model
 from services.evidence import EvidenceContent
@@ -29,6 +31,20 @@ from services.evidence import EvidenceContent
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def database_now(session: Session) -> dt.datetime:
+    """Now on the database server's clock. Leases, their expiry and the workers' heartbeats
+    are written and compared on it, so workers whose hosts' clocks disagree still agree on
+    when a lease ends (tests/chaos/test_clock.py). PostgreSQL's clock_timestamp() is the
+    time of the call, not of the transaction's start:
+    https://www.postgresql.org/docs/current/functions-datetime.html#FUNCTIONS-DATETIME-CURRENT
+    SQLite is one file on one machine, read by processes that share this clock."""
+    if session.get_bind().dialect.name == "postgresql":
+        now = session.scalar(select(func.clock_timestamp()))
+        if now is not None:
+            return now
+    return utcnow()
 
 
 class Base(DeclarativeBase):

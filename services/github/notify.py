@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import lifecycle, summaries
 from services.jobs.report import build_report
-from services.models import JobSource, JobTask, TaskState, utcnow
+from services.models import JobSource, JobTask, TaskState, database_now
 from services.settings import Settings
 
 
@@ -45,6 +45,6 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
         else:
             # Back to the ledger: the reconciler sends it again once this backoff is over.
             task.state = TaskState.pending
-            task.lease_expires_at = utcnow() + dt.timedelta(seconds=30 * task.attempts)
+            task.lease_expires_at = database_now(session) + dt.timedelta(seconds=30 * task.attempts)
         return
     task.state = TaskState.done

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.jobs import outbox
 from services.jobs.dispatch import NOTIFY, Step
-from services.models import Job, JobSource, JobTask, TaskState, utcnow
+from services.models import Job, JobSource, JobTask, TaskState, database_now
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.ledger")
@@ -50,8 +50,8 @@ def cpu_model() -> str | None:
     return None
 
 
-def lease_from_now(settings: Settings) -> dt.datetime:
-    return utcnow() + dt.timedelta(seconds=settings.lease_s)
+def lease_from_now(session: Session, settings: Settings) -> dt.datetime:
+    return database_now(session) + dt.timedelta(seconds=settings.lease_s)
 
 
 def add_task(
@@ -66,7 +66,7 @@ def add_task(
             step=kind,
             name=name,
             state=TaskState.pending,
-            lease_expires_at=lease_from_now(settings),
+            lease_expires_at=lease_from_now(session, settings),
         )
     )
     session.flush()
@@ -78,7 +78,7 @@ def add_task(
 def resend(session: Session, settings: Settings, task: JobTask) -> Step:
     """Put a task back to pending under a fresh lease and send its message again after commit."""
     task.state = TaskState.pending
-    task.lease_expires_at = lease_from_now(settings)
+    task.lease_expires_at = lease_from_now(session, settings)
     step = Step(task.step, task.job_id, task.name)
     outbox.send_after_commit(session, step)
     return step
@@ -93,13 +93,13 @@ def claim(session: Session, settings: Settings, step: Step) -> JobTask | None:
         return None
     if task.attempts >= settings.task_max_attempts:
         return None  # the reconciler gives it up and says why
-    if task.state is TaskState.running and _aware(task.lease_expires_at) > utcnow():
+    if task.state is TaskState.running and _aware(task.lease_expires_at) > database_now(session):
         log.info("%s of job %s is held by %s until %s", task.name, task.job_id, task.worker, task.lease_expires_at)
         return None
     task.state = TaskState.running
     task.attempts += 1
     task.worker = worker_name(settings)
-    task.lease_expires_at = lease_from_now(settings)
+    task.lease_expires_at = lease_from_now(session, settings)
     return task
 
 
@@ -114,7 +114,7 @@ def renew(session: Session, settings: Settings, task_id: int, worker: str, attem
             JobTask.worker == worker,
             JobTask.attempts == attempt,
         )
-        .values(lease_expires_at=lease_from_now(settings))
+        .values(lease_expires_at=lease_from_now(session, settings))
         .execution_options(synchronize_session=False)
     )
     return bool(getattr(result, "rowcount", 0))
@@ -137,12 +137,12 @@ def release(session: Session, settings: Settings, step: Step, worker: str, attem
     return True
 
 
-def postpone(task: JobTask, error: str, delay_s: float) -> None:
+def postpone(session: Session, task: JobTask, error: str, delay_s: float) -> None:
     """Give a running step back, its attempt counted, to be sent again by the reconciler
     once ``delay_s`` is over (what it waits for, the Docker engine, may be back by then)."""
     task.state = TaskState.pending
     task.error = error
-    task.lease_expires_at = utcnow() + dt.timedelta(seconds=delay_s)
+    task.lease_expires_at = database_now(session) + dt.timedelta(seconds=delay_s)
 
 
 def cancel_open_tasks(session: Session, job: Job, keep: JobTask | None = None) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from services.jobs import ledger
 from services.jobs.dispatch import NOTIFY, Step
 from services.jobs.lifecycle import FINISHED, fail_job
-from services.models import JobTask, TaskState, utcnow
+from services.models import JobTask, TaskState, database_now
 from services.settings import Settings
 
 
@@ -26,7 +26,7 @@ def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -
     Returns what will be resent. ``orphaned``: every unfinished step is due (the embedded
     server starting up is the only one that ever ran them, so none is in flight)."""
     unfinished = JobTask.state.in_([TaskState.pending, TaskState.running])
-    due = unfinished if orphaned else unfinished & (JobTask.lease_expires_at < utcnow())
+    due = unfinished if orphaned else unfinished & (JobTask.lease_expires_at < database_now(session))
     expired = session.scalars(
         select(JobTask)
         .where(due)

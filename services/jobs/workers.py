@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from services.jobs.dispatch import NOTIFY
 from services.jobs.ledger import cpu_model
 from services.measure.configs import format_cpulist
-from services.models import Job, JobTask, TaskState, Worker, utcnow
+from services.models import Job, JobTask, TaskState, Worker, database_now
 from services.settings import Settings
 
 LOST = "worker lost, waiting to be taken again"
@@ -70,7 +70,7 @@ class Identity:
 def beat(session: Session, identity: Identity) -> None:
     """The worker's heartbeat: its row's time is now (the row is made on the first beat,
     and again after anyone removed it)."""
-    now = utcnow()
+    now = database_now(session)
     result = session.execute(
         update(Worker)
         .where(Worker.name == identity.name)
@@ -101,13 +101,13 @@ def leave(session: Session, name: str) -> None:
 
 def live(session: Session, settings: Settings) -> Sequence[Worker]:
     """The workers whose heartbeat has not lapsed, the most recently started first."""
-    since = utcnow() - dt.timedelta(seconds=lapse_s(settings))
+    since = database_now(session) - dt.timedelta(seconds=lapse_s(settings))
     return session.scalars(select(Worker).where(Worker.heartbeat_at >= since).order_by(Worker.started_at.desc())).all()
 
 
 def listing(session: Session, settings: Settings) -> list[dict[str, object]]:
     """Every worker heard from recently (the API's /workers): live or not, and since when."""
-    now = utcnow()
+    now = database_now(session)
     rows = session.scalars(select(Worker).order_by(Worker.heartbeat_at.desc())).all()
     return [
         {
@@ -133,10 +133,11 @@ def last_beat(task: JobTask, settings: Settings) -> dt.datetime | None:
     return _aware(task.lease_expires_at) - dt.timedelta(seconds=settings.lease_s)
 
 
-def lapsed(task: JobTask, settings: Settings, now: dt.datetime | None = None) -> bool:
-    """Whether ``task`` is running but its process's heartbeat has lapsed (a dead worker)."""
+def lapsed(task: JobTask, settings: Settings, now: dt.datetime) -> bool:
+    """Whether ``task`` is running but its process's heartbeat has lapsed (a dead worker);
+    ``now`` on the database's clock, which the lease was written on."""
     beat_at = last_beat(task, settings)
-    return beat_at is not None and ((now or utcnow()) - beat_at).total_seconds() > lapse_s(settings)
+    return beat_at is not None and (now - beat_at).total_seconds() > lapse_s(settings)
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,7 @@ class JobLiveness:
 
     lost: tuple[JobTask, ...]  # running steps whose process's heartbeat lapsed
     live_workers: int | None  # None: jobs run in the server's own process (no workers)
+    now: dt.datetime  # when it was looked at, on the database's clock
 
     def warning(self) -> str | None:
         """One sentence, the same from one look to the next while nothing changes (`submit`
@@ -159,7 +161,7 @@ class JobLiveness:
 
     def lost_view(self, settings: Settings) -> list[dict[str, object]]:
         """Each lost step, its worker and how long since its last heartbeat."""
-        now = utcnow()
+        now = self.now
         return [
             {
                 "step": task.name,
@@ -172,7 +174,7 @@ class JobLiveness:
 
 def of_job(session: Session, settings: Settings, job: Job) -> JobLiveness:
     """The job's steps whose worker was lost, and how many workers are alive to take them."""
-    now = utcnow()
+    now = database_now(session)
     running = session.scalars(
         select(JobTask)
         .where(JobTask.job_id == job.id, JobTask.state == TaskState.running, JobTask.step != NOTIFY)
@@ -180,7 +182,7 @@ def of_job(session: Session, settings: Settings, job: Job) -> JobLiveness:
     ).all()
     lost = tuple(task for task in running if lapsed(task, settings, now))
     live_workers = len(live(session, settings)) if expects_workers(settings) else None
-    return JobLiveness(lost, live_workers)
+    return JobLiveness(lost, live_workers, now)
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -180,8 +181,8 @@ class ChaosStack(Stack):
 
     installation: str
 
-    def spawn_worker(self, name: str, *, beat: bool = True) -> subprocess.Popen:
-        log = self.spawn(name, "worker", "--loglevel=INFO", *(["--beat"] if beat else []))
+    def spawn_worker(self, name: str, *, beat: bool = True, env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = self.spawn(name, "worker", "--loglevel=INFO", *(["--beat"] if beat else []), env=env)
         process = self.processes[-1]
         deadline = time.monotonic() + 60
         while "ready." not in log.read_text():

@@ -13,7 +13,7 @@ from services.jobs.ledger import claim, renew
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.spec import JobSpec
 from services.jobs.submit import job_detail, progress, submit_job
-from services.models import Worker, utcnow
+from services.models import Worker, database_now, utcnow
 from services.settings import Settings
 
 BROKER = "redis://127.0.0.1:1/0"  # never reached: only whether jobs go to workers matters
@@ -102,12 +102,12 @@ def test_a_step_whose_heartbeat_lapsed_shows_its_worker_lost(session):
     workers.beat(session, identity())
     task = claim(session, settings, Step(PREPARE, job.id, PREPARE))
     session.commit()
-    assert not workers.lapsed(task, settings)
+    assert not workers.lapsed(task, settings, database_now(session))
     assert job_detail(session, job, settings=settings)["progress"]["warning"] is None
     # Its last renewal was longer ago than a heartbeat lapses: the process is gone.
     task.lease_expires_at = utcnow() + dt.timedelta(seconds=settings.lease_s - workers.lapse_s(settings) - 1)
     session.commit()
-    assert workers.lapsed(task, settings)
+    assert workers.lapsed(task, settings, database_now(session))
     detail = job_detail(session, job, settings=settings)
     warning = detail["progress"]["warning"]
     assert warning == f"{workers.LOST} (prepare on {task.worker})"
@@ -119,7 +119,7 @@ def test_a_step_whose_heartbeat_lapsed_shows_its_worker_lost(session):
     assert renew(session, settings, task.id, task.worker, task.attempts)
     session.commit()
     session.refresh(task)
-    assert not workers.lapsed(task, settings)
+    assert not workers.lapsed(task, settings, database_now(session))
     assert job_detail(session, job, settings=settings)["progress"]["warning"] is None
 
 
