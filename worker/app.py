@@ -11,6 +11,8 @@ before that, so a live task is never delivered twice.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ from typing import ClassVar
 
 from celery import Celery, bootsteps
 from celery.beat import Scheduler
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_shutting_down
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,6 +32,7 @@ from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
 from services.jobs import workers as registry
 from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
+from services.jobs.lease import drain
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
@@ -288,6 +291,44 @@ class CheckoutSweeper(bootsteps.StartStopStep):
         self.stopping.set()
 
 
+# What the measurement worker sends its pool processes when it is told to stop: each gives
+# its step back (services/jobs/lease.py drain) instead of finishing it, so that a node drain
+# moves the work within the pod's grace period, not after an hour-long screen. Not SIGTERM:
+# billiard ends a process past its hard time limit with SIGTERM, and that step must count.
+DRAIN_SIGNAL = signal.SIGUSR2
+
+
+class DrainOnShutdown(bootsteps.StartStopStep):
+    """On a warm or cold shutdown (SIGTERM, SIGINT, SIGQUIT to the worker: Kubernetes signals
+    the pod's first process only), the drain signal goes to every pool process."""
+
+    requires = ("celery.worker.components:Pool",)
+
+    def __init__(self, parent, **kwargs):
+        super().__init__(parent, **kwargs)
+        self.pool = None
+
+    def start(self, parent) -> None:
+        self.pool = parent.pool
+        worker_shutting_down.connect(self._forward, weak=False)
+
+    def _forward(self, **_kwargs) -> None:
+        # Celery's signal handler runs this in the main process (celery/apps/worker.py).
+        processes = (self.pool.info or {}).get("processes", []) if self.pool is not None else []
+        for pid in processes:
+            try:
+                os.kill(pid, DRAIN_SIGNAL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, parent) -> None:
+        worker_shutting_down.disconnect(self._forward)
+
+
+def _drain_on_signal(**_kwargs) -> None:
+    signal.signal(DRAIN_SIGNAL, drain)
+
+
 class HeartbeatScheduler(Scheduler):
     """The beat's scheduler, touching the heartbeat file on every tick of its loop.
 
@@ -347,6 +388,8 @@ def make_celery(settings: Settings) -> Celery:
     app.steps["worker"].add(Registration)
     app.steps["worker"].add(Heartbeat)
     app.steps["worker"].add(CheckoutSweeper)
+    app.steps["worker"].add(DrainOnShutdown)
+    worker_process_init.connect(_drain_on_signal, weak=False)
     database = WorkerDatabase(settings, CeleryDispatcher(app))
     worker_process_init.connect(database.after_fork, weak=False)
 

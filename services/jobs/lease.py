@@ -30,6 +30,25 @@ log = logging.getLogger("lagtrace.engine")
 Handler = Callable[[Session, Settings, JobTask], None]
 
 
+class Drained(BaseException):
+    """Raised in the step's thread when its worker is stopping (a node drain, a rollout):
+    the step gives itself back, uncounted, for another worker to run at once. A
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way out
+    mistakes it for the step's own failure."""
+
+
+# Set while this process runs a step's handler: a drain interrupts only that.
+_stepping = threading.Event()
+
+
+def drain(_signum: int | None = None, _frame: object = None) -> None:
+    """The drain signal's handler in a worker's pool process (worker/app.py): the step it
+    runs stops where it is; between steps there is nothing to give back."""
+    if _stepping.is_set():
+        _stepping.clear()  # one give-back, however many signals follow
+        raise Drained
+
+
 class LeaseLost(Exception):
     """Raised at a checkpoint once the step was re-leased to another worker (this one was
     presumed dead: its heartbeats did not reach the database): this one stops, recording nothing."""
@@ -115,8 +134,9 @@ def run_step(
     step: it waits for the database and gives the step back to the ledger, not counted as an
     attempt. The Docker engine going away pauses it too (``_wait_out_engine``), and so does a
     work directory short of space (services/jobs/disk.py): no step is taken then, and one
-    that fails meanwhile is given back uncounted. A failure is recorded on the job, and
-    recording it is retried until it is.
+    that fails meanwhile is given back uncounted. A worker that is stopping gives its step
+    back at once, uncounted (``drain``). A failure is recorded on the job, and recording it
+    is retried until it is.
     """
     handler = handlers[step.kind]
     worker, attempt = ledger.worker_name(settings), None
@@ -137,9 +157,26 @@ def run_step(
             session.info[HOLDER] = (worker, attempt)
             with StepHeartbeat(session_factory, settings, task, executor):
                 try:
-                    handler(session, settings, task)
-                    hold(session, task)
-                    session.commit()
+                    _stepping.set()
+                    try:
+                        handler(session, settings, task)
+                        hold(session, task)
+                        session.commit()
+                    finally:
+                        _stepping.clear()
+                except Drained:
+                    # The checkout and the run containers were removed on the way out
+                    # (their context managers); a container the signal caught being made is
+                    # found by its labels.
+                    _rollback(session)
+                    left = remove_own_containers(settings, step.job_id)
+                    log.warning(
+                        "%s of job %s given back: the worker is stopping (%d container(s) removed)",
+                        step.task_name,
+                        step.job_id,
+                        len(left),
+                    )
+                    _give_back(session_factory, settings, step, worker, attempt)
                 except LeaseLost:
                     session.rollback()
                     log.warning(
@@ -266,7 +303,7 @@ def _give_back_after_outage(
         step.job_id,
         settings.docker_engine_wait_s,
     )
-    ledger.postpone(task, reason, settings.docker_engine_wait_s)
+    ledger.postpone(session, task, reason, settings.docker_engine_wait_s)
 
 
 def _rollback(session: Session) -> None:

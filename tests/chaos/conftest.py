@@ -265,14 +265,20 @@ class ChaosStack(Stack):
         assert status == 202, answer
         return answer["job_id"]
 
-    def wait_relaunched(self, job_id: int, step: str, before: int, timeout_s: float, since: float) -> float:
+    def wait_relaunched(
+        self, job_id: int, step: str, before: int, timeout_s: float, since: float, by: subprocess.Popen | None = None
+    ) -> float:
         """Seconds from ``since`` (the fault) until ``step`` is claimed by an attempt after
-        ``before`` (re-leased): a new worker's start-up counts, as it does in production."""
+        ``before`` (re-leased), or by a process of worker ``by`` (a step given back
+        uncounted claims the same attempt number again): a new worker's start-up counts, as
+        it does in production."""
         started = since
         while time.monotonic() - started < timeout_s:
-            attempts = {name: (state, tries) for name, state, tries, _ in self.ledger(job_id)}
-            state, tries = attempts.get(step, (None, 0))
-            if tries > before and state is not None and state.value in ("running", "done"):
+            attempts = {name: (state, tries, who) for name, state, tries, who in self.ledger(job_id)}
+            state, tries, who = attempts.get(step, (None, 0, None))
+            holder = re.search(r"/(\d+)", who or "")
+            ours = by is not None and holder is not None and int(holder.group(1)) in children(by.pid)
+            if (tries > before or ours) and state is not None and state.value in ("running", "done"):
                 return time.monotonic() - started
             time.sleep(0.2)
         raise AssertionError(f"{step} of job {job_id} was not re-leased in {timeout_s:.0f} s\n{self.logs()}")
@@ -306,7 +312,7 @@ class ChaosStack(Stack):
 
 @contextlib.contextmanager
 def chaos_stack(
-    postgres: PrivatePostgres, redis_server: PrivateRedis, base: Path, **settings: str
+    postgres: PrivatePostgres, redis_server: PrivateRedis, base: Path, *, workers: int = 1, **settings: str
 ) -> Iterator[ChaosStack]:
     name = f"lagtrace_chaos_{uuid.uuid4().hex[:10]}"
     # Pre-ping: the PostgreSQL test restarts the server under this pool.
@@ -321,6 +327,7 @@ def chaos_stack(
         f"{postgres.url.rsplit('/', 1)[0]}/{name}",
         redis_server.url,
         github,
+        workers,
         **{**CHAOS_SETTINGS, "LAGTRACE_INSTALLATION_ID": installation, **settings},
     )
     stack.installation = installation

@@ -64,13 +64,17 @@ def test_the_oom_killer_takes_only_the_pool_child(stack, repository_with):
 
 
 def test_sigterm_to_the_workers_process_group(stack, repository_with):
+    """SIGTERM reaches the pool process as well as the worker: billiard raises SystemExit
+    there, and the worker's drain signal follows. Whichever the pool process handles first,
+    the screen runs again on the next worker: given back at once, or re-leased once its
+    lease runs out."""
     job_id = stack.push(repository_with(SLOW_YML))
     stack.wait_for_run(job_id)
     victim = stack.worker()
     fault = kill_group(victim, signal.SIGTERM)
     victim.wait(timeout=60)  # a warm shutdown ends once the pool child is gone
-    stack.spawn_worker("worker-after-sigterm")
-    recovery = stack.wait_relaunched(job_id, "screen", SCREEN_ATTEMPT, BOUND_S + START_UP_S + 60, since=fault)
+    after = stack.spawn_worker("worker-after-sigterm")
+    recovery = stack.wait_relaunched(job_id, "screen", SCREEN_ATTEMPT, BOUND_S + START_UP_S + 60, since=fault, by=after)
     status, _ = stack.wait_final(job_id, 180)
     report("SIGTERM to the worker's process group", recovery, time.monotonic() - fault)
     assert status == "done", stack.logs()
@@ -160,3 +164,30 @@ def test_a_killed_worker_is_shown_lost_on_the_page_and_in_submit_then_a_new_work
         status, listed = stack.request("GET", "/api/v1/workers")
         assert listed["live"] == 1, listed
         stack.assert_effects_once(job_id, repeat=4, from_github=False)
+
+
+def test_sigterm_to_the_worker_alone_gives_its_step_back(stack, repository_with):
+    """A node drain or a rollout: Kubernetes sends SIGTERM to the pod's first process only,
+    the Celery worker, whose pool process runs the screen. The screen stops where it is, its
+    containers and checkout are removed, and it is given back uncounted; the worker exits
+    within seconds (the chart's grace period is 90 s), and the next worker runs the screen."""
+    job_id = stack.push(repository_with(SLOW_YML))
+    stack.wait_for_run(job_id)
+    victim = stack.worker()
+    fault = time.monotonic()
+    os.kill(victim.pid, signal.SIGTERM)
+    victim.wait(timeout=90)
+    gone = time.monotonic() - fault
+    [(state, attempts)] = [(state, tries) for name, state, tries, _ in stack.ledger(job_id) if name == "screen"]
+    assert (state.value, attempts) == ("pending", 0), f"{stack.ledger(job_id)}\n{stack.logs()}"
+    assert not stack.running_containers(job_id)
+    checkouts = stack.base / "work" / "jobs"
+    assert checkouts.is_dir() and not list(checkouts.iterdir()), "a checkout was left behind"
+    assert "given back: the worker is stopping" in (stack.base / "worker0.log").read_text()
+    stack.spawn_worker("worker-after-drain")
+    status, _ = stack.wait_final(job_id, 180)
+    record("SIGTERM to the worker alone (a drain)", "step given back and worker gone", gone)
+    record("SIGTERM to the worker alone (a drain)", "job final", time.monotonic() - fault)
+    assert status == "done", stack.logs()
+    assert gone <= 30
+    stack.assert_effects_once(job_id, repeat=4)

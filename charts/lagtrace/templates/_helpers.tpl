@@ -172,8 +172,8 @@ pre-install,pre-upgrade
 {{- if not (lt (int $t.taskHardSeconds) (int $t.brokerVisibilitySeconds)) -}}
 {{- fail (printf "timeLimits.taskHardSeconds (%v) must be below timeLimits.brokerVisibilitySeconds (%v): a task outliving the visibility timeout is delivered to a second worker" $t.taskHardSeconds $t.brokerVisibilitySeconds) -}}
 {{- end -}}
-{{- if not (gt (int .Values.worker.terminationGracePeriodSeconds) (int $t.taskHardSeconds)) -}}
-{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must exceed timeLimits.taskHardSeconds (%v): a stopping worker finishes its run before it is killed" .Values.worker.terminationGracePeriodSeconds $t.taskHardSeconds) -}}
+{{- if lt (int .Values.worker.terminationGracePeriodSeconds) 30 -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds (%v) must be at least 30: a stopping worker removes its step's containers and checkout and gives the step back before it is killed" .Values.worker.terminationGracePeriodSeconds) -}}
 {{- end -}}
 {{- if and (eq .Values.engine.mode "external") (not .Values.engine.external.host) (not .Values.engine.external.hostSocketPath) -}}
 {{- fail "engine.mode=external needs engine.external.host or engine.external.hostSocketPath" -}}
