@@ -197,6 +197,10 @@ class Settings(BaseSettings):
     # A worker whose work directory has less free space takes no step, gives back one
     # that fails meanwhile, and is not ready (services/jobs/disk.py).
     min_free_disk_bytes: int = Field(512 * 1024 * 1024, ge=0)
+    # What one docker run may write to its run directory on the worker's disk (its output,
+    # the evidence tools' files, a core of every Python process it runs): a run over it is
+    # stopped and fails the job (services/measure/executors/docker_guards.py RunDirCap).
+    run_dir_max_bytes: int = Field(4 * 1024**3, ge=1024**2)
     # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
     node_name: str | None = None
     # The directory of the node's measurement locks (services/measure/nodelock.py): every

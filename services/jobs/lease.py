@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import unreachable
-from services.errors import EngineUnavailable
+from services.errors import BadInput, EngineUnavailable
 from services.jobs import disk, ledger, lifecycle
 from services.jobs.dispatch import NOTIFY, Step
 from services.measure.executors import remove_own_containers, stop_job_containers, wait_for_engine
@@ -190,8 +190,10 @@ def run_step(
                     if unreachable(exc):
                         raise
                     _rollback(session)
-                    if (short := disk.short_of_space(settings)) is not None:
-                        # The disk's fault, whatever failed: given back, not counted.
+                    short = None if isinstance(exc, BadInput) else disk.short_of_space(settings)
+                    if short is not None:
+                        # The disk's fault, whatever failed (but a run over its run
+                        # directory's cap, which filled it): given back, not counted.
                         log.warning(
                             "%s of job %s paused: %s (%s: %s); it is given back",
                             step.task_name,

@@ -59,6 +59,7 @@ from services.measure.executors.docker_guards import (
     RUN_DIR,
     RUNNER_USER,
     WORKSPACE,
+    RunDirCap,
     check_workdir,
     container_command,
     disarm_run_dir,
@@ -345,16 +346,18 @@ class DockerExecutor:
         # The timer's stdout tells when the command started and when it ended; the stream
         # blocks without polling (and without a socket timeout) for as long as the run takes.
         stream = container.logs(stdout=True, stderr=False, stream=True, follow=True)
+        cap = RunDirCap(request.run_dir, self.settings.run_dir_max_bytes, lambda: kill_container(container))
         try:
-            for line in _lines(stream):
-                if line.startswith("pid ") and request.watcher is not None:
-                    mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
-                    handle = DockerProcessHandle(container, int(line[4:]), mounts)
-                    request.watcher.started(handle)
-                    watched = request.watcher
-                elif line.startswith("{"):
-                    measured = json.loads(line)
-                    break
+            with cap:
+                for line in _lines(stream):
+                    if line.startswith("pid ") and request.watcher is not None:
+                        mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
+                        handle = DockerProcessHandle(container, int(line[4:]), mounts)
+                        request.watcher.started(handle)
+                        watched = request.watcher
+                    elif line.startswith("{"):
+                        measured = json.loads(line)
+                        break
         finally:
             stream.close()
             if backstop is not None:
@@ -363,6 +366,8 @@ class DockerExecutor:
         if watched is not None:
             # The container still runs (the timer lingers): tools can read what they took.
             watched.finished()
+        if cap.over is not None:
+            raise cap.error(request.config.label)
         if measured is None:
             # The timer itself was killed (out of memory, by the backstop, or from outside
             # the command: a cancel, the engine restarting), or the stream broke off while

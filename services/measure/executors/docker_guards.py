@@ -15,7 +15,9 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -71,6 +73,75 @@ def create_exclusively(host_path: Path):
     # O_EXCL with O_CREAT fails on any existing entry, a link planted since included.
     fd = os.open(host_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     return os.fdopen(fd, "wb")
+
+
+def tree_bytes(root: Path) -> int:
+    """The disk space the files below ``root`` take (allocated blocks: a sparse file counts
+    what it holds), links never followed."""
+    total, pending = 0, [root]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += info.st_blocks * 512
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(Path(entry.path))
+    return total
+
+
+class RunDirCap:
+    """Stops a run once its run directory, the one place a run writes to the worker's
+    disk, holds more than ``cap`` bytes (Settings.run_dir_max_bytes): ``stop`` kills the
+    container and ``over`` says how much it held.
+
+    Beside a measured run the host must stay quiet, so each tick is one statvfs of the
+    filesystem; the directory is walked only once the free space fell by more than the cap
+    since the run started. What others wrote meanwhile is then taken off the baseline."""
+
+    INTERVAL_S = 0.25
+
+    def __init__(self, run_dir: Path, cap: int, stop: Callable[[], None]):
+        self.run_dir, self.cap, self._stop_run = run_dir, cap, stop
+        self.over: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="lagtrace-run-dir-cap", daemon=True)
+
+    def __enter__(self) -> RunDirCap:
+        self._baseline = self._free()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _free(self) -> int:
+        fs = os.statvfs(self.run_dir)
+        return fs.f_bavail * fs.f_frsize
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.INTERVAL_S):
+            free = self._free()
+            if self._baseline - free <= self.cap:
+                continue
+            held = tree_bytes(self.run_dir)
+            if held > self.cap:
+                self.over = held
+                self._stop_run()
+                return
+            self._baseline = free + held
+
+    def error(self, label: str) -> BadInput:
+        return BadInput(
+            f"the run in {label} wrote {self.over or 0:,} bytes to its run directory, over the cap of "
+            f"{self.cap:,}: LAGTRACE_RUN_DIR_MAX_BYTES raises it"
+        )
 
 
 def disarm_run_dir(run_dir: Path) -> list[str]:
