@@ -148,7 +148,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     [] if healthy else case["expect"],
                     case.get("tolerate", []),
                     None,
-                    interpreter,
+                    case.get("interpreter", interpreter),
                     None if healthy else case.get("expect_cause"),
                 )
                 cases[name] = (bool(case.get("quick")), [side])
@@ -178,9 +178,34 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
     return cases
 
 
+@functools.cache
+def find_interpreter(name: str) -> str | None:
+    """``name`` (python3.12) on PATH if it runs, else pyenv's build of it: pyenv's shims
+    run only the versions `pyenv global` selected."""
+    found = shutil.which(name)
+    if found and subprocess.run([found, "-c", "pass"], capture_output=True).returncode == 0:
+        return found
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    builds = sorted(
+        root.glob(f"versions/*/bin/{name}"), key=lambda p: [int(x) for x in p.parts[-3].split(".") if x.isdigit()]
+    )
+    return str(builds[-1]) if builds else None
+
+
+def interpreter_version(side: Side) -> str:
+    """What ran the side's command with the local executor: ``python3.12 (3.12.1)``."""
+    return f"{side.interpreter} ({_version_of(python_for(side))})"
+
+
+@functools.cache
+def _version_of(python: str) -> str:
+    asked = [python, "-c", "import platform; print(platform.python_version())"]
+    return subprocess.run(asked, capture_output=True, text=True).stdout.strip() or "?"
+
+
 def python_for(side: Side) -> str:
     """The interpreter of the case's cached virtual environment (built on first use)."""
-    interpreter = shutil.which(side.interpreter)
+    interpreter = find_interpreter(side.interpreter)
     if interpreter is None:
         raise RuntimeError(f"{side.interpreter} is not installed")
     # Even without requirements a venv: its python is the real binary, where a pyenv
@@ -398,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown case {', '.join(sorted(unknown))} (known: {', '.join(cases)})")
         chosen = [name for name in chosen if name in args.case] or args.case
+    if args.executor == "docker":
+        # The runner image has one interpreter: a case pinned to another is the local
+        # executor's to run.
+        pinned = [name for name in chosen if any(side.interpreter != "python3" for side in cases[name][1])]
+        for name in pinned:
+            print(f"accuracy: {name} not run: the docker executor runs the runner image's python3 only")
+        chosen = [name for name in chosen if name not in pinned]
     out_dir = STATE / "runs" / time.strftime("%Y%m%dT%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in chosen:
@@ -446,6 +478,8 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
     # A worktree's .state is a link to the main checkout's: its runs are not under REPO.
     shown = out_dir.relative_to(REPO) if out_dir.is_relative_to(REPO) else out_dir
     print(f"\n{len(outcomes)} runs in {total:.0f} s, {len(failures)} failed; reports in {shown}")
+    interpreters = _interpreters(outcomes, executor)
+    print(f"interpreters: {', '.join(interpreters)}")
     summary = {
         "executor": executor,
         "outcomes": [
@@ -463,6 +497,7 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
             }
             for o in outcomes
         ],
+        "interpreters": interpreters,
         "kinds": table,
         "causes": {kind: {"right": right, "of": of} for kind, (right, of) in causes.items()},
     }
@@ -523,6 +558,12 @@ def cause_accuracy(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
         right, of = table.get(outcome.side.expect_cause, (0, 0))
         table[outcome.side.expect_cause] = (right + bool(outcome.cause_right), of + 1)
     return table
+
+
+def _interpreters(outcomes: list[Outcome], executor: str) -> list[str]:
+    if executor == "docker":
+        return ["the runner image's python3"]
+    return sorted({interpreter_version(o.side) for o in outcomes})
 
 
 def _print_outcome(outcome: Outcome) -> None:
