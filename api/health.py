@@ -1,5 +1,5 @@
 """/healthz (the process answers), /readyz (database and queue reachable, live workers
-counted), /metrics."""
+counted, room on the disk where this process runs the jobs), /metrics."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sqlalchemy import text
 from api.errors import error_response
 from api.metrics import metrics as api_metrics
 from services.context import ctx, db
-from services.jobs import workers
+from services.jobs import disk, workers
 from services.redact import redact
 
 bp = Blueprint("health", __name__)
@@ -38,11 +38,18 @@ def readyz():
     queue_problem = ctx().dispatcher.problem()
     if queue_problem:
         problems["queue"] = queue_problem
+    settings = ctx().settings
+    checked = ["database", "queue"]
+    if not workers.expects_workers(settings):
+        # This process runs the jobs itself: a work directory short of space takes no step
+        # (services/jobs/disk.py), as a worker's `lagtrace alive --ready` says for a worker.
+        checked.append("disk")
+        if (short := disk.short_of_space(settings)) is not None:
+            problems["disk"] = short
     for component, problem in problems.items():
         log.warning("not ready: %s: %s", component, redact(problem))
-    components = {name: "failed" if name in problems else "ok" for name in ("database", "queue")}
+    components = {name: "failed" if name in problems else "ok" for name in checked}
     answer: dict[str, object] = {"status": "not ready" if problems else "ready", "components": components}
-    settings = ctx().settings
     if "database" not in problems and workers.expects_workers(settings):
         # Counted, never a reason to be unready: the API takes jobs while no worker runs
         # (they wait queued, and their page says that no worker is running), and a

@@ -22,7 +22,16 @@ def test_readyz_says_what_is_missing(sqlite_api):
     # The fixture's job thread was never started: nothing would run a job.
     response = sqlite_api.client.get("/readyz")
     assert response.status_code == 503
-    assert response.get_json()["components"] == {"database": "ok", "queue": "failed"}
+    assert response.get_json()["components"] == {"database": "ok", "queue": "failed", "disk": "ok"}
+
+
+def test_readyz_of_a_server_that_runs_jobs_on_a_full_disk(sqlite_api):
+    # `lagtrace serve` without a broker runs the jobs itself: a work directory under
+    # LAGTRACE_MIN_FREE_DISK_BYTES takes no step, so the server is not ready.
+    context = sqlite_api.client.application.extensions["lagtrace"]
+    context.settings = context.settings.model_copy(update={"min_free_disk_bytes": 2**62})
+    response = sqlite_api.client.get("/readyz")
+    assert response.status_code == 503 and response.get_json()["components"]["disk"] == "failed"
 
 
 def test_readyz_with_an_unreachable_database(sqlite_api):

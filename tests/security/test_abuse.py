@@ -141,6 +141,7 @@ def test_readyz_names_the_failed_components_and_nothing_about_them(front_door, c
 
     settings = front_door.settings.model_copy(update={"broker_url": "redis://lagtrace:hunter2-pw@127.0.0.1:1/0"})
     extension = front_door.client.application.extensions["lagtrace"]
+    extension.settings = settings  # jobs go to workers: the server's own disk is not a component
     extension.dispatcher = CeleryDispatcher(make_celery(settings))
     extension.engine = create_engine("postgresql+psycopg://lagtrace:db-pw-77@127.0.0.2:1/lagtrace")
     with caplog.at_level("WARNING", logger="lagtrace.api"):
