@@ -28,6 +28,7 @@ from services.jobs import outbox
 from services.jobs.dispatch import Dispatcher, InProcessDispatcher
 from services.jobs.reconcile import reconcile
 from services.jobs.sources import sweep_forever
+from services.measure import hostload
 from services.models import Project
 from services.redact import redact
 from services.settings import Settings, prepare_work_dir
@@ -238,6 +239,8 @@ def worker(
 
     if not (light_only or checks_only):
         prepare_work_dir(settings)  # the light and check-run workers check nothing out
+        if (shared := hostload.shared_cores_warning()) is not None:
+            log.warning("%s", shared)
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
     common = [f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]

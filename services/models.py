@@ -89,6 +89,9 @@ class RunKind(str, enum.Enum):
     focus = "focus"
     # A pull request's base commit, narrowed to the same tests as the head's focused screen.
     base_focus = "base_focus"
+    # A timed run that a busy neighbour disturbed (Thresholds.retake_foreign_cpus): kept on
+    # record, never in a statistic, and taken again (services/measure/screen.py).
+    disturbed = "disturbed"
 
 
 # The runs whose wall time and counters time the whole command.

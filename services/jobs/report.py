@@ -81,6 +81,11 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
                     for run in config.runs
                     if run.kind == RunKind.focus
                 ],
+                "disturbed_runs": [
+                    {field: getattr(run, field) for field in RUN_FIELDS}
+                    for run in config.runs
+                    if run.kind == RunKind.disturbed
+                ],
                 # Median of the successful runs only (failed and timed-out runs are in runs[]).
                 "wall_s": _summary(wall.get(config.label)),
             }

@@ -73,6 +73,9 @@ class ReportConfig(_Part):
     # A surveyed suite's focused screen: the suite narrowed to the tests the survey kept
     # (their durations are in tests[]; their wall times are a narrowed command's).
     focus_runs: list[ReportRun] = []
+    # Timed runs a busy neighbour disturbed (Thresholds.retake_foreign_cpus), each taken
+    # again: on record, in no statistic.
+    disturbed_runs: list[ReportRun] = []
     wall_s: Interval | None
 
 

@@ -38,3 +38,22 @@ def foreign_cpus(busy_before: float, busy_after: float, own_cpu_s: float, wall_s
     if wall_s <= 0:
         return 0.0
     return max(0.0, (busy_after - busy_before - own_cpu_s) / wall_s)
+
+
+def shared_cores_warning(environ: dict[str, str] | None = None) -> str | None:
+    """What a worker in a Kubernetes pod says at start when its CPU set is the whole node's:
+    every other pod's work then lands on the cores it measures on, and runs are taken
+    again or judged with a busy-machine note. None outside Kubernetes (a machine of one's
+    own) or with cores of its own (the kubelet's static CPU manager gives a Guaranteed
+    pod's integer CPUs exclusively: docs/guides/kubernetes.md)."""
+    environ = dict(os.environ) if environ is None else environ
+    if "KUBERNETES_SERVICE_HOST" not in environ:
+        return None
+    mine, node = len(os.sched_getaffinity(0)), os.cpu_count() or 0
+    if mine < node:
+        return None
+    return (
+        f"this worker shares all {node} CPUs of its node with every other pod: a busy neighbour disturbs "
+        "the runs it measures. Give it cores of its own: the kubelet's static CPU manager policy with "
+        "integer CPU requests equal to limits (the chart's ci/whole-cores-values.yaml), or a dedicated node pool"
+    )

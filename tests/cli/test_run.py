@@ -586,3 +586,38 @@ def test_a_budget_below_the_first_round_stops_a_command_after_it(sqlite_url, tmp
     assert [len(config["warmup_runs"]) for config in report["configs"]] == [1, 1]
     assert report["budget"]["left_out"]["rounds"] == ["runs 1-5 of cpuset=0, cpuset=0-1"]
     assert "Budget: the runs took" in result.stdout and "runs 1-5 of cpuset=0, cpuset=0-1" in result.stdout
+
+
+# Busy all the time on CPU 0: a run pinned there gets half the core, the neighbour the
+# other half (about 0.5 CPUs of foreign work per run).
+BUSY_ON_CPU_0 = """
+import os
+os.sched_setaffinity(0, {0})
+while True:
+    pass
+"""
+
+
+@pytest.mark.latency
+def test_a_run_beside_a_busy_neighbour_is_kept_apart_and_taken_again(sqlite_url, tmp_path):
+    out = tmp_path / "out.json"
+    neighbour = subprocess.Popen([sys.executable, "-c", BUSY_ON_CPU_0])
+    try:
+        command = [sys.executable, "-c", "sum(range(10_000_000))"]
+        run_args = ["run", "--executor", "local", "--config", "cpuset=0", "--repeat", "5", "--evidence", "none"]
+        result = run_cli([*run_args, "--json", str(out), "--", *command], sqlite_url)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    [config] = report["configs"]
+    disturbed = config["disturbed_runs"]
+    # Each run beside the neighbour is disturbed and taken again, twice at most in a row,
+    # 12 times a job at most; the statistics keep their 5 timed runs.
+    assert disturbed, [run["foreign_cpus"] for run in config["runs"]]
+    assert all(run["foreign_cpus"] > 0.3 for run in disturbed)
+    assert len(disturbed) <= 12
+    assert len(config["runs"]) == 5
+    assert any(f"{len(disturbed)} timed run(s) taken again" in note for note in report["notes"]), report["notes"]
+    assert "taken again" in result.stderr
