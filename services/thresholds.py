@@ -40,8 +40,11 @@ class Thresholds(BaseModel):
     # A timed run during which other processes kept more than retake_foreign_cpus CPUs busy
     # (Run.foreign_cpus; the busy-machine note's threshold, services/measure/hostload.py)
     # is kept on record as `disturbed`, out of every statistic, and taken again, at most
-    # retake_per_run times in a row and retake_max_per_job times a job; past that the
-    # disturbed run stands, and the notes say so. Measured on this 2-core machine, quiet:
+    # retake_per_run times in a row and retake_max_per_job times a job; a run still
+    # disturbed after its retakes means the neighbour stays, and no further run of the job
+    # is taken again (it would only cost: beside a process busy 50 % of CPU 0 for the whole
+    # job, 12 retakes a job changed no verdict of examples/handoff.py in 5 of 5 jobs).
+    # Measured on this 2-core machine, quiet:
     # 0.00-0.26 in 54 runs of examples/handoff.py; a run pinned to CPU 0 beside a process
     # busy 50 % of CPU 0: 0.28-0.37 (it takes its share of the core), beside one busy all
     # the time there: about 0.5 (tests/cli/test_run.py).

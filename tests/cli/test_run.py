@@ -613,11 +613,13 @@ def test_a_run_beside_a_busy_neighbour_is_kept_apart_and_taken_again(sqlite_url,
     report = result.report(out)
     [config] = report["configs"]
     disturbed = config["disturbed_runs"]
-    # Each run beside the neighbour is disturbed and taken again, twice at most in a row,
-    # 12 times a job at most; the statistics keep their 5 timed runs.
+    # A run beside the neighbour is disturbed and taken again, twice in a row; still
+    # disturbed, the neighbour stayed, and no further run is taken again. The statistics
+    # keep their 5 timed runs.
     assert disturbed, [run["foreign_cpus"] for run in config["runs"]]
     assert all(run["foreign_cpus"] > 0.3 for run in disturbed)
-    assert len(disturbed) <= 12
+    assert 2 <= len(disturbed) <= 12
     assert len(config["runs"]) == 5
-    assert any(f"{len(disturbed)} timed run(s) taken again" in note for note in report["notes"]), report["notes"]
+    [note] = [note for note in report["notes"] if "taken again" in note]
+    assert note.startswith(f"{len(disturbed)} timed run(s) taken again") and "the neighbour stayed" in note, note
     assert "taken again" in result.stderr
