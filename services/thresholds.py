@@ -38,7 +38,8 @@ class Thresholds(BaseModel):
     # 30 tests, 3 slowed 1.5x, 0 % found at 5 runs a side, 100 % at 7).
     base_min_repeat: int = Field(7, ge=1)
     # A timed run during which other processes kept more than retake_foreign_cpus CPUs busy
-    # (Run.foreign_cpus; the busy-machine note's threshold, services/measure/hostload.py)
+    # on its cores (Run.foreign_cpus: a job packed on other cores does not count; the
+    # busy-machine note's threshold, services/measure/hostload.py)
     # is kept on record as `disturbed`, out of every statistic, and taken again, at most
     # retake_per_run times in a row and retake_max_per_job times a job; a run still
     # disturbed after its retakes means the neighbour stays, and no further run of the job

@@ -2,12 +2,14 @@
 
 A busy neighbouring core changes the very latency lagtrace studies (a thread that
 would have slept on an idle core finds it awake), so every run records how much CPU
-*other* processes used meanwhile, and the report warns when it was a lot.
+*other* processes used meanwhile on the cores the run could use, and the report warns
+when it was a lot.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 # Above this many CPUs of other work during a run, progress and report say the machine
@@ -15,12 +17,21 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 BUSY_MACHINE_CPUS = 0.3
 
 
-def busy_cpu_seconds() -> float:
-    """CPU time all processes have used since boot, from the first line of /proc/stat."""
+def busy_cpu_seconds(cpus: Iterable[int] | None = None) -> float:
+    """CPU time all processes have used since boot on ``cpus`` (every CPU when None), from
+    /proc/stat's per-CPU lines: a run pinned to some cores is disturbed by work on those
+    cores, not by a job packed on others (LAGTRACE_PACK_DISJOINT_CORES)."""
+    wanted = None if cpus is None else {f"cpu{n}" for n in cpus}
+    ticks = 0
     with open("/proc/stat") as handle:
-        fields = handle.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / _TICKS
+        for line in handle:
+            if not line.startswith("cpu"):
+                break
+            name, *fields = line.split()
+            if name == "cpu" if wanted is None else name in wanted:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+                ticks += user + nice + system + irq + softirq + steal
+    return ticks / _TICKS
 
 
 def own_io() -> dict[str, int]:

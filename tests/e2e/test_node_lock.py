@@ -10,7 +10,7 @@ import time
 from sqlalchemy import create_engine, select
 
 from services.models import JobConfig, Run
-from tests.e2e.test_service import running_stack
+from tests.e2e.test_service import COUNTED_RUNS, running_stack
 from tests.service_support import make_repository
 
 # Each run sleeps long enough that two screens started together would overlap.
@@ -47,7 +47,7 @@ def _run_spans(database_url: str, job_id: int) -> list[tuple[float, float]]:
 def test_two_workers_with_their_own_work_dirs_share_the_node_lock(postgres_server_url, redis_url, tmp_path):
     url, _ = make_repository(tmp_path / "repo" / "demo", None)
     locks = tmp_path / "node-lock"  # the hostPath: neither worker's work directory
-    options = {"LAGTRACE_ALLOWED_EXECUTORS": "docker,local"}
+    options = {"LAGTRACE_ALLOWED_EXECUTORS": "docker,local", **COUNTED_RUNS}
     with running_stack(postgres_server_url, redis_url, tmp_path / "stack", workers=0, **options) as stack:
         logs = [
             stack.spawn(

@@ -63,12 +63,20 @@ def oom_kills():
 
 
 def busy_cpu_seconds():
-    """Machine-wide busy CPU time, as services/hostload.py reads it (/proc/stat is not
-    namespaced): the executor turns the difference into CPUs other processes used."""
+    """Busy CPU time on the container's CPUs (its cpuset), as services/hostload.py reads it
+    (/proc/stat is not namespaced): the executor turns the difference into CPUs other
+    processes used on the cores this run could use."""
+    wanted = {f"cpu{n}" for n in os.sched_getaffinity(0)}
+    ticks = 0
     with open("/proc/stat") as handle:
-        fields = handle.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+        for line in handle:
+            if not line.startswith("cpu"):
+                break
+            name, fields = line.split()[0], line.split()[1:]
+            if name in wanted:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+                ticks += user + nice + system + irq + softirq + steal
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def own_io(handle):

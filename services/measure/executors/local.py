@@ -120,7 +120,7 @@ class LocalExecutor:
         # at the deadline itself (one killpg), as the container timer does in a container.
         clock = StallClock(request.stall_clock) if request.stall_clock is not None else None
         with open(output_path, "wb") as output:
-            busy_before = hostload.busy_cpu_seconds()
+            busy_before = hostload.busy_cpu_seconds(cpuset)
             io_before = hostload.own_io()
             started = time.perf_counter()
             try:
@@ -161,7 +161,7 @@ class LocalExecutor:
             finally:
                 if timer is not None:
                     timer.cancel()
-            busy_after = hostload.busy_cpu_seconds()
+            busy_after = hostload.busy_cpu_seconds(cpuset)
             io_after = hostload.own_io()
             if request.watcher is not None:
                 request.watcher.finished()
