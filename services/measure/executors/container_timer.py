@@ -72,7 +72,7 @@ def busy_cpu_seconds():
         for line in handle:
             if not line.startswith("cpu"):
                 break
-            name, fields = line.split()[0], line.split()[1:]
+            name, *fields = line.split()
             if name in wanted:
                 user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
                 ticks += user + nice + system + irq + softirq + steal
