@@ -162,6 +162,9 @@ def run_step(
                         handler(session, settings, task)
                         hold(session, task)
                         session.commit()
+                    except Exception as exc:
+                        _reraise_stop(exc)
+                        raise
                     finally:
                         _stepping.clear()
                 except Drained:
@@ -222,6 +225,22 @@ def run_step(
             exc,
         )
         _give_back(session_factory, settings, step, worker, attempt)
+
+
+def _reraise_stop(exc: Exception) -> None:
+    """A drain or a warm shutdown that strikes inside the threading module (a thread being
+    started, a lock being restored) leaves ``RuntimeError: release unlocked lock`` on its
+    way out, the signal's exception only in its context: the signal is the cause, not the
+    step, so it is raised again as what it was (tests/services/jobs/test_lease.py)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, Drained):
+            raise Drained from exc
+        if isinstance(link, SystemExit):
+            raise SystemExit(link.code) from exc
+        link = link.__cause__ or link.__context__
 
 
 def _give_back(
