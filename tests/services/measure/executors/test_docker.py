@@ -540,7 +540,7 @@ def test_evidence_probes_work_inside_the_container(tmp_path):
             "--stall-after",
             "1",
             "--timeout",
-            "60",
+            "15",
         ],
         ["python3", "examples/handoff.py", "30000"],
         tmp_path,
