@@ -94,6 +94,15 @@ def test_a_cause_must_belong_to_its_test_when_the_case_names_one():
         suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[suite.expect_cause_test]
     )
     assert on_test.cause_right and not on_test.failed
+    # --pyargs names a test by its path in the case's venv: the id's end is what counts.
+    in_venv = f".state/accuracy/venvs/0a1b/lib/python3.11/site-packages/{suite.expect_cause_test}"
+    assert Outcome(
+        suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[in_venv]
+    ).cause_right
+    elsewhere = "other_test_cache.py::test_refresh_then_lookup"
+    assert not Outcome(
+        suite, found, 1.0, causes=["event_loop_blocked"], cause_texts=[""], cause_tests=[elsewhere]
+    ).cause_right
 
 
 def test_a_forbidden_kind_at_medium_fails_a_pathology_that_found_its_own():

@@ -235,6 +235,12 @@ def test_failing_tests_are_named_and_their_passing_neighbours_still_judged():
     built = job({"a": [run(1.0, exit_code=1, tests=tests, outcomes={"t.py::broken": "failed"})] * 5})
     [finding] = command_failed.check(RuleContext(built, LIMITS))
     assert finding.severity == "medium" and finding.metrics["failed_tests"] == ["t.py::broken"]
+    # The one failing test owns the finding; two failing tests leave it on the command.
+    assert finding.test_id == "t.py::broken" and finding.title.startswith("The test t.py::broken failed in all 5")
+    outcomes = {"t.py::broken": "failed", "t.py::ok": "error"}
+    built = job({"a": [run(1.0, exit_code=1, tests={**tests, "t.py::fine": 0.1}, outcomes=outcomes)] * 5})
+    [finding] = command_failed.check(RuleContext(built, LIMITS))
+    assert finding.test_id is None and finding.metrics["failed_tests"] == ["t.py::broken", "t.py::ok"]
 
 
 # --- observer_effect: a note on the evidence, not a finding ---------------------------
