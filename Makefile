@@ -59,8 +59,9 @@ unit: install-test
 #             one worker's run of long tests no longer ends the tier alone;
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
-# Measured on this 2-core machine alone, on a clean clone (2026-11-28): the parallel tier
-# 1,429 s for 1,160 tests on 4 workers, the latency tier 1,536 s for 55 tests.
+# Measured on this 2-core machine alone, on clean clones (27-28 Nov 2026): the parallel tier
+# 869-1,429 s for 1,162 tests on 4 workers (both cores busy throughout), the latency tier
+# 1,148-1,536 s for 55 tests.
 TEST_WORKERS ?= 4
 test: install-test
 	.ci/provision.sh
@@ -94,9 +95,8 @@ accuracy: install-test
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run that fails only on a
-# broken benchmark, never on a slow machine: about 7-8 minutes on a 2-core machine (425 s
-# and 499 s on clean clones alone; suites 131-238 s, false_positives 88-102 s, the rest
-# under 50 s each). Measure on a quiet machine.
+# broken benchmark, never on a slow machine: about 4 minutes on a 2-core machine (240 s
+# on a clean clone alone; suites 66 s, false_positives 50 s, the rest under 35 s each). Measure on a quiet machine.
 bench: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick)

@@ -11,8 +11,9 @@
 set -eu
 cd "$(dirname "$0")/.."
 # Test processes running side by side (pytest-xdist) ask at once: one builds, the others
-# wait for it and then find the cached result.
-exec 9>"${TMPDIR:-/tmp}/lagtrace-provision-chart-$(id -u).lock"
+# wait for it and then find the cached result. One lock per tool: the chart tests need not
+# wait minutes for the image build.
+exec 9>"${TMPDIR:-/tmp}/lagtrace-provision-chart-${1:-}-$(id -u).lock"
 flock 9
 case "${1:-}" in
     helm) .ci/helm.sh ;;
