@@ -104,6 +104,10 @@ class Thresholds(BaseModel):
     # one CPU) by this factor: a single thread under cpus=0.5 is slowed 2x by physics, and
     # resizing pools it does not have would not help.
     cpu_throttling_min_parallelism: float = Field(1.3, ge=1)
+    # Its severity: the seconds throttling costs beyond the quota's share, as a share of
+    # the median run's wall time: from this share medium, from the next high.
+    cpu_throttling_medium_share: float = Field(0.2, gt=0, le=1)
+    cpu_throttling_high_share: float = Field(0.5, gt=0, le=1)
 
     # off_cpu_wait: CPU time (user + sys) at most this share of wall time, for a run of
     # at least off_cpu_min_wall_s (a shorter wait is not worth a finding).
@@ -112,13 +116,14 @@ class Thresholds(BaseModel):
 
     # latency_flaky: judged once a configuration has flaky_min_runs runs (a spread-out
     # configuration is never stopped early: it runs up to --repeat). Multi-modal: two groups
-    # of runs, each at least a fifth of them, with an empty gap between them: the nearest
+    # of runs, each at least flaky_min_group_share of them (and two), with an empty gap between them: the nearest
     # runs across it flaky_gap_ratio apart, and the gap wider (log scale) than either
     # group's own spread (a long tail fills that gap; services/diagnose/latency_flaky.py).
     # Widely dispersed: interquartile range at least flaky_dispersion x the median.
     # Either only counts when the slow runs lose at least flaky_min_spread_s.
     flaky_min_runs: int = Field(5, ge=4)
     flaky_gap_ratio: float = Field(2.0, gt=1)
+    flaky_min_group_share: float = Field(0.2, gt=0, lt=0.5)
     flaky_dispersion: float = Field(0.5, gt=0)
     flaky_min_spread_s: float = Field(0.05, ge=0)
 
@@ -174,6 +179,17 @@ class Thresholds(BaseModel):
     # ... and the profiled run lasted at least this long (fewer than 50 samples at 100 Hz
     # are noise: a 0.3 s run shows its imports compiling).
     hot_path_min_wall_s: float = Field(0.5, ge=0)
+    # A whole command is profiled for a hot path only when it kept at least this much of
+    # a CPU busy (CPU time over wall time): a command that mostly waits has no hot path,
+    # and off_cpu_wait, busy_polling or tiny_reads say where its time goes.
+    hot_path_min_cpu_share: float = Field(0.5, gt=0, le=1)
+    # A function whose cumulative share reaches this is an entry point (<module>, main,
+    # the pytest runner): true of every program, no answer to "where".
+    hot_path_entry_point_share: float = Field(0.95, gt=0, le=1)
+    # Where functions grew between configurations, those whose growth is within this
+    # share of the largest are all candidates, and the innermost (least time) is named:
+    # the primitive a loop calls, not the loop (tests/unit/services/diagnose/test_hot_path.py).
+    hot_path_nearly_the_most: float = Field(0.7, gt=0, le=1)
 
     # The drill also traces a whole command this slow in its fastest configuration even
     # when no timing rule flagged it: the causes that only a tracer sees (socket reads,
@@ -220,6 +236,8 @@ class Thresholds(BaseModel):
     # (three threads on one core always queue a little) explain nothing.
     gil_wait_share: float = Field(0.5, gt=0, le=1)
     gil_min_share_of_slowdown: float = Field(0.25, ge=0, le=1)
+    # ... high severity once they account for this share of the slowdown, medium below.
+    gil_high_share_of_slowdown: float = Field(0.5, ge=0, le=1)
     # ... and where the waits are compared between the slow and the fast configuration and
     # account for that share of the slowdown, a smaller share of looks is enough (what they
     # cost decides, not how often they were seen): 9 of 20 looks in a 1.2 s hand-off run

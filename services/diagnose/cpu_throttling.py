@@ -91,7 +91,13 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 + "."
             )
         held_share = cost_s / wall_s if wall_s else 0.0
-        severity = Severity.high if held_share >= 0.5 else Severity.medium if held_share >= 0.2 else Severity.low
+        severity = (
+            Severity.high
+            if held_share >= limits.cpu_throttling_high_share
+            else Severity.medium
+            if held_share >= limits.cpu_throttling_medium_share
+            else Severity.low
+        )
         pools = max(1, int(config.cpus)) if config.cpus >= 1 else 1
         drafts.append(
             FindingDraft(

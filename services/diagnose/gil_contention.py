@@ -105,7 +105,11 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 elif symptom and slow.share >= limits.gil_compared_min_share:
                     # What the waits cost decides: their seconds against the slowdown's.
                     if accounts >= limits.gil_min_share_of_slowdown * slowdown:
-                        severity = Severity.high if accounts >= 0.5 * slowdown else Severity.medium
+                        severity = (
+                            Severity.high
+                            if accounts >= limits.gil_high_share_of_slowdown * slowdown
+                            else Severity.medium
+                        )
                     elif accounts > 0 and slow.share >= limits.gil_wait_share:
                         severity = Severity.low
             else:

@@ -35,9 +35,6 @@ from services.diagnose.symptoms import screen_findings, symptomatic
 from services.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
 
-# A share this close to the whole thread is an entry point (<module>, main, the pytest
-# runner), true of every program and no answer to "where".
-ENTRY_POINT_PCT = 95.0
 NAMED = 3
 # The test runner's and the interpreter's own machinery: collection, fixtures, hooks,
 # assertion rewriting, runpy, imports. Every pytest run holds samples there, a short
@@ -122,7 +119,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
         # A test's CPU share is not measured alone (the run holds the whole suite): the
         # profile's own samples stand for it.
         cpu_share = max(shares) if test_id is None and shares else None
-        if cpu_share is not None and cpu_share < 0.5:
+        if cpu_share is not None and cpu_share < limits.hot_path_min_cpu_share:
             continue
         # A function blocked in a wait (a lock, a selector) holds samples, not the CPU; one
         # that ran mostly inside imports (finding, compiling, executing modules: pytest's
@@ -137,7 +134,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
         path = [
             f
             for f in sorted(functions, key=lambda f: -f.cumulative_pct)
-            if 100 * limits.hot_path_min_share <= f.cumulative_pct < ENTRY_POINT_PCT and f not in own
+            if 100 * limits.hot_path_min_share <= f.cumulative_pct < 100 * limits.hot_path_entry_point_share
+            and f not in own
         ][:NAMED]
         if not own and not path:
             continue
@@ -221,7 +219,9 @@ class _Growth:
         return self.slow_s - self.fast_s
 
 
-def _per_repetition(content: PySpyRecordContent) -> dict[tuple[str, str], tuple[ProfiledFunction, float]]:
+def _per_repetition(
+    content: PySpyRecordContent, entry_point_share: float
+) -> dict[tuple[str, str], tuple[ProfiledFunction, float]]:
     """Each function's seconds on the stack (not waiting, not importing) per repetition of
     the subject, summed over the threads: amplified evidence runs repeat a short test, and
     the two configurations' runs repeat it a different number of times.
@@ -239,7 +239,7 @@ def _per_repetition(content: PySpyRecordContent) -> dict[tuple[str, str], tuple[
         for function in table.functions:
             if function.waiting or harness(function) or 2 * function.importing_samples > function.cumulative_samples:
                 continue
-            if function.cumulative_pct >= ENTRY_POINT_PCT:
+            if function.cumulative_pct >= 100 * entry_point_share:
                 continue  # a thread's root (its run(), the event loop's run_forever)
             key = (function.function, function.file)
             seconds = (function.cumulative_samples - function.importing_samples) / rate / max(1, repetitions)
@@ -248,9 +248,6 @@ def _per_repetition(content: PySpyRecordContent) -> dict[tuple[str, str], tuple[
     if ran_s is not None:
         found = {key: (function, min(seconds, ran_s)) for key, (function, seconds) in found.items()}
     return found
-
-
-NEARLY_THE_MOST = 0.7
 
 
 def _called_from(function: ProfiledFunction) -> str:
@@ -280,7 +277,8 @@ def _differential(
     if slow_median is None or fast_median is None or slow_median <= fast_median:
         return None
     slowdown = slow_median - fast_median
-    slow, fast = _per_repetition(profiles[pair.slow][1]), _per_repetition(profiles[pair.fast][1])
+    entry = context.thresholds.hot_path_entry_point_share
+    slow, fast = _per_repetition(profiles[pair.slow][1], entry), _per_repetition(profiles[pair.fast][1], entry)
     grown = [
         _Growth(function, seconds, fast.get(key, (function, 0.0))[1])
         for key, (function, seconds) in slow.items()
@@ -296,7 +294,7 @@ def _differential(
     # "Nearly" is wide: a profile of a few hundred samples moves a function's growth by a
     # fifth between runs (docs/measurements/accuracy.md, 26 Nov: a starlette route's frame 9.8 ms, the anyio sleep it
     # loops on 7.7 ms, then the other way round).
-    top = min((g for g in grown if g.accounts_s >= NEARLY_THE_MOST * most), key=lambda g: g.slow_s)
+    top = min((g for g in grown if g.accounts_s >= limits.hot_path_nearly_the_most * most), key=lambda g: g.slow_s)
     named = [top, *[g for g in sorted(grown, key=lambda g: -g.accounts_s) if g is not top][: NAMED - 1]]
     # A profile is taken under the tracer, in runs slower than the timing runs' median:
     # what it shows is never claimed beyond the slowdown the timing runs measured.

@@ -36,7 +36,7 @@ def modes(
     runs that cluster around two values, and nothing in between.
 
     So the split is at the largest ratio between neighbouring sorted values (each side
-    at least a fifth of the runs, and two of them), and it counts when (a) the nearest
+    at least ``flaky_min_group_share`` of the runs, and two of them), and it counts when (a) the nearest
     runs across it are ``flaky_gap_ratio`` apart, (b) that gap, on a log scale, is
     wider than the spread within each group, and (c) the groups' medians lie
     ``flaky_min_spread_s`` apart. Ratios, not differences, because latency noise is
@@ -46,7 +46,7 @@ def modes(
     """
     data = sorted(values)
     n = len(data)
-    smallest = max(2, math.ceil(0.2 * n))
+    smallest = max(2, math.ceil(limits.flaky_min_group_share * n))
     floor = max(resolution, 1e-12)
     logs = [math.log(max(value, floor)) for value in data]
     best = None
