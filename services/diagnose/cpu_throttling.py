@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 
 from services.diagnose.context import RuleContext
-from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.findings import FindingDraft, graded
 from services.measure.cgroups import THROTTLE_PAUSE_S
 
 
@@ -91,13 +91,7 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 + "."
             )
         held_share = cost_s / wall_s if wall_s else 0.0
-        severity = (
-            Severity.high
-            if held_share >= limits.cpu_throttling_high_share
-            else Severity.medium
-            if held_share >= limits.cpu_throttling_medium_share
-            else Severity.low
-        )
+        severity = graded(held_share, limits.cpu_throttling_medium_share, limits.cpu_throttling_high_share)
         pools = max(1, int(config.cpus)) if config.cpus >= 1 else 1
         drafts.append(
             FindingDraft(

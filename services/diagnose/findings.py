@@ -20,6 +20,12 @@ class Severity(enum.StrEnum):
 SEVERITY_ORDER = {severity.value: rank for rank, severity in enumerate(Severity)}
 
 
+def graded(value: float, medium: float, high: float) -> Severity:
+    """High from ``high``, medium from ``medium``, else low: a finding's severity from what
+    it costs (a ratio, a share of the run), against two thresholds."""
+    return Severity.high if value >= high else Severity.medium if value >= medium else Severity.low
+
+
 @dataclass
 class FindingDraft:
     kind: str

@@ -21,7 +21,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, object_session
 
 from services.diagnose import triage
-from services.diagnose.findings import Severity, fingerprint, format_seconds
+from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.measure.samples import JobSamples, collect, succeeded
 from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test, ratio_interval
 from services.models import COMMAND_KINDS, BaseComparison, Finding, Job, JobSource, RunKind
@@ -220,13 +220,7 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
         ratio, base = change.ratio or 0.0, change.base
         if base is None:
             continue  # never: only a compared change regresses
-        severity = (
-            Severity.high
-            if ratio >= thresholds.severity_high_ratio
-            else Severity.medium
-            if ratio >= thresholds.severity_medium_ratio
-            else Severity.low
-        )
+        severity = graded(ratio, thresholds.severity_medium_ratio, thresholds.severity_high_ratio)
         what = test_id or "the command"
         scope = test_id or "command:" + shlex.join(job.command)
         finding = Finding(
