@@ -277,11 +277,15 @@ def budget_view(job: Job, thresholds: Thresholds) -> dict[str, Any]:
     state = job.budget or {}
     limit = job_budget.limit_s(job, thresholds)
     left = state.get("left_out") or {}
+    spent = job_budget.spent_s(job)
+    suite = job_budget.reference_s(job)
     return {
         "limit_s": round(limit, 3) if limit is not None else None,
         "given": job.budget_s is not None,
-        "spent_s": round(job_budget.spent_s(job), 3),
+        "spent_s": round(spent, 3),
         "left_out": {key: list(left.get(key, [])) for key in ("tests", "rounds", "census", "drill")},
+        "suite_s": round(suite, 3) if suite is not None else None,
+        "cost_ratio": round(spent / suite, 2) if suite else None,
     }
 
 
@@ -382,6 +386,11 @@ def _budget_section(budget: dict[str, Any]) -> list[str]:
         f"Budget: the runs took {budget['spent_s']:.1f} s"
         + (f" of {limit:.1f} s" if limit is not None else "")
         + (" (asked for)" if budget["given"] else " (the default: a multiple of the suite's own time)")
+        + (
+            f": {budget['cost_ratio']:.1f}x the suite's own time ({budget['suite_s']:.1f} s)"
+            if budget.get("cost_ratio") is not None
+            else ""
+        )
     ]
     left = budget["left_out"]
     if left["tests"]:
@@ -476,7 +485,7 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     if report["tests"]:
         out += ["", *_tests_section(report, all_tests)]
     budget = report.get("budget")
-    if budget and (budget["given"] or any(budget["left_out"].values())):
+    if budget and (budget["given"] or any(budget["left_out"].values()) or budget.get("cost_ratio") is not None):
         out += ["", *_budget_section(budget)]
 
     comparison = report.get("base_comparison")

@@ -269,6 +269,11 @@ class ReportBudget(_Part):
     given: bool
     spent_s: float
     left_out: BudgetLeftOut
+    # The suite's own time (its first run with the most CPUs; services/measure/budget.py
+    # reference_s) and what the job's runs cost against it: the cost model's unit
+    # (docs/explanations/cost-model.md). None where no run measured the suite.
+    suite_s: float | None = None
+    cost_ratio: float | None = None
 
 
 class MeasuredOn(_Part):

@@ -117,6 +117,9 @@ def test_a_5000_test_job_page_shows_the_flagged_tests_and_counts_the_cleared(das
     assert int(hidden[1]) == SUITE - (len(rows) - 1)
     assert int(hidden[2]) == SUITE - FOCUSED
     assert f'href="/jobs/{job_id}/tests"' in html
+    # What the job cost: two 120 s surveys and ten 2 s focused runs, against the suite's
+    # own time (its survey with the most CPUs).
+    assert "Cost: the runs took 260.0 s, 2.2x the suite's own time (120.0 s" in html, html[:3000]
 
     # Every test, a hundred a page, the flagged ones (widest spread) first.
     first = dashboard.page(f"/jobs/{job_id}/tests")

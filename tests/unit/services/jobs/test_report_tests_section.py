@@ -97,3 +97,22 @@ def test_what_the_budget_left_out_is_said_after_the_tests():
     assert "Budget: the runs took 58.2 s of 60.0 s (asked for)" in text
     assert "left out of the focused screen (least suspicious first): 1 tests: t.py::test_0002" in text
     assert "left out: the census (in cpuset=0-1)" in text and "left out of the drill: x in cpuset=0: strace" in text
+
+
+def test_the_budget_line_says_what_the_job_cost_against_the_suites_own_time():
+    budget = {
+        "limit_s": 316.6,
+        "given": False,
+        "spent_s": 271.4,
+        "left_out": {"tests": [], "rounds": [], "census": [], "drill": []},
+        "suite_s": 34.3,
+        "cost_ratio": 7.91,
+    }
+    text = render_text(_report([_test(1, 0.2)], [], budget))
+    assert (
+        "Budget: the runs took 271.4 s of 316.6 s (the default: a multiple of the suite's own time): "
+        "7.9x the suite's own time (34.3 s)" in text
+    )
+    # No run measured the suite (a job that failed to start): no cost line, no section.
+    unmeasured = {**budget, "limit_s": None, "suite_s": None, "cost_ratio": None}
+    assert "Budget:" not in render_text(_report([_test(1, 0.2)], [], unmeasured))
