@@ -20,7 +20,12 @@ quota's share, physics that no pool size changes. What throttling costs is the w
 time beyond that share: the run under the quota against the useful CPU time of the
 same work without a quota (the configuration without one whose CPU time is least)
 over the quota, plus one throttling pause. CPU time inflated under the quota (threads
-that spin or contend while rationed) shows there. The finding fires on that cost, at
+that spin or contend while rationed) shows there; CPU time that the same work spends on
+the same cores without a quota is the parallel run's own, not the rationing's (two
+pytest-xdist workers on two cores burn 2.6 CPU-seconds where one core needs 1.3: under
+cpus=0.5 they burned 1.8 and took 3.6 s, their own CPU time over the quota;
+test_timing_rules.py::test_cpu_time_a_parallel_run_spends_on_the_same_cores_without_a_quota_is_not_throttlings).
+The finding fires on that cost, at
 ``cpu_throttling_min_s`` at least, and its share of the run sets the severity. Without a
 configuration free of quotas to compare with, the time held back stands in for it.
 """
@@ -32,6 +37,8 @@ import statistics
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, graded
 from services.measure.cgroups import THROTTLE_PAUSE_S
+from services.measure.configs import cpu_config
+from services.models import JobConfig
 
 
 def demand(user_s: float, sys_s: float, throttled_s: float, wall_s: float) -> float:
@@ -49,6 +56,23 @@ def _useful_cpu(context: RuleContext) -> tuple[float, float, str] | None:
             cpu = statistics.median((run.user_s or 0.0) + (run.sys_s or 0.0) for run in runs)
             found.append((cpu, statistics.median(run.wall_s for run in runs), config.label))
     return min(found) if found else None
+
+
+def _same_cores_cpu(context: RuleContext, quota: JobConfig) -> float | None:
+    """Median CPU time of the work on the quota configuration's cores without a quota:
+    the configuration with the same CPU set, or for a quota on every core (no CPU set) the
+    widest configuration without a quota."""
+    free = [c for c in context.job.configs if c.cpus is None and context.timing_runs(c)]
+    if quota.cpuset is not None:
+        same = [c for c in free if c.cpuset == quota.cpuset]
+    else:
+        widest = max((cpu_config(c).effective_cpus for c in free), default=None)
+        same = [c for c in free if cpu_config(c).effective_cpus == widest]
+    if not same:
+        return None
+    return statistics.median(
+        (run.user_s or 0.0) + (run.sys_s or 0.0) for config in same for run in context.timing_runs(config)
+    )
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -75,11 +99,15 @@ def check(context: RuleContext) -> list[FindingDraft]:
         cost_s, beyond = held_s, ""
         if useful is not None:
             useful_cpu, useful_wall, useful_label = useful
-            expected = max(useful_wall, useful_cpu / config.cpus) + THROTTLE_PAUSE_S
+            run_cpu = statistics.median((run.user_s or 0.0) + (run.sys_s or 0.0) for run in runs)
+            # The CPU the parallel run spends anyway on these cores (up to what it spent
+            # here) is no rationing's: only inflation beyond it counts against throttling.
+            same_cores = _same_cores_cpu(context, config)
+            work_cpu = max(useful_cpu, min(run_cpu, same_cores)) if same_cores is not None else useful_cpu
+            expected = max(useful_wall, work_cpu / config.cpus) + THROTTLE_PAUSE_S
             cost_s = wall_s - expected
             if cost_s < limits.cpu_throttling_min_s:
                 continue  # the quota's share of the work: physics, whatever the periods say
-            run_cpu = statistics.median((run.user_s or 0.0) + (run.sys_s or 0.0) for run in runs)
             beyond = (
                 f" Its useful CPU time ({useful_cpu:.3f} s with {useful_label}) over the quota, plus one throttling "
                 f"pause, explains {expected:.3f} s: throttling costs {cost_s:.3f} s beyond the quota's share"

@@ -54,10 +54,23 @@ def run(
     )
 
 
-def job(configs: dict[str, list[Run]], *, cpus: dict[str, float] | None = None, seed: int = 1) -> Job:
+def job(
+    configs: dict[str, list[Run]],
+    *,
+    cpus: dict[str, float] | None = None,
+    cpusets: dict[str, str] | None = None,
+    seed: int = 1,
+) -> Job:
     built = Job(id=next(_ids), command=["python3", "prog.py"], executor="local", repeat=5, notes=[], screen_seed=seed)
     built.configs = [
-        JobConfig(id=next(_ids), position=i, label=label, cpus=(cpus or {}).get(label), runs=runs)
+        JobConfig(
+            id=next(_ids),
+            position=i,
+            label=label,
+            cpus=(cpus or {}).get(label),
+            cpuset=(cpusets or {}).get(label),
+            runs=runs,
+        )
         for i, (label, runs) in enumerate(configs.items())
     ]
     return built

@@ -195,6 +195,25 @@ def test_throttling_that_costs_beyond_the_quota_s_share_is_a_finding_with_advice
     assert f"{finding.metrics['nr_throttled']} of {finding.metrics['nr_periods']} CFS periods" in finding.detail
 
 
+def test_cpu_time_a_parallel_run_spends_on_the_same_cores_without_a_quota_is_not_throttlings():
+    # examples/corpus/xdist_suite's healthy twin (pytest -n 2), one survey run a
+    # configuration: one core needs 1.35 CPU-s, two cores burn 2.58 (the workers' channel
+    # chatter), and under cpus=0.5 on both cores the run took 3.61 s with 1.84 CPU-s: its
+    # own CPU time over the quota, throttled in every period. The one-core CPU time would
+    # make 0.79 s of it throttling's cost, a medium finding on a healthy suite.
+    configs = {
+        "cpuset=0": [run(1.352, user_s=1.347, kind=RunKind.survey)],
+        "cpuset=0-1": [run(2.064, user_s=2.577, kind=RunKind.survey)],
+        "cpus=0.5": [run(3.607, user_s=1.838, kind=RunKind.survey, nr_periods=36, nr_throttled=36, throttled_s=3.5)],
+    }
+    cpusets = {"cpuset=0": "0", "cpuset=0-1": "0-1"}
+    assert cpu_throttling.check(RuleContext(job(configs, cpus={"cpus=0.5": 0.5}, cpusets=cpusets), LIMITS)) == []
+    # The same run where two cores cost no more CPU than one: the inflation is the quota's.
+    configs["cpuset=0-1"] = [run(0.7, user_s=1.347, kind=RunKind.survey)]
+    [finding] = cpu_throttling.check(RuleContext(job(configs, cpus={"cpus=0.5": 0.5}, cpusets=cpusets), LIMITS))
+    assert finding.metrics["accounts_s"] == pytest.approx(3.607 - 1.347 / 0.5 - THROTTLE_PAUSE_S)
+
+
 def test_demand_counts_throttled_time_per_cpu():
     assert cpu_throttling.demand(user_s=1.0, sys_s=0.0, throttled_s=3.0, wall_s=2.0) == 2.0
     assert cpu_throttling.demand(user_s=1.0, sys_s=0.0, throttled_s=1.0, wall_s=2.0) == 1.0
