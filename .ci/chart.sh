@@ -1,5 +1,5 @@
 #!/bin/sh
-# The chart's gate (issue 15): `helm lint --strict` and `helm template` for the default
+# The chart's gate: `helm lint --strict` and `helm template` for the default
 # values and each file under charts/lagtrace/ci/, every rendered manifest validated
 # offline against the Kubernetes schemas (strict: unknown fields are errors) for the
 # oldest supported Kubernetes and a recent one. KEDA's CRDs have no schema there; the

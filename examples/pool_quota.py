@@ -3,7 +3,7 @@
 os.cpu_count() reports every core of the machine, not the container's or cgroup's
 quota, so under `cpus=0.5` two workers burn the period's 50 ms budget in 25 ms and the
 whole pool then waits for the next period. Yet the run takes its CPU time divided by the
-quota, as one worker would: the quota's share, physics (issue 22). On one core it takes
+quota, as one worker would: the quota's share, physics. On one core it takes
 twice its two-core time for the same reason. lagtrace gives it no finding above low.
 
     python3 examples/pool_quota.py

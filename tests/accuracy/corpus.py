@@ -68,7 +68,8 @@ class Side:
     # library's module, not the test runner's.
     expect_cause_in: str | None = None
     # ... and the test whose diagnosis must name it (`expect_cause_test:`): evidence that
-    # names a test belongs to that test, not to the whole command.
+    # names a test belongs to that test, not to the whole command. Without it the cause
+    # belongs to the whole command (a program, a suite's start-up).
     expect_cause_test: str | None = None
     # Kinds that must not be found at medium or high severity on this side (`forbid:`): a
     # pathology's own finding beside, say, a suite's healthy tests read as CPU-sensitive.
@@ -115,6 +116,21 @@ class Outcome:
             for kind, text, test in zip(self.causes, self.cause_texts or [""] * len(self.causes), tests, strict=True)
         )
 
+    @property
+    def attributed(self) -> bool | None:
+        """Whether a diagnosis names the expected cause where it belongs: on the case's
+        test (`expect_cause_test`), else on the whole command; None where no cause is
+        expected. A cause right in kind but filed under the wrong test (or under the
+        command when a test showed it) is a wrong attribution."""
+        if self.side.expect_cause is None:
+            return None
+        tests = self.cause_tests or [None] * len(self.causes)
+        expected = self.side.expect_cause_test
+        return any(
+            kind == self.side.expect_cause and (self._is_expected_test(test) if expected else test is None)
+            for kind, test in zip(self.causes, tests, strict=True)
+        )
+
     def _is_expected_test(self, test: str | None) -> bool:
         """The test the case names, as its node id ends: a suite run with --pyargs is named
         by its path in the case's virtual environment, which changes with the venv."""
@@ -127,7 +143,7 @@ class Outcome:
 
     @property
     def failed(self) -> bool:
-        if self.error or self.missed or self.cause_right is False or self.forbidden:
+        if self.error or self.missed or self.cause_right is False or self.attributed is False or self.forbidden:
             return True
         # A healthy twin may carry a low note, never a medium or high finding, tolerated
         # or not: a twin's tolerate list excuses a note in the precision count only.
@@ -476,9 +492,11 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
         )
     causes = cause_accuracy(outcomes)
     if causes:
-        print("\nexpected cause       right  of  accuracy")
-        for kind, (right, of) in causes.items():
-            print(f"{kind:<20} {right:>5} {of:>3}  {_pct(right / of):>8}")
+        # "on its test": the cause filed under the test the case names, or under the whole
+        # command where it names none (the report's, the test page's and the check run's place).
+        print("\nexpected cause       right  on its test  of  accuracy")
+        for kind, (right, on_test, of) in causes.items():
+            print(f"{kind:<20} {right:>5} {on_test:>12} {of:>3}  {_pct(right / of):>8}")
     failures = [o for o in outcomes if o.failed]
     total = sum(o.seconds for o in outcomes)
     # A worktree's .state is a link to the main checkout's: its runs are not under REPO.
@@ -500,12 +518,15 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
                 "expect_cause": o.side.expect_cause,
                 "causes": o.causes,
                 "cause_tests": o.cause_tests,
+                "attributed": o.attributed,
             }
             for o in outcomes
         ],
         "interpreters": interpreters,
         "kinds": table,
-        "causes": {kind: {"right": right, "of": of} for kind, (right, of) in causes.items()},
+        "causes": {
+            kind: {"right": right, "on_its_test": on_test, "of": of} for kind, (right, on_test, of) in causes.items()
+        },
     }
     path.write_text(json.dumps(summary, indent=2))
     return 1 if failures else 0
@@ -555,14 +576,19 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
     return _summarize(outcomes, run_dir / "rejudged.json", "rejudge")
 
 
-def cause_accuracy(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
-    """Per expected cause: the sides whose diagnosis named it, of the sides expecting it."""
-    table: dict[str, tuple[int, int]] = {}
+def cause_accuracy(outcomes: list[Outcome]) -> dict[str, tuple[int, int, int]]:
+    """Per expected cause: the sides whose diagnosis named it, those that named it on the
+    right test (or the whole command), and the sides expecting it."""
+    table: dict[str, tuple[int, int, int]] = {}
     for outcome in outcomes:
         if outcome.side.expect_cause is None or outcome.error:
             continue
-        right, of = table.get(outcome.side.expect_cause, (0, 0))
-        table[outcome.side.expect_cause] = (right + bool(outcome.cause_right), of + 1)
+        right, on_test, of = table.get(outcome.side.expect_cause, (0, 0, 0))
+        table[outcome.side.expect_cause] = (
+            right + bool(outcome.cause_right),
+            on_test + bool(outcome.attributed),
+            of + 1,
+        )
     return table
 
 
@@ -589,6 +615,8 @@ def _print_outcome(outcome: Outcome) -> None:
             for kind, test in zip(outcome.causes, outcome.cause_tests or [None] * len(outcome.causes), strict=True)
         )
         mark = "right" if outcome.cause_right else "WRONG"
+        if outcome.cause_right and outcome.attributed is False:
+            mark = "WRONG test"
         wanted = outcome.side.expect_cause + (
             f" on {outcome.side.expect_cause_test}" if outcome.side.expect_cause_test else ""
         )

@@ -71,7 +71,21 @@ def test_cause_accuracy_counts_the_sides_that_expect_a_cause():
         Outcome(expecting, [("cpu_sensitivity", "high")], 1.0, causes=[]),
         Outcome(other, [("tiny_reads", "high")], 1.0, causes=["tiny_reads"]),
     ]
-    assert cause_accuracy(outcomes) == {"gil_contention": (1, 2)}
+    assert cause_accuracy(outcomes) == {"gil_contention": (1, 1, 2)}
+
+
+def test_a_cause_filed_under_a_test_where_the_case_expects_the_whole_command_is_a_wrong_attribution():
+    program = Side("ws", "pathology", Path("."), ["python"], ["tiny_reads"], [], None, "python3", "tiny_reads")
+    found = [("tiny_reads", "medium")]
+    on_command = Outcome(program, found, 1.0, causes=["tiny_reads"], cause_tests=[None])
+    assert on_command.attributed and not on_command.failed
+    on_a_test = Outcome(program, found, 1.0, causes=["tiny_reads"], cause_tests=["t.py::test_x"])
+    assert on_a_test.cause_right and on_a_test.attributed is False and on_a_test.failed
+    # A case naming its test: the cause on that test (a --pyargs id ends with it) is right.
+    program.expect_cause_test = "tests/t.py::test_x"
+    on_its_test = Outcome(program, found, 1.0, causes=["tiny_reads"], cause_tests=["/venv/pkg/tests/t.py::test_x"])
+    assert on_its_test.attributed and not on_its_test.failed
+    assert Outcome(program, found, 1.0, causes=["tiny_reads"], cause_tests=[None]).failed
 
 
 def test_a_cause_must_also_say_where_when_the_case_asks():
