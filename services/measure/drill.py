@@ -270,7 +270,7 @@ def _estimate_s(job: Job, job_config: JobConfig, target: Target, probe: str) -> 
     median = summary.median if summary else max(s.median for s in target.summaries.values())
     if target.test_id is None:
         return median
-    return START_UP_GUESS_S + _iterations(target, job_config.label, probe) * median
+    return START_UP_GUESS_S + _amplification(target, job_config.label, probe)[0] * median
 
 
 # Where in a fast-side run its snapshot is taken (a fraction of its timing median).
@@ -322,10 +322,10 @@ def _evidence_run(
             progress(f"evidence {name} in {where}: {missing.content.reason}")
             return
         command, env = target.command, probe.env()
-        times = _iterations(target, job_config.label, name)
+        times, target_s = _amplification(target, job_config.label, name)
         if times > 1:
             hook = context.executor.visible_path(context.run_dir, amplify.HOOK_DIR)
-            command, env = amplify.amplified(command, env, context.run_dir, hook, times)
+            command, env = amplify.amplified(command, env, context.run_dir, hook, times, target_s)
         try:
             measured = run_once(
                 session,
@@ -351,8 +351,10 @@ def _evidence_run(
         run, result, cases = measured.run, measured.result, measured.cases
         observed = result.wall_s
         if target.test_id is not None:
-            durations = [case.duration_s for case in cases if case.test_id == target.test_id]
-            observed = durations[0] if durations else result.wall_s
+            mine = [case for case in cases if case.test_id == target.test_id]
+            observed = mine[0].duration_s if mine else result.wall_s
+            if times > 1:  # the plugin stops early once the probe has slowed the runs
+                times = amplify.ran(mine[0].iterations if mine else None, times)
         drafts = probe.collect(result)
         nothing = pytest_command.nothing_ran(result.exit_code, target.test_id) if target.test_id else None
         if nothing is not None:  # whatever the tool saw, it was not the test: never "ok"
@@ -523,21 +525,22 @@ TRACER_ERROR = 0.5
 AMPLIFIED = ("strace", "pyspy", "core", "faulthandler", "asyncio_loop")
 
 
-def _iterations(target: Target, label: str, probe: str) -> int:
-    """How many times a drilled test runs in this probe's evidence run (1: as it is)."""
+def _amplification(target: Target, label: str, probe: str) -> tuple[int, float]:
+    """How many times a drilled test runs in this probe's evidence run at most (1: as it
+    is), and the seconds of runs under the probe after which it stops repeating."""
     summary = target.summaries.get(label)
     if target.test_id is None or probe not in AMPLIFIED or summary is None:
-        return 1
+        return 1, amplify.TARGET_S
     if not pytest_command.is_pytest(target.command):
-        return 1
+        return 1, amplify.TARGET_S
     # The upper end of its interval, not the median: a test slow in some runs (two modes,
     # 0.04 s and 0.4 s) repeated to fill TARGET_S at its fast median took 25 x its mean,
     # 6 s per probe instead of about one.
+    slow = max(summary.median, summary.ci_high)
     if probe == "pyspy":
-        return amplify.iterations(
-            max(summary.median, summary.ci_high), amplify.PROFILE_TARGET_S, amplify.PROFILE_MAX_ITERATIONS
-        )
-    return amplify.iterations(max(summary.median, summary.ci_high))
+        planned = amplify.iterations(slow, amplify.PROFILE_TARGET_S, amplify.PROFILE_MAX_ITERATIONS)
+        return planned, amplify.PROFILE_TARGET_S
+    return amplify.iterations(slow), amplify.TARGET_S
 
 
 def _store_evidence(

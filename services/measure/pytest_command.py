@@ -56,6 +56,9 @@ class TestCase:
     duration_s: float
     outcome: str  # passed, failed, error, skipped
     line: int | None = None  # 1-based line of its definition (xunit1's 0-based line attribute + 1)
+    # The times an evidence run's plugin ran it (services/measure/probes/amplify.py), from
+    # its case's property; None where no plugin said.
+    iterations: int | None = None
 
 
 def is_pytest(command: list[str]) -> bool:
@@ -355,8 +358,20 @@ def parse(path: Path) -> list[TestCase]:
     cases: list[TestCase] = []
     for case in _cases(path):
         if _collection_failure(case) is None:
-            cases.append(TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case)))
+            cases.append(
+                TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case), _iterations(case))
+            )
     return cases
+
+
+# The property the amplify plugin sets on its test's case (services/measure/probes/amplify.py).
+ITERATIONS_PROPERTY = "lagtrace_iterations"
+
+
+def _iterations(case) -> int | None:
+    prop = case._elem.find(f"properties/property[@name='{ITERATIONS_PROPERTY}']")
+    value = prop.get("value", "") if prop is not None else ""
+    return int(value) if value.isdigit() else None
 
 
 def collection_errors(path: Path) -> list[CollectionError]:
