@@ -23,6 +23,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points
+from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.jobs.summaries import percentile
 from services.models import (
     CatalogueEntry,
@@ -401,10 +402,13 @@ class TestEntry:
         steps = []
         for group in self.findings:
             finding = group["finding"]
-            if finding.kind != change_points.KIND or finding.metrics.get("branch") != branch:
+            if finding.kind != change_points.KIND:
                 continue
-            since = (finding.metrics.get("first_slow") or {}).get("commit") or f"job #{finding.job_id}"
-            steps.append((finding, f"{float(finding.metrics.get('ratio') or 0):.2f}x since {since[:10]}"))
+            step = metrics_of(finding.kind, finding.metrics)
+            if not isinstance(step, SlowerSinceMetrics) or step.branch != branch:
+                continue  # a stored shape the model does not read names no branch
+            since = step.first_slow.commit or f"job #{finding.job_id}"
+            steps.append((finding, f"{step.ratio:.2f}x since {since[:10]}"))
         return steps
 
 

@@ -30,6 +30,7 @@ from services.context import ctx, db
 from services.diagnose import inbox as dashboard
 from services.diagnose import triage
 from services.diagnose.findings import Severity
+from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
 from services.evidence import EvidenceKind
 from services.jobs import check_runs, lifecycle
@@ -795,7 +796,13 @@ def confirm_finding(finding_id: int):
     session_ = db()
     job = submissions.confirm_slower_since(session_, ctx().settings, found, origin="web")
     session_.commit()
-    fast, slow = found.metrics["last_fast"]["commit"], found.metrics["first_slow"]["commit"]
+    # confirm_slower_since read both commits from the same metrics, or refused.
+    step = metrics_of(found.kind, found.metrics)
+    fast, slow = (
+        (step.last_fast.commit or "", step.first_slow.commit or "")
+        if isinstance(step, SlowerSinceMetrics)
+        else ("", "")
+    )
     flash(f"Job {job.id} screens {fast[:12]} (last fast, the base) and {slow[:12]} (first slow, the head) interleaved.")
     return redirect(url_for("web.job", job_id=job.id))
 

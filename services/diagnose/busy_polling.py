@@ -17,6 +17,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import BusyPollingMetrics
 from services.evidence import StraceContent
 
 SLEEPS = frozenset({"nanosleep", "clock_nanosleep", "sched_yield"})
@@ -86,17 +87,17 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 ),
                 config_label=config.label,
                 test_id=evidence.test_id,
-                metrics={
+                metrics=BusyPollingMetrics(
                     # The polling syscalls' system time (strace -c) per run of the subject,
                     # no more than the untraced run lasts: what waking up to check costs.
                     # The wait itself is the peer's (a child, a socket): polling does not make it.
-                    "accounts_s": min(polled_s / times, wall),
-                    "polling_calls": calls,
-                    "polling_calls_per_s": calls_per_s,
-                    "voluntary_switches_per_s": switches_per_s,
-                    "cpu_share": cpu_share,
-                    "syscalls": {row.name: row.calls for row in rows},
-                },
+                    accounts_s=min(polled_s / times, wall),
+                    polling_calls=calls,
+                    polling_calls_per_s=calls_per_s,
+                    voluntary_switches_per_s=switches_per_s,
+                    cpu_share=cpu_share,
+                    syscalls={row.name: row.calls for row in rows},
+                ),
                 evidence_ids=[evidence.id],
             )
         )

@@ -22,13 +22,13 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import triage
 from services.diagnose.findings import Severity, fingerprint, format_seconds
+from services.diagnose.metrics import PushesMedian, PushRef, SlowerSinceMetrics, metrics_of
 from services.measure.stats import Summary, median_interval
 from services.models import TEST_HISTORY_KINDS, Finding, Job, JobConfig, JobSource, JobStatus, Run, TestResult
 from services.thresholds import Thresholds
@@ -220,7 +220,9 @@ def _known_steps(session: Session, project_id: int, branch: str, tests: list[str
                 Finding.test_id.in_(tests[start : start + CHUNK]),
             )
         ):
-            if finding.metrics.get("branch") == branch and finding.test_id and finding.config_label:
+            stored = metrics_of(finding.kind, finding.metrics)
+            on_branch = isinstance(stored, SlowerSinceMetrics) and stored.branch == branch
+            if on_branch and finding.test_id and finding.config_label:
                 known[(finding.test_id, finding.config_label)].append(finding.job_id)
     return known
 
@@ -235,18 +237,18 @@ def _finding(
     first_slow, last_fast = pushes[step.index], pushes[step.index - 1]
     culprit = session.get(Job, first_slow.first_job_id) or job
     ratio = step.ratio
-    metrics: dict[str, Any] = {
-        "branch": branch,
-        "ratio": ratio,
-        "p_value": step.p_value,
-        "first_slow": {"commit": first_slow.commit, "job_id": first_slow.first_job_id},
-        "last_fast": {"commit": last_fast.commit, "job_id": last_fast.first_job_id},
+    metrics = SlowerSinceMetrics(
+        branch=branch,
+        ratio=ratio,
+        p_value=step.p_value,
+        first_slow=PushRef(commit=first_slow.commit, job_id=first_slow.first_job_id),
+        last_fast=PushRef(commit=last_fast.commit, job_id=last_fast.first_job_id),
         # Medians of the per-push medians on each side, with their 95 % intervals.
-        "before": {**step.before.as_dict(), "pushes": step.index - step.segment_start},
-        "after": {**step.after.as_dict(), "pushes": step.segment_end - step.index},
-        "found_after_job": job.id,
-        "method": METHOD,
-    }
+        before=_side(step.before, step.index - step.segment_start),
+        after=_side(step.after, step.segment_end - step.index),
+        found_after_job=job.id,
+        method=METHOD,
+    )
     before, after = step.before, step.after
     finding = Finding(
         job=culprit,
@@ -258,15 +260,16 @@ def _finding(
             f"{_short(last_fast)} (job #{last_fast.first_job_id}, the last fast push) and {_short(first_slow)} "
             f"(job #{first_slow.first_job_id}, the first slow one), p = {step.p_value:.2g}. Median of the "
             f"pushes' medians before: {format_seconds(before.median)} (95 % interval "
-            f"{format_seconds(before.ci_low)} to {format_seconds(before.ci_high)}, {metrics['before']['pushes']} "
+            f"{format_seconds(before.ci_low)} to {format_seconds(before.ci_high)}, {metrics.before.pushes} "
             f"pushes); after: {format_seconds(after.median)} ({format_seconds(after.ci_low)} to "
-            f"{format_seconds(after.ci_high)}, {metrics['after']['pushes']} pushes). Found after job #{job.id}. "
+            f"{format_seconds(after.ci_high)}, {metrics.after.pushes} pushes). Found after job #{job.id}. "
             "Jobs on different days may have run on different machines: screen the two commits interleaved "
             "(a pull request's base against its head) to confirm."
         ),
         config_label=label,
         test_id=test_id,
-        metrics=metrics,
+        # Stored here, not through diagnose.py: the JSON the finding keeps.
+        metrics=metrics.stored(),
         evidence_ids=[],
         # One problem per step: the test, the branch and the push that made it slower
         # (another step of the same test later is another problem, triaged on its own).
@@ -276,3 +279,14 @@ def _finding(
     session.add(finding)
     session.flush()
     return finding
+
+
+def _side(summary: Summary, pushes: int) -> PushesMedian:
+    return PushesMedian(
+        median=summary.median,
+        ci_low=summary.ci_low,
+        ci_high=summary.ci_high,
+        n=summary.n,
+        confidence=summary.confidence,
+        pushes=pushes,
+    )

@@ -13,6 +13,7 @@ from collections import Counter
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import CollectionError, CommandFailedMetrics
 from services.measure import pytest_command
 from services.models import Run
 
@@ -97,20 +98,20 @@ def check(context: RuleContext) -> list[FindingDraft]:
             detail=" ".join(detail),
             config_label=None if everywhere else next(iter(failing)),
             test_id=test_id,
-            metrics={
+            metrics=CommandFailedMetrics(
                 # No run measured anything but the failure: each run's whole time is its.
-                "accounts_s": statistics.median(run.wall_s for run in runs),
-                "configs": {label: len(per_config) for label, per_config in failing.items()},
-                "runs": len(runs),
-                "timed_out": timed_out,
-                "exit_codes": {str(code): count for code, count in codes.items()},
-                "exit_code": codes.most_common(1)[0][0] if codes else None,
-                "failed_tests": failed_tests,
-                "collection_errors": [{"module": e.module, "exception": e.exception} for e in uncollected],
+                accounts_s=statistics.median(run.wall_s for run in runs),
+                configs={label: len(per_config) for label, per_config in failing.items()},
+                runs=len(runs),
+                timed_out=timed_out,
+                exit_codes={str(code): count for code, count in codes.items()},
+                exit_code=codes.most_common(1)[0][0] if codes else None,
+                failed_tests=failed_tests,
+                collection_errors=[CollectionError(module=e.module, exception=e.exception) for e in uncollected],
                 # How it failed: part of the finding's fingerprint (services/diagnose/diagnose.py).
-                "failure": kind,
-                "output_tail": tail,
-            },
+                failure=kind,
+                output_tail=tail,
+            ),
         )
     ]
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
+from services.diagnose.metrics import ConfigMedian, ConfigsLoad, CpuSensitivityMetrics, PinnedShare, QuotaShare
 from services.diagnose.neighbours import confounded
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import JobSamples
@@ -227,28 +228,35 @@ def _finding(candidate: Candidate, thresholds: Thresholds, family_size: int) -> 
         detail=detail,
         config_label=worst.slow,
         test_id=candidate.test_id,
-        metrics={
-            "ratio": ratio,
-            "slower_by_s": slow.median - fast.median,
-            "slow": {"config": worst.slow, **slow.as_dict()},
-            "fast": {"config": worst.fast, **fast.as_dict()},
-            "medians": {label: summary.median for label, summary in summaries.items()},
-            "p_value": candidate.p_value,
-            "fdr": thresholds.cpu_sensitivity_fdr,
-            "family_size": family_size,
-            "method": METHOD,
-            **({"neighbour_load": {"slow": neighbours.first, "fast": neighbours.second}} if neighbours else {}),
-            **(
-                {"quota": {"cpus": worst.quota, "cpu_share": worst.cpu_share, "expected_s": worst.expected_s}}
-                if worst.quota is not None
-                else {}
-            ),
-            **(
-                {"pinned": {"cpus": worst.pinned, "cpu_share": worst.cpu_share, "expected_s": worst.expected_s}}
-                if worst.pinned is not None
-                else {}
-            ),
-        },
+        metrics=CpuSensitivityMetrics(
+            ratio=ratio,
+            slower_by_s=slow.median - fast.median,
+            slow=_median(worst.slow, slow),
+            fast=_median(worst.fast, fast),
+            medians={label: summary.median for label, summary in summaries.items()},
+            p_value=candidate.p_value,
+            fdr=thresholds.cpu_sensitivity_fdr,
+            family_size=family_size,
+            method=METHOD,
+            neighbour_load=ConfigsLoad(slow=neighbours.first, fast=neighbours.second) if neighbours else None,
+            quota=QuotaShare(cpus=worst.quota, cpu_share=worst.cpu_share, expected_s=worst.expected_s)
+            if worst.quota is not None
+            else None,
+            pinned=PinnedShare(cpus=worst.pinned, cpu_share=worst.cpu_share, expected_s=worst.expected_s)
+            if worst.pinned is not None
+            else None,
+        ),
+    )
+
+
+def _median(label: str, summary: Summary) -> ConfigMedian:
+    return ConfigMedian(
+        config=label,
+        median=summary.median,
+        ci_low=summary.ci_low,
+        ci_high=summary.ci_high,
+        n=summary.n,
+        confidence=summary.confidence,
     )
 
 

@@ -36,6 +36,7 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, graded
+from services.diagnose.metrics import CpuThrottlingMetrics
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.configs import cpu_config
 from services.models import JobConfig
@@ -139,19 +140,19 @@ def check(context: RuleContext) -> list[FindingDraft]:
                     f"os.cpu_count(), which counts the host's cores.{beyond}"
                 ),
                 config_label=config.label,
-                metrics={
-                    "throttled_share": share,
-                    "nr_periods": periods,
-                    "nr_throttled": throttled,
-                    "median_held_s": held_s,
-                    "median_throttled_s": statistics.median((run.throttled_s or 0.0) for run in runs),
-                    "median_wall_s": wall_s,
-                    "cpu_demand": wanted,
-                    "quota_cpus": config.cpus,
+                metrics=CpuThrottlingMetrics(
+                    throttled_share=share,
+                    nr_periods=periods,
+                    nr_throttled=throttled,
+                    median_held_s=held_s,
+                    median_throttled_s=statistics.median((run.throttled_s or 0.0) for run in runs),
+                    median_wall_s=wall_s,
+                    cpu_demand=wanted,
+                    quota_cpus=config.cpus,
                     # What throttling costs beyond the quota's share (the time held back
                     # where no configuration runs without a quota): the cause's weight.
-                    "accounts_s": cost_s,
-                },
+                    accounts_s=cost_s,
+                ),
             )
         )
     return drafts

@@ -19,6 +19,7 @@ from services.diagnose import (
 )
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, fingerprint
+from services.diagnose.metrics import CommandFailedMetrics, ratio_of
 from services.diagnose.symptoms import TIMING_RULES
 from services.models import Finding, Job
 from services.thresholds import Thresholds
@@ -49,7 +50,7 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
     session.flush()
     context = RuleContext(job, thresholds)
     drafts = [draft for rule in RULES for draft in rule(context)]
-    drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.metrics.get("ratio", 0))))
+    drafts.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -(ratio_of(d.metrics) or 0.0)))
     findings = []
     for draft in drafts:
         scope = scope_of(draft, job.command)
@@ -61,7 +62,8 @@ def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding
             detail=draft.detail,
             config_label=draft.config_label,
             test_id=draft.test_id,
-            metrics=draft.metrics,
+            # The one place a draft's typed numbers become the JSON the finding stores.
+            metrics=draft.metrics.stored(),
             evidence_ids=draft.evidence_ids,
             fingerprint=fingerprint(job.project.name, draft.kind, scope),
         )
@@ -78,7 +80,8 @@ def scope_of(draft: FindingDraft, command: list[str]) -> str:
     one whose module cannot be imported are two problems, triaged apart."""
     scope = draft.test_id or "command:" + shlex.join(command)
     if draft.kind == command_failed.KIND:
-        scope += "\x1f" + str(draft.metrics.get("failure") or command_failed.EXITED)
+        failure = draft.metrics.failure if isinstance(draft.metrics, CommandFailedMetrics) else None
+        scope += "\x1f" + (failure or command_failed.EXITED)
     return scope
 
 

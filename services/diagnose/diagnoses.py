@@ -95,6 +95,9 @@ UNEXPLAINED = {
 
 
 def _symptom(finding: dict[str, Any]) -> str:
+    # Report findings' metrics are read by key, not parsed (services/diagnose/metrics.py
+    # metrics_of): the story is told from whatever part of a kind's numbers a finding
+    # holds, and test_diagnoses.py builds findings with a few keys alone.
     metrics = finding.get("metrics") or {}
     if finding["kind"] == "cpu_sensitivity" and "slow" in metrics:
         slow, fast = metrics["slow"], metrics["fast"]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from services.diagnose.attribution import named_test, parse_frame, task_frames
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity, format_seconds
+from services.diagnose.metrics import EventLoopBlockedMetrics
 from services.evidence import AsyncioLoopContent, BlockingCall
 from services.measure.probes.asyncio_loop import TASK_NAME as _TASK_NAME
 from services.models import Evidence
@@ -176,15 +177,15 @@ def _draft(portion: Portion) -> FindingDraft:
         ),
         config_label=evidence.config.label if evidence.config else None,
         test_id=test_id,
-        metrics={
-            "blocked_s": blocked,
+        metrics=EventLoopBlockedMetrics(
+            blocked_s=blocked,
             # What the mechanism takes of one run: the loop stood still this long
             # (per run of a test repeated in its evidence run, probes/amplify.py).
-            "accounts_s": blocked / (1 if portion.attributed else iterations),
-            "slow_callbacks": portion.slow_callbacks,
-            "callbacks": content.callbacks,
-            "blocking_calls": [call.model_dump() for call in calls],
-            **({"attributed_from": "the whole command's drill"} if portion.attributed else {}),
-        },
+            accounts_s=blocked / (1 if portion.attributed else iterations),
+            slow_callbacks=portion.slow_callbacks,
+            callbacks=content.callbacks,
+            blocking_calls=list(calls),
+            attributed_from="the whole command's drill" if portion.attributed else None,
+        ),
         evidence_ids=[evidence.id],
     )

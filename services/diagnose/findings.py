@@ -5,7 +5,8 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+
+from services.diagnose.metrics import Metrics
 
 
 class Severity(enum.StrEnum):
@@ -34,7 +35,8 @@ class FindingDraft:
     detail: str
     config_label: str | None = None
     test_id: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    # Typed per kind (services/diagnose/metrics.py); JSON only once stored (diagnose.py).
+    metrics: Metrics = field(default_factory=Metrics)
     evidence_ids: list[int] = field(default_factory=list)
 
 

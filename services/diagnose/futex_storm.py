@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import FutexStormMetrics
 from services.evidence import GdbContent, StraceContent, SyscallRow
 from services.models import Evidence
 
@@ -64,14 +65,14 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 detail=detail,
                 config_label=evidence.config.label if evidence.config else None,
                 test_id=test_id,
-                metrics={
+                metrics=FutexStormMetrics(
                     # The wake-ups' system time per run, no more than the untraced run lasts.
-                    "accounts_s": min(row.seconds / times, median) if median else row.seconds / times,
-                    "futex_pct_time": row.pct_time,
-                    "futex_calls": row.calls,
-                    "futex_seconds": row.seconds,
-                    "futex_share_of_run": share,
-                },
+                    accounts_s=min(row.seconds / times, median) if median else row.seconds / times,
+                    futex_pct_time=row.pct_time,
+                    futex_calls=row.calls,
+                    futex_seconds=row.seconds,
+                    futex_share_of_run=share,
+                ),
                 evidence_ids=[evidence.id, *(e.id for e in gil)],
             )
         )

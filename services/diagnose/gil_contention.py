@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
+from services.diagnose.metrics import GilContentionMetrics
 from services.evidence import (
     CoreThread,
     DumpedThread,
@@ -71,7 +72,10 @@ def check(context: RuleContext) -> list[FindingDraft]:
             found.setdefault(evidence.test_id, _Witnesses()).pyspy.append((evidence, holders, runnable))
     drafts = []
     for test_id, entry in found.items():
-        metrics: dict = {}
+        # Stated only where the GIL was sampled in both the slow and the fast configuration.
+        accounts_s: float | None = None
+        slow_vs_fast: str | None = None
+        gil_wait_share: dict[str, float] | None = None
         lines: list[str] = []
         severity: Severity | None = None
         pair = context.drill_pair(test_id)
@@ -89,11 +93,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 compared = (
                     f"in {pair.slow} a thread waited for the GIL in {_sampled(slow)}; in {pair.fast}, {_sampled(fast)}"
                 )
-                metrics.update(
-                    accounts_s=round(accounts, 6),
-                    slow_vs_fast=compared,
-                    gil_wait_share={pair.slow: round(slow.share, 3), pair.fast: round(fast.share, 3)},
-                )
+                accounts_s, slow_vs_fast = round(accounts, 6), compared
+                gil_wait_share = {pair.slow: round(slow.share, 3), pair.fast: round(fast.share, 3)}
                 lines.append(
                     f"{compared}: about {_s(waited_slow)} of the {_s(slow_median)} median waiting for it, "
                     f"against {_s(waited_fast)} of {_s(fast_median)}"
@@ -146,7 +147,13 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 "each other: move the computation out of the process or away from the hand-off path",
                 config_label=pair.slow if pair is not None else configs[0] if len(configs) == 1 else None,
                 test_id=test_id,
-                metrics={"threads_waiting_for_gil": waiting_max, "configs": configs, **metrics},
+                metrics=GilContentionMetrics(
+                    threads_waiting_for_gil=waiting_max,
+                    configs=configs,
+                    accounts_s=accounts_s,
+                    slow_vs_fast=slow_vs_fast,
+                    gil_wait_share=gil_wait_share,
+                ),
                 evidence_ids=list(dict.fromkeys(e.id for e in evidence_items)),
             )
         )

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.findings import format_seconds as _s
+from services.diagnose.metrics import HotPathGrowthMetrics, HotPathProfileMetrics
 from services.diagnose.symptoms import screen_findings, symptomatic
 from services.evidence import ProfiledFunction, PySpyDumpContent, PySpyRecordContent, ThreadFunctions
 from services.models import Evidence
@@ -161,12 +162,12 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 ),
                 config_label=label,
                 test_id=test_id,
-                metrics={
-                    "thread": table.thread,
-                    "samples": table.samples,
-                    "functions": [f.model_dump() for f in own + path],
-                    "cpu_share": cpu_share,
-                },
+                metrics=HotPathProfileMetrics(
+                    thread=table.thread,
+                    samples=table.samples,
+                    functions=own + path,
+                    cpu_share=cpu_share,
+                ),
                 evidence_ids=[evidence.id],
             )
         )
@@ -321,17 +322,17 @@ def _differential(
         ),
         config_label=pair.slow,
         test_id=test_id,
-        metrics={
-            "functions": [g.function.model_dump() for g in named],
-            "per_run_s": {
+        metrics=HotPathGrowthMetrics(
+            functions=[g.function for g in named],
+            per_run_s={
                 f"{g.function.function} ({_short(g.function.file)})": {pair.slow: g.slow_s, pair.fast: g.fast_s}
                 for g in named
             },
-            "accounts_s": round(accounts, 6),
-            "slow_vs_fast": (
+            accounts_s=round(accounts, 6),
+            slow_vs_fast=(
                 f"in {pair.slow} {top.function.function} was on the stack {_s(top.slow_s)} per run; "
                 f"in {pair.fast}, {_s(top.fast_s)}"
             ),
-        },
+        ),
         evidence_ids=[profiles[pair.slow][0].id, profiles[pair.fast][0].id],
     )

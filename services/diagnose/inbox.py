@@ -18,6 +18,7 @@ from sqlalchemy import Select, bindparam, case, delete, distinct, func, select, 
 from sqlalchemy.orm import Session
 
 from services.diagnose.findings import SEVERITY_ORDER
+from services.diagnose.metrics import Metrics, metrics_of, ratio_of
 from services.models import (
     COMMAND_KINDS,
     TEST_TIMING_KINDS,
@@ -225,13 +226,10 @@ def _ratio_in_sql() -> Any:
     return case((metric > 1.0, metric), else_=1.0)
 
 
-def finding_ratio(metrics: dict[str, Any]) -> float:
-    """A finding's slowdown ratio, at least 1: cpu_sensitivity and latency_flaky carry
-    one; the other kinds count as 1x, so that frequency alone orders them."""
-    try:
-        return max(1.0, float(metrics.get("ratio") or 1.0))
-    except (TypeError, ValueError):
-        return 1.0
+def finding_ratio(metrics: Metrics) -> float:
+    """A finding's slowdown ratio, at least 1: cpu_sensitivity, latency_flaky and
+    slower_since carry one; the other kinds count as 1x, so that frequency alone orders them."""
+    return max(1.0, ratio_of(metrics) or 1.0)
 
 
 def rebuild_groups(session: Session) -> None:
@@ -289,7 +287,7 @@ def refresh_groups(session: Session, fingerprints: set[str]) -> None:
             group.kind = finding.kind
             group.test_id = finding.test_id
             group.latest_id = latest_id
-            group.ratio = finding_ratio(finding.metrics)
+            group.ratio = finding_ratio(metrics_of(finding.kind, finding.metrics))
             group.recurrence = recurrence
             group.first_seen = first
             group.last_seen = last

@@ -12,6 +12,7 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, FindingDraft, Severity, format_seconds
+from services.diagnose.metrics import GroupsLoad, LatencyFlakyDispersedMetrics, LatencyFlakyModesMetrics
 from services.diagnose.neighbours import confounded
 from services.measure.cgroups import THROTTLE_PAUSE_S
 from services.measure.samples import WALL_RESOLUTION_S, JobSamples
@@ -118,13 +119,12 @@ def _judge(
         below = fast_median < resolution
         ratio = statistics.median(slow) / max(fast_median, resolution)
         slower = f"{'at least ' if below else ''}{ratio:.1f}x slower"
-        metrics: dict = {"pattern": "multimodal", "ratio": ratio, "fast_runs": fast, "slow_runs": slow, "runs": values}
         groups = (
             f"{len(fast)} runs around {format_seconds(fast_median)}, {len(slow)} around "
             f"{format_seconds(statistics.median(slow))}"
         )
 
-        def draft(severity: Severity, title: str, detail: str) -> FindingDraft:
+        def draft(severity: Severity, title: str, detail: str, load: GroupsLoad | None = None) -> FindingDraft:
             return FindingDraft(
                 kind="latency_flaky",
                 severity=severity,
@@ -132,7 +132,9 @@ def _judge(
                 detail=detail,
                 config_label=label,
                 test_id=test_id,
-                metrics=metrics,
+                metrics=LatencyFlakyModesMetrics(
+                    ratio=ratio, fast_runs=fast, slow_runs=slow, runs=values, neighbour_load=load
+                ),
             )
 
         # The groups are split by value (every slow run is above every fast one), so a
@@ -144,12 +146,12 @@ def _judge(
         if neighbours:
             # Two latencies that follow the machine's other work are no hidden state of
             # the program's: a note that the screen should be repeated on a quiet machine.
-            metrics["neighbour_load"] = {"fast": neighbours.first, "slow": neighbours.second}
             return draft(
                 Severity.low,
                 ", which follow the machine's other work",
                 f"{groups} ({label}); runs: {runs}. {neighbours.describe('fast', 'slow')}: "
                 f"screen again on a quiet machine",
+                GroupsLoad(fast=neighbours.first, slow=neighbours.second),
             )
         return draft(
             Severity.medium,
@@ -172,6 +174,6 @@ def _judge(
             ),
             config_label=label,
             test_id=test_id,
-            metrics={"pattern": "dispersed", "iqr_s": quartiles[2] - quartiles[0], "median_s": median, "runs": values},
+            metrics=LatencyFlakyDispersedMetrics(iqr_s=quartiles[2] - quartiles[0], median_s=median, runs=values),
         )
     return None

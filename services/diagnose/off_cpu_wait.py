@@ -17,6 +17,7 @@ import statistics
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import OffCpuWaitMetrics
 
 
 def check(context: RuleContext) -> list[FindingDraft]:
@@ -47,13 +48,13 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 f"Look at what it waits for: I/O patterns (many tiny reads), locks, sleeps, a slow peer"
             ),
             config_label=config.label,
-            metrics={
+            metrics=OffCpuWaitMetrics(
                 # The wait: wall time the median run spent off the CPU.
-                "accounts_s": max(0.0, wall_s - cpu_s),
-                "cpu_share": share,
-                "median_wall_s": wall_s,
-                "median_cpu_s": cpu_s,
-                "median_voluntary_ctx_switches": switches,
-            },
+                accounts_s=max(0.0, wall_s - cpu_s),
+                cpu_share=share,
+                median_wall_s=wall_s,
+                median_cpu_s=cpu_s,
+                median_voluntary_ctx_switches=switches,
+            ),
         )
     ]

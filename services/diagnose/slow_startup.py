@@ -22,6 +22,7 @@ import sys
 
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import SlowStartupImportsMetrics, SlowStartupPytestMetrics
 from services.evidence import ImportsContent, ImportTiming
 from services.measure import pytest_command as junit
 from services.models import Evidence
@@ -100,13 +101,13 @@ def _from_imports(context: RuleContext, found: tuple[Evidence, ImportsContent] |
                 f"({share:.0%} of the run){listed}. Defer the heavy import, or the work it does at import time"
             ),
             config_label=evidence.config.label if evidence.config else None,
-            metrics={
-                "accounts_s": min(total, median),
-                "import_s": total,
-                "timing_median_s": median,
-                "share": share,
-                "slowest": [entry.model_dump() for entry in slowest],
-            },
+            metrics=SlowStartupImportsMetrics(
+                accounts_s=min(total, median),
+                import_s=total,
+                timing_median_s=median,
+                share=share,
+                slowest=slowest,
+            ),
             evidence_ids=[evidence.id],
         )
     ]
@@ -169,13 +170,13 @@ def _from_pytest(context: RuleContext, found: tuple[Evidence, ImportsContent] | 
                 f"and collection{listed}{advice}"
             ),
             config_label=label,
-            metrics={
-                "accounts_s": overhead,
-                "startup_s": overhead,
-                "share": share,
-                "plugins_s": plugins_s,
-                "slowest": [entry.model_dump() for entry in slowest],
-            },
+            metrics=SlowStartupPytestMetrics(
+                accounts_s=overhead,
+                startup_s=overhead,
+                share=share,
+                plugins_s=plugins_s,
+                slowest=slowest,
+            ),
             evidence_ids=[found[0].id] if found is not None and slowest else [],
         )
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import StallMetrics
 from services.evidence import StallContent
 from services.models import Evidence
 
@@ -94,15 +95,15 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 detail=detail,
                 config_label=stall.config.label if stall.config else None,
                 test_id=test_id,
-                metrics={
-                    "accounts_s": max(0.0, stalled_s - (median or 0.0)),
-                    "elapsed_s": content.elapsed_s,
-                    "stall_after_s": content.stall_after_s,
-                    "wall_s": content.wall_s,
-                    "timed_out": content.timed_out,
-                    "frozen_s": content.frozen_s,
-                    "attempts": content.attempts,
-                },
+                metrics=StallMetrics(
+                    accounts_s=max(0.0, stalled_s - (median or 0.0)),
+                    elapsed_s=content.elapsed_s,
+                    stall_after_s=content.stall_after_s,
+                    wall_s=content.wall_s,
+                    timed_out=content.timed_out,
+                    frozen_s=content.frozen_s,
+                    attempts=content.attempts,
+                ),
                 evidence_ids=[stall.id, *(e.id for e in snapshot)],
             )
         )

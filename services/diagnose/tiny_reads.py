@@ -23,6 +23,7 @@ import statistics
 
 from services.diagnose.context import RuleContext, subject, where
 from services.diagnose.findings import FindingDraft, Severity
+from services.diagnose.metrics import TinyReadsCountedMetrics, TinyReadsTracedMetrics
 from services.evidence import FdTypeReads, ReadsContent, StraceContent
 from services.measure.probes.reads import READ_SYSCALLS
 from services.models import Evidence
@@ -84,16 +85,16 @@ def _from_reads(context: RuleContext, test_id: str | None) -> list[FindingDraft]
                 f"{f' in a {wall:.2f} s traced run' if wall else ''}{partial}; sizes: {histogram}. {cost}{ADVICE}"
             ),
             config_label=entry.config.label if entry.config else None,
-            metrics={
-                **({"accounts_s": accounts} if accounts is not None else {}),
-                "fd_type": fd_type,
-                "reads": reads,
-                "median_bytes": median,
-                "mode_bytes": mode,
-                "mean_bytes": row.mean_bytes,
-                "bytes": row.bytes,
-                "histogram": row.histogram,
-            },
+            metrics=TinyReadsTracedMetrics(
+                accounts_s=accounts,
+                fd_type=fd_type,
+                reads=reads,
+                median_bytes=median,
+                mode_bytes=mode,
+                mean_bytes=row.mean_bytes,
+                bytes=row.bytes,
+                histogram=row.histogram,
+            ),
             evidence_ids=[entry.id],
         )
     ]
@@ -161,6 +162,6 @@ def _from_proc_io(context: RuleContext) -> list[FindingDraft]:
                 f"there), in {wall:.3f} s; the reads probe gives their typical size. {ADVICE}"
             ),
             config_label=config.label,
-            metrics={"read_syscalls": syscalls, "bytes_per_read": per_read, "median_wall_s": wall},
+            metrics=TinyReadsCountedMetrics(read_syscalls=syscalls, bytes_per_read=per_read, median_wall_s=wall),
         )
     ]

@@ -14,6 +14,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from services.diagnose import change_points
+from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs import shards, summaries, workers
 from services.jobs.dispatch import PREPARE, SCREEN
@@ -257,8 +258,11 @@ def confirm_slower_since(session: Session, settings: Settings, finding: Finding,
     perhaps on different machines; this compares the two commits under the same conditions."""
     if finding.kind != change_points.KIND:
         raise BadInput(f"finding {finding.id} is {finding.kind}, not {change_points.KIND}: nothing to confirm")
-    first_slow = (finding.metrics.get("first_slow") or {}).get("commit")
-    last_fast = (finding.metrics.get("last_fast") or {}).get("commit")
+    # A stored shape the model does not read names no commits: refused below, as before.
+    stored = metrics_of(finding.kind, finding.metrics)
+    step = stored if isinstance(stored, SlowerSinceMetrics) else None
+    first_slow = step.first_slow.commit if step is not None else None
+    last_fast = step.last_fast.commit if step is not None else None
     if not first_slow or not last_fast:
         raise Conflict(
             f"finding {finding.id} does not name both commits (jobs of uploaded archives): nothing to check out"
@@ -276,7 +280,7 @@ def confirm_slower_since(session: Session, settings: Settings, finding: Finding,
         executor=culprit.executor,
         image=source.image,
     )
-    branch = str(finding.metrics.get("branch") or source.branch or "") or None
+    branch = str((step.branch if step is not None else None) or source.branch or "") or None
     job = submit_job(
         session,
         settings,
