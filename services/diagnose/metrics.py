@@ -2,7 +2,8 @@
 
 A rule states its numbers as one of these models; they become the JSON a stored Finding
 holds only where a draft is stored (``Metrics.stored``: services/diagnose/diagnose.py,
-and change_points.py, which stores its findings itself). The stored JSON keeps the keys
+and change_points.py and services/jobs/pull_requests.py, which store their findings
+themselves). The stored JSON keeps the keys
 and values the rules wrote as plain dicts before, so the report (its schema leaves
 ``metrics`` open: services/jobs/report-v1.schema.json), the API, the dashboard's
 templates and findings stored earlier read the same shape.
@@ -57,7 +58,8 @@ class Metrics(BaseModel):
 
 class StoredMetrics(Metrics):
     """A stored shape no kind's model reads: a kind without a model, a finding stored
-    before its kind's current model (a key since added or renamed), or a finding built by
+    before its kind's current model (a key since added, renamed or retyped; a key since
+    dropped is only left out: metrics_of), or a finding built by
     hand (tests store ``{"ratio": 2.0}`` alone). Its keys are kept as stored
     (``model_extra``) so nothing is lost or crashes; typed readers find none of their
     fields in it and fall back as they did when a key was missing."""
@@ -305,6 +307,21 @@ class StallMetrics(Metrics):
     attempts: int | None
 
 
+class SlowerThanBaseMetrics(Metrics):
+    """slower_than_base: a pull request's test against its base commit, runs interleaved
+    (services/jobs/pull_requests.py)."""
+
+    ratio: float  # the head's median over the base's
+    # The ratio's 95 % interval and the rank test's p (Change's: None only for a change
+    # that did not regress, which files no finding).
+    ratio_low: float | None
+    ratio_high: float | None
+    base_median_s: float
+    head_median_s: float
+    p_value: float | None
+    base_commit: str | None  # the base commit's sha, as the job's source stored it
+
+
 class TinyReadsTracedMetrics(Metrics):
     """tiny_reads from the reads probe (strace of every read)."""
 
@@ -344,6 +361,7 @@ KINDS: dict[str, Any] = {
     "latency_flaky": Annotated[LatencyFlakyModesMetrics | LatencyFlakyDispersedMetrics, Field(discriminator="pattern")],
     "off_cpu_wait": OffCpuWaitMetrics,
     "slow_startup": SlowStartupImportsMetrics | SlowStartupPytestMetrics,
+    "slower_than_base": SlowerThanBaseMetrics,
     "stall": StallMetrics,
     "tiny_reads": TinyReadsTracedMetrics | TinyReadsCountedMetrics,
 }
@@ -355,19 +373,30 @@ def metrics_of(kind: str, stored: Any) -> Metrics:
 
     Never raises: an unknown kind, or a shape its kind's model does not read (stored
     before a key was added; built by hand), comes back as StoredMetrics with the keys as
-    stored, and a reader of typed fields treats it as not stating them."""
+    stored, and a reader of typed fields treats it as not stating them. Keys the model
+    does not state are left out of it, not refused: an older job's key that a kind has
+    since dropped does not hide the numbers it still states
+    (test_metrics.py::test_a_key_an_older_job_stored_is_left_out_and_the_rest_reads_typed)."""
     found = stored if isinstance(stored, dict) else {}
     reader = _READERS.get(kind)
     if reader is not None:
         try:
             return reader.validate_python(found)
         except ValidationError:
-            pass  # an older or partial shape: kept as stored, below
+            pass
+        try:
+            # A key an older lagtrace stored that the kind no longer states: the keys it
+            # does state still read as typed (the key is only left out of the model; the
+            # stored JSON, which the report and the API serve, keeps it).
+            # extra="ignore" here overrides the models' "forbid", which is for the rules.
+            return reader.validate_python(found, extra="ignore")
+        except ValidationError:
+            pass  # a key missing or of another type: kept as stored, below
     return StoredMetrics.model_validate(found)
 
 
 # Kinds whose metrics state a slowdown ratio.
-_RATIOED = (CpuSensitivityMetrics, LatencyFlakyModesMetrics, SlowerSinceMetrics)
+_RATIOED = (CpuSensitivityMetrics, LatencyFlakyModesMetrics, SlowerSinceMetrics, SlowerThanBaseMetrics)
 
 
 def ratio_of(metrics: Metrics) -> float | None:

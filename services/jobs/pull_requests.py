@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, object_session
 
 from services.diagnose import triage
 from services.diagnose.findings import fingerprint, format_seconds, graded
+from services.diagnose.metrics import SlowerThanBaseMetrics
 from services.measure.samples import JobSamples, collect, succeeded
 from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test, ratio_interval
 from services.models import COMMAND_KINDS, BaseComparison, Finding, Job, JobSource, RunKind
@@ -236,15 +237,16 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
             ),
             config_label=change.config,
             test_id=test_id,
-            metrics={
-                "ratio": ratio,
-                "ratio_low": change.ratio_low,
-                "ratio_high": change.ratio_high,
-                "base_median_s": base.median,
-                "head_median_s": change.head.median,
-                "p_value": change.p_value,
-                "base_commit": source.base_commit_sha,
-            },
+            # Stored here, its one edge: the finding is built whole, as no rule's draft.
+            metrics=SlowerThanBaseMetrics(
+                ratio=ratio,
+                ratio_low=change.ratio_low,
+                ratio_high=change.ratio_high,
+                base_median_s=base.median,
+                head_median_s=change.head.median,
+                p_value=change.p_value,
+                base_commit=source.base_commit_sha,
+            ).stored(),
             evidence_ids=[],
             fingerprint=fingerprint(job.project.name, FINDING_KIND, scope),
         )

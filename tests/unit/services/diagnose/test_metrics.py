@@ -16,6 +16,7 @@ from services.diagnose.metrics import (
     LatencyFlakyDispersedMetrics,
     LatencyFlakyModesMetrics,
     QuotaShare,
+    SlowerThanBaseMetrics,
     StoredMetrics,
     metrics_of,
     ratio_of,
@@ -128,3 +129,45 @@ def test_the_stored_form_reads_by_key():
     metrics = sensitive()
     assert metrics["ratio"] == 4.0 and metrics["slow"]["config"] == "cpus=0.5"
     assert "quota" not in metrics and "ratio" in metrics
+
+
+def test_a_key_an_older_job_stored_is_left_out_and_the_rest_reads_typed():
+    # A key no model states any more, at the top and inside a part: the stored JSON keeps
+    # it (the report and the API serve the column as stored); the typed read skips it.
+    stored = sensitive(quota=QuotaShare(cpus=0.5, cpu_share=1.0, expected_s=0.11)).stored()
+    stored["verdict"] = "slower"
+    stored["slow"]["mean"] = 0.21
+    read = metrics_of("cpu_sensitivity", stored)
+    assert isinstance(read, CpuSensitivityMetrics)
+    assert read.slow.median == 0.2 and read.quota is not None and read.quota.expected_s == 0.11
+    assert "verdict" not in read.stored() and stored["verdict"] == "slower"
+    # Where the kind has two producers, the extra key does not make it the other one.
+    function = ProfiledFunction(
+        function="f", file="m.py", line=3, own_samples=5, cumulative_samples=8, own_pct=50.0, cumulative_pct=80.0
+    )
+    profiled = HotPathProfileMetrics(thread="MainThread", samples=10, functions=[function], cpu_share=0.9)
+    assert metrics_of("hot_path", {**profiled.stored(), "hottest": "f"}) == profiled
+
+
+def test_a_pull_requests_slowdown_states_its_ratio():
+    metrics = SlowerThanBaseMetrics(
+        ratio=2.5,
+        ratio_low=2.1,
+        ratio_high=3.0,
+        base_median_s=0.1,
+        head_median_s=0.25,
+        p_value=0.004,
+        base_commit="0123456789abcdef",
+    )
+    stored = metrics.stored()
+    assert list(stored) == [
+        "ratio",
+        "ratio_low",
+        "ratio_high",
+        "base_median_s",
+        "head_median_s",
+        "p_value",
+        "base_commit",
+    ]
+    read = metrics_of("slower_than_base", stored)
+    assert read == metrics and ratio_of(read) == 2.5
