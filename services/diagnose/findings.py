@@ -35,9 +35,10 @@ class FindingDraft:
     detail: str
     config_label: str | None = None
     test_id: str | None = None
-    # Typed per kind (services/diagnose/metrics.py); JSON only once stored (diagnose.py).
-    metrics: Metrics = field(default_factory=Metrics)
     evidence_ids: list[int] = field(default_factory=list)
+    # Typed per kind (services/diagnose/metrics.py); JSON only once stored (diagnose.py).
+    # No default: a draft without its kind's numbers would store {} and say nothing.
+    metrics: Metrics = field(kw_only=True)
 
 
 def fingerprint(project: str, kind: str, scope: str) -> str:

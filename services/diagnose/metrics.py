@@ -47,14 +47,6 @@ class Metrics(BaseModel):
         write them as null (services/db.py), as they did with the plain dicts."""
         return self.model_dump(mode="json")
 
-    # Read by key, as stored: tests of the rules assert on a draft's numbers as the report
-    # shows them (finding.metrics["ratio"]). Code reads the typed attributes instead.
-    def __getitem__(self, key: str) -> Any:
-        return self.stored()[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.stored()
-
 
 class StoredMetrics(Metrics):
     """A stored shape no kind's model reads: a kind without a model, a finding stored

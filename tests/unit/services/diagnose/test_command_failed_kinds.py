@@ -55,7 +55,7 @@ def test_a_collection_error_is_reported_as_one_with_its_exception_and_no_failing
     assert "ModuleNotFoundError: No module named 'nonexistent_module'" in finding.detail
     assert "Failing tests" not in finding.detail and "passing tests" not in finding.detail
     assert finding.severity == "high" and finding.config_label is None  # no configuration passed
-    assert finding.metrics["failure"] == "collection_error"
+    assert finding.metrics.stored()["failure"] == "collection_error"
     # The tail's lines are pytest's own, without lagtrace's header repeated.
     assert finding.detail.endswith("Last output:\n" + PYTEST_TAIL.rstrip())
 
@@ -64,7 +64,7 @@ def test_a_suite_that_collects_nothing_is_named_and_grouped_apart_from_a_collect
     empty = _pytest_job({"cpuset=0": [run(0.3, exit_code=5, output_tail="no tests ran in 0.01s\n")], "cpus=1": []})
     [nothing] = command_failed.check(RuleContext(empty, Thresholds()))
     assert nothing.title == "The command ran no test: no tests collected (pytest exit 5)"
-    assert "no test to run" in nothing.detail and nothing.metrics["failure"] == "no_tests_collected"
+    assert "no test to run" in nothing.detail and nothing.metrics.stored()["failure"] == "no_tests_collected"
     broken = _pytest_job({"cpuset=0": [run(1.8, exit_code=2, output_tail=_tail())]})
     [collection] = command_failed.check(RuleContext(broken, Thresholds()))
     # One command, two problems: their fingerprints' scopes differ.
@@ -72,7 +72,7 @@ def test_a_suite_that_collects_nothing_is_named_and_grouped_apart_from_a_collect
     # A plain failure keeps its failing tests.
     failing = _pytest_job({"a": [run(1.0, exit_code=1, tests={"t::x": 0.1}, outcomes={"t::x": "failed"})]})
     [plain] = command_failed.check(RuleContext(failing, Thresholds()))
-    assert plain.metrics["failure"] == command_failed.EXITED and "Failing tests: t::x" in plain.detail
+    assert plain.metrics.stored()["failure"] == command_failed.EXITED and "Failing tests: t::x" in plain.detail
 
 
 def test_the_pytest_command_lagtrace_builds_writes_no_cache():

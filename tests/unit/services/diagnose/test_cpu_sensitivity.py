@@ -25,8 +25,8 @@ def test_a_clear_slowdown_is_found_with_its_numbers():
         LIMITS,
     )
     assert finding.test_id == "t::slow" and finding.config_label == "cpus=0.5"
-    assert finding.metrics["ratio"] == 4.0 and finding.severity == "medium"
-    assert finding.metrics["p_value"] < 0.01 and finding.metrics["family_size"] == 1
+    assert finding.metrics.stored()["ratio"] == 4.0 and finding.severity == "medium"
+    assert finding.metrics.stored()["p_value"] < 0.01 and finding.metrics.stored()["family_size"] == 1
     assert "4.0x slower" in finding.title
 
 
@@ -43,9 +43,9 @@ def test_a_slowdown_timed_beside_a_busy_neighbour_is_lowered_and_says_so():
         return finding
 
     quiet, busy = judged(0.05), judged(1.1)
-    assert quiet.severity == "medium" and "neighbour_load" not in quiet.metrics
-    assert busy.severity == "low" and busy.metrics["ratio"] == quiet.metrics["ratio"] == 4.0
-    assert busy.metrics["neighbour_load"] == {"slow": 1.1, "fast": 0.05}
+    assert quiet.severity == "medium" and "neighbour_load" not in quiet.metrics.stored()
+    assert busy.severity == "low" and busy.metrics.stored()["ratio"] == quiet.metrics.stored()["ratio"] == 4.0
+    assert busy.metrics.stored()["neighbour_load"] == {"slow": 1.1, "fast": 0.05}
     assert "1.1 CPUs busy during the cpus=0.5 runs and 0.1 during the cpuset=0 runs" in busy.detail
 
 
@@ -166,7 +166,7 @@ def test_a_slowdown_the_quota_explains_is_no_finding():
     assert cpu_sensitivity.judge(collect(job(two_threads, cpus={"cpus=0.5": 0.5})), LIMITS) == []
     # Without the quota recorded, the same numbers are a 2.1x slowdown (low).
     [unknown] = cpu_sensitivity.judge(collect(job(one_thread)), LIMITS)
-    assert unknown.severity == "low" and "quota" not in unknown.metrics
+    assert unknown.severity == "low" and "quota" not in unknown.metrics.stored()
 
 
 def test_what_the_quota_does_not_explain_is_judged_and_said():
@@ -174,9 +174,9 @@ def test_what_the_quota_does_not_explain_is_judged_and_said():
     # on one core), yet under cpus=0.5 every hand-off meets a throttled period.
     configs = {"cpuset=0": _runs([0.1, 0.11, 0.1, 0.1, 0.1], 0.3), "cpus=0.5": _runs([5.0, 5.2, 4.9, 5.1, 5.0], 0.1)}
     [finding] = cpu_sensitivity.judge(collect(job(configs, cpus={"cpus=0.5": 0.5})), LIMITS)
-    assert finding.config_label == "cpus=0.5" and finding.metrics["ratio"] == 50.0
+    assert finding.config_label == "cpus=0.5" and finding.metrics.stored()["ratio"] == 50.0
     # expected: 0.1 s stretched by max(1, 0.3 / 0.5), plus one 120 ms pause
-    assert finding.metrics["quota"]["expected_s"] == pytest.approx(0.22)
+    assert finding.metrics.stored()["quota"]["expected_s"] == pytest.approx(0.22)
     assert finding.severity == "high" and "22.7x more than its quota explains" in finding.title
     assert "the quota explains 2.2x of the 50.0x" in finding.detail
 
@@ -191,8 +191,8 @@ def test_a_configuration_the_quota_explains_leaves_the_verdict_to_the_others():
         "cpus=0.5": _runs([0.5, 0.52, 0.5, 0.49, 0.51], 0.5),
     }
     [finding] = cpu_sensitivity.judge(collect(job(configs, cpus={"cpus=0.5": 0.5})), LIMITS)
-    assert finding.config_label == "cpuset=0" and finding.metrics["fast"]["config"] == "cpuset=0-1"
-    assert finding.metrics["ratio"] == pytest.approx(4.0) and "quota" not in finding.metrics
+    assert finding.config_label == "cpuset=0" and finding.metrics.stored()["fast"]["config"] == "cpuset=0-1"
+    assert finding.metrics.stored()["ratio"] == pytest.approx(4.0) and "quota" not in finding.metrics.stored()
 
 
 def _pinned(configs: dict) -> object:
@@ -209,7 +209,7 @@ def test_parallel_work_pinned_to_fewer_cores_is_the_cores_share_not_a_finding():
     # Five times as slow on one core is more than the lost core explains, and said so.
     worse = {**pool, "cpuset=0": _runs([0.5, 0.51, 0.5, 0.49, 0.5], 1.0)}
     [finding] = cpu_sensitivity.judge(collect(_pinned(worse)), LIMITS)
-    assert finding.config_label == "cpuset=0" and finding.metrics["pinned"]["cpus"] == 1
+    assert finding.config_label == "cpuset=0" and finding.metrics.stored()["pinned"]["cpus"] == 1
     assert (
         "more than its fewer CPUs explain" in finding.title and "fewer CPUs explain 2.0x of the 5.0x" in finding.detail
     )
@@ -221,8 +221,8 @@ def test_the_hand_off_slower_on_more_cores_owes_nothing_to_pinning():
         "cpuset=0-1": _runs([0.5, 0.52, 0.49, 0.5, 0.5], 1.0),
     }
     [finding] = cpu_sensitivity.judge(collect(_pinned(handoff)), LIMITS)
-    assert finding.config_label == "cpuset=0-1" and finding.metrics["ratio"] == pytest.approx(5.0)
-    assert "pinned" not in finding.metrics
+    assert finding.config_label == "cpuset=0-1" and finding.metrics.stored()["ratio"] == pytest.approx(5.0)
+    assert "pinned" not in finding.metrics.stored()
 
 
 def _xdist_suite(exit_code: int) -> object:

@@ -29,8 +29,9 @@ def test_a_synchronous_logging_handler_is_named_as_the_blocking_call():
     [finding] = event_loop_blocked.check(jobs.context(built))
     assert finding.severity == "medium"
     assert "emit" in finding.title
-    assert 1.2 <= finding.metrics["blocked_s"] <= 1.6
-    assert finding.metrics["accounts_s"] == finding.metrics["blocked_s"]  # the seconds it weighs as a cause
+    metrics = finding.metrics.stored()
+    assert 1.2 <= metrics["blocked_s"] <= 1.6
+    assert metrics["accounts_s"] == metrics["blocked_s"]  # the seconds it weighs as a cause
     assert "48 times" in finding.detail and "QueueHandler" in finding.detail
     assert "warning (" in finding.detail  # the logging call on the loop thread's stack
 
@@ -83,8 +84,9 @@ def _suite_drilled_whole(tests: dict[str, float]):
 def test_a_blocked_loop_found_on_the_whole_suite_belongs_to_the_test_whose_task_blocked_it():
     [finding] = event_loop_blocked.check(jobs.context(_suite_drilled_whole(SUITE)))
     assert finding.test_id == "test_cache.py::test_refresh_then_lookup" and finding.severity == "medium"
-    assert 0.2 <= finding.metrics["blocked_s"] <= 0.3 and finding.metrics["accounts_s"] == finding.metrics["blocked_s"]
-    assert finding.metrics["attributed_from"] == "the whole command's drill"
+    metrics = finding.metrics.stored()
+    assert 0.2 <= metrics["blocked_s"] <= 0.3 and metrics["accounts_s"] == metrics["blocked_s"]
+    assert metrics["attributed_from"] == "the whole command's drill"
     assert finding.title.startswith("test_cache.py::test_refresh_then_lookup's event loop was blocked")
     assert "mostly in readinto" in finding.title and "fetch_settings" in finding.detail
     # Nothing of it is left to the whole command: no second finding there.
@@ -94,4 +96,4 @@ def test_a_task_no_test_ran_stays_the_commands():
     # The same evidence in a job whose tests the frames do not name (another module).
     others = {"test_other.py::test_refresh_then_lookup": 0.24, "test_other.py::test_x": 0.1}
     [finding] = event_loop_blocked.check(jobs.context(_suite_drilled_whole(others)))
-    assert finding.test_id is None and "attributed_from" not in finding.metrics
+    assert finding.test_id is None and "attributed_from" not in finding.metrics.stored()

@@ -48,7 +48,7 @@ def test_futex_storm_on_a_recorded_hand_off_and_not_on_a_reader():
     rows, total = parse_summary((DATA / "strace-handoff.txt").read_text())
     storm = _traced("strace", {"syscalls": rows, "total": total, "top": rows[0]["name"]})
     [finding] = futex_storm.check(RuleContext(storm, LIMITS))
-    assert finding.metrics["futex_pct_time"] > 90 and "futex" in finding.title
+    assert finding.metrics.stored()["futex_pct_time"] > 90 and "futex" in finding.title
     rows, total = parse_summary((DATA / "strace-reads-recv1.txt").read_text())
     reader = _traced("strace", {"syscalls": rows, "total": total})
     assert futex_storm.check(RuleContext(reader, LIMITS)) == []
@@ -59,7 +59,7 @@ def test_a_futex_storm_rises_above_low_only_where_its_wake_ups_cost():
     content = {"syscalls": rows, "total": total, "top": rows[0]["name"]}
     # 29,149 futex calls, 0.242 s of system time: 24 % of a 1 s run, a storm ...
     [storm] = futex_storm.check(RuleContext(_traced("strace", content, timing_s=1.0), LIMITS))
-    assert storm.severity == "high" and storm.metrics["futex_share_of_run"] == pytest.approx(0.242, abs=0.001)
+    assert storm.severity == "high" and storm.metrics.stored()["futex_share_of_run"] == pytest.approx(0.242, abs=0.001)
     assert "29149 calls per second of the 1.000 s untraced median" in storm.detail
     # ... but 2 % of a 12 s run: the same share of syscall time, no cost worth more than a note.
     [note] = futex_storm.check(RuleContext(_traced("strace", content, timing_s=12.0), LIMITS))
@@ -71,7 +71,7 @@ def test_gil_contention_from_a_recorded_core_and_a_recorded_py_spy_dump():
     core = _traced("gdb", {"reader": "gdb", "threads": threads, "waiting_for_gil": 1})
     [finding] = gil_contention.check(RuleContext(core, LIMITS))
     assert finding.severity == "high" and "Waiting for the GIL" in finding.detail
-    assert finding.metrics["threads_waiting_for_gil"] >= 1
+    assert finding.metrics.stored()["threads_waiting_for_gil"] >= 1
 
     dumped = pyspy.parse_dump((DATA / "pyspy-dump-handoff.json").read_text())
     pyspy_only = _traced("pyspy_dump", {"threads": dumped})

@@ -80,10 +80,10 @@ def _handoff_job(fast_waiting: int):
 def test_waits_present_in_the_slow_configuration_only_are_the_cause():
     [finding] = gil_contention.check(jobs.context(_handoff_job(fast_waiting=0)))
     assert finding.severity == "high"
-    assert finding.metrics["slow_vs_fast"] == (
+    assert finding.metrics.stored()["slow_vs_fast"] == (
         "in cpuset=0-1 a thread waited for the GIL in 19 of 20 looks; in cpuset=0, 0 of 20 looks"
     )
-    assert finding.metrics["accounts_s"] == pytest.approx(0.95 * 0.5)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(0.95 * 0.5)
 
 
 def test_looks_from_a_slow_run_that_ended_before_its_deadline_count():
@@ -96,7 +96,7 @@ def test_looks_from_a_slow_run_that_ended_before_its_deadline_count():
     _stall(built, slow, waiting=18, samples=26, status="no_stall")
     _stall(built, fast, waiting=0, samples=5)
     [finding] = gil_contention.check(jobs.context(built))
-    assert finding.severity == "high" and "18 of 26 looks" in finding.metrics["slow_vs_fast"]
+    assert finding.severity == "high" and "18 of 26 looks" in finding.metrics.stored()["slow_vs_fast"]
     # A run that could not be looked at at all (the tool failed) is still no witness.
     built = jobs.job(labels=("cpuset=0", "cpuset=0-1"))
     fast, slow = built.configs
@@ -122,7 +122,7 @@ def test_what_the_waits_cost_decides_not_how_often_they_were_seen():
     # 9 of 20 looks: under half, yet 0.54 s of waiting against 0.01 s, 46 % of the slowdown.
     [finding] = gil_contention.check(jobs.context(_recorded_docker_handoff(slow_waiting=9)))
     assert finding.severity == "medium"
-    assert finding.metrics["accounts_s"] == pytest.approx(0.45 * 1.199 - 0.2 * 0.048)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(0.45 * 1.199 - 0.2 * 0.048)
     # 4 of 20 looks cannot tell a wait from noise.
     assert gil_contention.check(jobs.context(_recorded_docker_handoff(slow_waiting=4))) == []
 
@@ -146,7 +146,7 @@ def test_waits_the_fast_side_has_as_much_of_explain_nothing():
     _stall(built, slow, waiting=10)  # 0.25 s waiting of 0.5 s ...
     _stall(built, fast, waiting=20)  # ... against 0.2 s of 0.2 s: 0.05 s of a 0.3 s slowdown
     [finding] = gil_contention.check(jobs.context(built))
-    assert finding.severity == "low" and finding.metrics["accounts_s"] == pytest.approx(0.05)
+    assert finding.severity == "low" and finding.metrics.stored()["accounts_s"] == pytest.approx(0.05)
 
 
 def test_the_fast_sides_early_snapshot_is_no_stall():
@@ -188,5 +188,5 @@ def test_waits_the_fast_side_has_more_of_account_for_nothing_never_negative_seco
     findings = gil_contention.check(jobs.context(built))
     assert findings, "a note on the waits is still made"
     for finding in findings:
-        assert finding.metrics["accounts_s"] == 0.0
+        assert finding.metrics.stored()["accounts_s"] == 0.0
         assert "account for none of the difference" in finding.detail

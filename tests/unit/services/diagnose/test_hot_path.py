@@ -55,8 +55,8 @@ def test_blocking_waits_are_not_hot_functions():
     server = next(t for t in tables if "serve_forever" in t["thread"])
     assert server["waiting_pct"] == 100 and server["functions"][0]["waiting"]
     [finding] = hot_path.check(jobs.context(_job(cpu_share=0.95)))
-    assert finding.metrics["thread"] == tables[0]["thread"]  # not the server blocked in select()
-    assert all("select" not in f["function"] for f in finding.metrics["functions"])
+    assert finding.metrics.stored()["thread"] == tables[0]["thread"]  # not the server blocked in select()
+    assert all("select" not in f["function"] for f in finding.metrics.stored()["functions"])
 
 
 def test_a_quota_halving_the_cpu_share_does_not_hide_the_hot_path():
@@ -66,7 +66,7 @@ def test_a_quota_halving_the_cpu_share_does_not_hide_the_hot_path():
     content = {"status": "ok", "functions": pyspy.summarize_functions(_profile())}
     jobs.evidence(built, built.configs[2], "pyspy", content, wall_s=3.5)
     [finding] = hot_path.check(jobs.context(built))
-    assert abs(finding.metrics["cpu_share"] - 0.95) < 1e-9
+    assert abs(finding.metrics.stored()["cpu_share"] - 0.95) < 1e-9
 
 
 def _startup_job(imports_told_apart: bool = True, timing: tuple[float, ...] = (1.2, 1.25, 1.22)):
@@ -211,10 +211,10 @@ def test_a_short_tests_hot_path_is_what_grew_from_the_fast_to_the_slow_configura
     # pytest's fixture machinery nor asyncio's own loop, which every program runs.
     assert "_asgi_receive (testclient.py:163)" in finding.title
     assert finding.test_id == WEBSOCKET_TEST and finding.config_label == "cpuset=0"
-    assert not any("_pytest" in f["file"] or "pluggy" in f["file"] for f in finding.metrics["functions"])
+    assert not any("_pytest" in f["file"] or "pluggy" in f["file"] for f in finding.metrics.stored()["functions"])
     # Per run of the test: 20 amplified repetitions slow, 50 fast.
-    assert 0.010 <= finding.metrics["accounts_s"] <= 0.038
-    assert finding.metrics["slow_vs_fast"].startswith("in cpuset=0 WebSocketTestSession._asgi_receive")
+    assert 0.010 <= finding.metrics.stored()["accounts_s"] <= 0.038
+    assert finding.metrics.stored()["slow_vs_fast"].startswith("in cpuset=0 WebSocketTestSession._asgi_receive")
 
 
 def test_a_profile_that_did_not_grow_names_no_function():
@@ -272,8 +272,8 @@ def test_the_seconds_a_hot_path_claims_never_exceed_the_slowdown_it_explains():
     [finding] = hot_path.check(jobs.context(built))
     slowdown = 2.0 - 0.18
     assert "_echo (echo.py:7)" in finding.title
-    assert finding.metrics["accounts_s"] <= slowdown + 1e-9
+    assert finding.metrics.stored()["accounts_s"] <= slowdown + 1e-9
     claimed = float(finding.title.split(" spends ")[1].split(" s more")[0])
     assert claimed <= round(slowdown, 3), finding.title
     # What the profile shows per thread is still there, not inflated: at most the test's duration.
-    assert all(max(per.values()) <= 2.1 for per in finding.metrics["per_run_s"].values())
+    assert all(max(per.values()) <= 2.1 for per in finding.metrics.stored()["per_run_s"].values())

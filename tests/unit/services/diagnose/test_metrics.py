@@ -125,12 +125,6 @@ def test_an_unknown_kind_or_an_older_shape_is_kept_as_stored():
     assert ratio_of(metrics_of("slower_since", {"ratio": "oops"})) is None
 
 
-def test_the_stored_form_reads_by_key():
-    metrics = sensitive()
-    assert metrics["ratio"] == 4.0 and metrics["slow"]["config"] == "cpus=0.5"
-    assert "quota" not in metrics and "ratio" in metrics
-
-
 def test_a_key_an_older_job_stored_is_left_out_and_the_rest_reads_typed():
     # A key no model states any more, at the top and inside a part: the stored JSON keeps
     # it (the report and the API serve the column as stored); the typed read skips it.

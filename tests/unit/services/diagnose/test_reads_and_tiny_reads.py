@@ -59,11 +59,11 @@ def test_tiny_socket_reads_are_a_finding_naming_the_typical_size():
     parsed = by_type("strace-reads-recv1.txt")
     [finding] = tiny_reads.check(jobs.context(_job_with_reads(parsed)))
     assert finding.kind == "tiny_reads" and finding.severity == "medium"
-    assert finding.metrics["fd_type"] == "socket"
-    assert finding.metrics["median_bytes"] == 1
+    assert finding.metrics.stored()["fd_type"] == "socket"
+    assert finding.metrics.stored()["median_bytes"] == 1
     assert "recvfrom" in finding.detail and "median 1 bytes" in finding.detail
     assert "0.120 s of system time (strace -c), 29% of the 0.410 s untraced median" in finding.detail
-    assert finding.metrics["accounts_s"] == pytest.approx(0.12)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(0.12)
 
 
 def test_tiny_reads_that_cost_little_or_nothing_measured_are_a_low_note():
@@ -74,7 +74,7 @@ def test_tiny_reads_that_cost_little_or_nothing_measured_are_a_low_note():
     assert cheap.severity == "low" and "too little to be worth a larger buffer" in cheap.detail
     [unmeasured] = tiny_reads.check(jobs.context(_job_with_reads(parsed, read_s=None)))
     assert unmeasured.severity == "low" and "not measured" in unmeasured.detail
-    assert "accounts_s" not in unmeasured.metrics
+    assert "accounts_s" not in unmeasured.metrics.stored()
 
 
 def test_large_socket_reads_are_no_finding():
@@ -93,7 +93,7 @@ def test_a_few_large_reads_do_not_hide_many_tiny_ones():
     socket["mean_bytes"] = socket["bytes"] / socket["reads_with_data"]
     assert socket["mean_bytes"] > 512
     [finding] = tiny_reads.check(jobs.context(_job_with_reads(parsed)))
-    assert finding.metrics["median_bytes"] == 1
+    assert finding.metrics.stored()["median_bytes"] == 1
 
 
 def test_without_reads_evidence_the_proc_io_mean_is_only_a_pointer():

@@ -38,9 +38,9 @@ def test_plugin_autoload_that_is_most_of_a_short_run_is_named_with_its_plugins()
     built = _job({"cpuset=0": [1.1, 1.15, 1.12], "cpus=0.5": [2.3, 2.4, 2.35]}, IMPORTTIME)
     [finding] = slow_startup.check(jobs.context(built))
     assert finding.config_label == "cpuset=0"  # the fastest start-up, not the quota's
-    assert finding.metrics["share"] > 0.95 and finding.severity == "medium"
-    assert finding.metrics["accounts_s"] == finding.metrics["startup_s"]
-    modules = [entry["module"] for entry in finding.metrics["slowest"]]
+    assert finding.metrics.stored()["share"] > 0.95 and finding.severity == "medium"
+    assert finding.metrics.stored()["accounts_s"] == finding.metrics.stored()["startup_s"]
+    modules = [entry["module"] for entry in finding.metrics.stored()["slowest"]]
     assert modules[:3] == ["hypothesis", "faker", "pytest_benchmark.plugin"]
     assert "_pytest.main" not in modules and "json" not in modules
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in finding.detail
@@ -82,7 +82,7 @@ def test_collection_that_imports_do_not_explain_gets_no_plugin_advice():
 def test_a_second_of_collection_is_named_as_collection():
     built = _job({"cpuset=0-1": [2.2, 2.25, 2.2]}, SUITE_IMPORTTIME)
     [finding] = slow_startup.check(jobs.context(built))
-    assert finding.metrics["plugins_s"] < 0.25 * finding.metrics["startup_s"]
+    assert finding.metrics.stored()["plugins_s"] < 0.25 * finding.metrics.stored()["startup_s"]
     assert "collecting the tests" in finding.detail
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in finding.detail
 

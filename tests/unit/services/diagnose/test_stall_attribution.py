@@ -35,11 +35,11 @@ def test_the_stall_of_a_whole_suite_drill_is_the_test_whose_clock_fired():
     assert finding.title.startswith("tests/test_sync.py::test_waits_for_the_peer stalled past 0.50 s")
     assert "the whole command drilled: its clock fired in this test" in finding.detail
     # 2.1 s into the test against its 0.3 s median.
-    assert finding.metrics["accounts_s"] == pytest.approx(1.8)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(1.8)
 
 
 def test_a_clock_that_counted_from_the_process_or_an_unknown_node_stays_the_commands():
     [by_process] = stall.check(jobs.context(_whole_suite_stall(None, clock="process")))
-    assert by_process.test_id is None and by_process.metrics["accounts_s"] == pytest.approx(2.4)
+    assert by_process.test_id is None and by_process.metrics.stored()["accounts_s"] == pytest.approx(2.4)
     [unknown] = stall.check(jobs.context(_whole_suite_stall("tests/test_other.py::test_gone")))
     assert unknown.test_id is None

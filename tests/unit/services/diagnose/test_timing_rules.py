@@ -33,7 +33,7 @@ def test_a_slow_mode_over_a_sub_millisecond_fast_mode_is_found_as_a_lower_bound(
     values = [0.0, 0.0, 0.0, 0.2, 0.2, 0.0]
     [finding] = latency_flaky.judge(JobSamples(tests={"t::timer": {"cpuset=0": values}}), LIMITS)
     assert "at least 200.0x slower" in finding.title
-    assert finding.metrics["ratio"] == 200.0
+    assert finding.metrics.stored()["ratio"] == 200.0
 
 
 def test_latency_flaky_needs_five_runs():
@@ -49,7 +49,7 @@ def test_a_long_tail_is_not_two_latencies():
     values = [0.201, 0.296, 0.138, 0.319, 0.153]
     assert latency_flaky.modes(values, LIMITS) is None
     [note] = latency_flaky.judge(JobSamples(wall={"cpuset=0": values}), LIMITS)
-    assert note.metrics["pattern"] == "dispersed" and note.severity == "low"
+    assert note.metrics.stored()["pattern"] == "dispersed" and note.severity == "low"
 
 
 def test_two_clusters_with_nothing_between_are_two_latencies():
@@ -68,12 +68,12 @@ def test_two_latencies_that_follow_the_neighbours_load_are_a_low_note():
     samples = collect(job({"cpuset=0-1": [run(v, foreign_cpus=f) for v, f in zip(values, busy, strict=True)]}))
     [note] = latency_flaky.judge(samples, LIMITS)
     assert note.severity == "low" and "follow the machine's other work" in note.title
-    assert note.metrics["neighbour_load"] == {"fast": 0.925, "slow": 0.02}
+    assert note.metrics.stored()["neighbour_load"] == {"fast": 0.925, "slow": 0.02}
     assert "0.9 CPUs busy during the fast runs" in note.detail
 
     quiet = collect(job({"cpuset=0-1": [run(v, foreign_cpus=0.02) for v in values]}))
     [finding] = latency_flaky.judge(quiet, LIMITS)
-    assert finding.severity == "medium" and "neighbour_load" not in finding.metrics
+    assert finding.severity == "medium" and "neighbour_load" not in finding.metrics.stored()
 
 
 def test_a_busy_machine_during_both_groups_explains_nothing():
@@ -97,7 +97,7 @@ def test_two_latencies_in_a_later_configuration_are_not_hidden_by_an_earlier_sca
     )
     [finding] = latency_flaky.judge(samples, LIMITS)
     assert finding.severity == "medium" and finding.config_label == "cpus=0.5"
-    assert finding.metrics["slow_runs"] == [0.205, 0.357]
+    assert finding.metrics.stored()["slow_runs"] == [0.205, 0.357]
 
 
 def test_latencies_one_throttling_pause_apart_under_a_quota_are_no_finding():
@@ -188,11 +188,12 @@ def test_throttling_that_costs_beyond_the_quota_s_share_is_a_finding_with_advice
     )
     [finding] = cpu_throttling.check(RuleContext(built, LIMITS))
     assert finding.config_label == "cpus=0.5" and finding.severity == "medium"
-    assert finding.metrics["accounts_s"] == pytest.approx(4.0 - 2.0 - THROTTLE_PAUSE_S)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(4.0 - 2.0 - THROTTLE_PAUSE_S)
     assert "beyond the quota's share" in finding.detail and "inflated to 2.000 s" in finding.detail
-    assert finding.metrics["cpu_demand"] >= 1.9
+    assert finding.metrics.stored()["cpu_demand"] >= 1.9
     assert "Size thread and process pools to the quota" in finding.detail
-    assert f"{finding.metrics['nr_throttled']} of {finding.metrics['nr_periods']} CFS periods" in finding.detail
+    metrics = finding.metrics.stored()
+    assert f"{metrics['nr_throttled']} of {metrics['nr_periods']} CFS periods" in finding.detail
 
 
 def test_cpu_time_a_parallel_run_spends_on_the_same_cores_without_a_quota_is_not_throttlings():
@@ -211,7 +212,7 @@ def test_cpu_time_a_parallel_run_spends_on_the_same_cores_without_a_quota_is_not
     # The same run where two cores cost no more CPU than one: the inflation is the quota's.
     configs["cpuset=0-1"] = [run(0.7, user_s=1.347, kind=RunKind.survey)]
     [finding] = cpu_throttling.check(RuleContext(job(configs, cpus={"cpus=0.5": 0.5}, cpusets=cpusets), LIMITS))
-    assert finding.metrics["accounts_s"] == pytest.approx(3.607 - 1.347 / 0.5 - THROTTLE_PAUSE_S)
+    assert finding.metrics.stored()["accounts_s"] == pytest.approx(3.607 - 1.347 / 0.5 - THROTTLE_PAUSE_S)
 
 
 def test_demand_counts_throttled_time_per_cpu():
@@ -233,8 +234,8 @@ def test_a_command_failing_in_every_run_is_a_high_finding_with_its_exit_code_and
     built = job({label: [run(0.05, exit_code=1, output_tail=tail)] * 9 for label in ("a", "b", "c")})
     [finding] = command_failed.check(RuleContext(built, LIMITS))
     assert finding.severity == "high"
-    assert finding.metrics["exit_code"] == 1 and finding.metrics["runs"] == 27
-    assert finding.metrics["accounts_s"] > 0  # every run's time is the failure's
+    assert finding.metrics.stored()["exit_code"] == 1 and finding.metrics.stored()["runs"] == 27
+    assert finding.metrics.stored()["accounts_s"] > 0  # every run's time is the failure's
     assert "No module named pytest" in finding.detail and "every configuration" in finding.title
 
 
@@ -253,13 +254,13 @@ def test_failing_tests_are_named_and_their_passing_neighbours_still_judged():
     tests = {"t.py::ok": 0.1, "t.py::broken": 0.01}
     built = job({"a": [run(1.0, exit_code=1, tests=tests, outcomes={"t.py::broken": "failed"})] * 5})
     [finding] = command_failed.check(RuleContext(built, LIMITS))
-    assert finding.severity == "medium" and finding.metrics["failed_tests"] == ["t.py::broken"]
+    assert finding.severity == "medium" and finding.metrics.stored()["failed_tests"] == ["t.py::broken"]
     # The one failing test owns the finding; two failing tests leave it on the command.
     assert finding.test_id == "t.py::broken" and finding.title.startswith("The test t.py::broken failed in all 5")
     outcomes = {"t.py::broken": "failed", "t.py::ok": "error"}
     built = job({"a": [run(1.0, exit_code=1, tests={**tests, "t.py::fine": 0.1}, outcomes=outcomes)] * 5})
     [finding] = command_failed.check(RuleContext(built, LIMITS))
-    assert finding.test_id is None and finding.metrics["failed_tests"] == ["t.py::broken", "t.py::ok"]
+    assert finding.test_id is None and finding.metrics.stored()["failed_tests"] == ["t.py::broken", "t.py::ok"]
 
 
 # --- observer_effect: a note on the evidence, not a finding ---------------------------
