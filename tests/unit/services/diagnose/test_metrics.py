@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -22,6 +24,8 @@ from services.diagnose.metrics import (
     ratio_of,
 )
 from services.evidence import ProfiledFunction
+
+DATA = Path(__file__).parents[2] / "data"
 
 THROTTLED = dict(
     throttled_share=0.5,
@@ -165,3 +169,30 @@ def test_a_pull_requests_slowdown_states_its_ratio():
     ]
     read = metrics_of("slower_than_base", stored)
     assert read == metrics and ratio_of(read) == 2.5
+
+
+def test_findings_stored_before_the_models_read_typed_and_store_the_same_json():
+    # One finding of each kind and producer the corpus stored while the rules still wrote
+    # plain dicts (tests/unit/data/stored-finding-metrics.json, from `make accuracy`'s
+    # database): each reads as its model and writes back the same JSON text, an int still
+    # an int and a key the rule left out still absent.
+    recorded = json.loads((DATA / "stored-finding-metrics.json").read_text())
+    assert {entry["kind"] for entry in recorded} >= {
+        "busy_polling",
+        "command_failed",
+        "cpu_sensitivity",
+        "cpu_throttling",
+        "event_loop_blocked",
+        "futex_storm",
+        "gil_contention",
+        "hot_path",
+        "latency_flaky",
+        "off_cpu_wait",
+        "slow_startup",
+        "stall",
+        "tiny_reads",
+    }
+    for entry in recorded:
+        read = metrics_of(entry["kind"], entry["metrics"])
+        assert type(read).__name__ == entry["model"], entry["kind"]
+        assert json.dumps(read.stored()) == json.dumps(entry["metrics"]), entry["kind"]
