@@ -167,6 +167,16 @@ class Job(Base):
     # Where the screen and the drill ran and the node's measurement locks each held:
     # [{"phase", "node", "locks"}] (services/measure/nodelock.py). None before 0014.
     measured_on: Mapped[list[Any] | None] = mapped_column(JSON)
+    # The node class its screen ran on (services/jobs/node_class.py): the CPU model
+    # (/proc/cpuinfo), the CPUs the executor could use (the Docker engine's, or this
+    # host's) and the runner image (None: the local executor, the host itself). None on
+    # jobs from before 0024 and on sharded jobs, whose shards may run on different nodes.
+    cpu_model: Mapped[str | None] = mapped_column(String(200))
+    engine_cpus: Mapped[str | None] = mapped_column(String(200))
+    runner_image: Mapped[str | None] = mapped_column(String(255))
+    # The Thresholds the rules judged it with (each worker reads them from its
+    # environment), as a JSON object of field to number. None before 0024.
+    thresholds: Mapped[dict[str, float] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column()

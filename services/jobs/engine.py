@@ -32,6 +32,7 @@ from services.jobs import ledger, lifecycle, pull_requests, shards, sources, sum
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
 from services.jobs.lease import Handler, hold
+from services.jobs.node_class import NodeClass
 from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.jobs.workspace import (
     Checkpoint,
@@ -259,6 +260,9 @@ def drill_phase(
 
 def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
     """The rules over everything stored (and a pull request's comparison with its base); the job is done."""
+    # Stored with the job: its report says which numbers made its verdicts, whatever the
+    # workers' environment says later.
+    job.thresholds = settings.thresholds.model_dump(mode="json")
     diagnose(session, job, settings.thresholds)
     pull_requests.record(session, job, settings.thresholds)
     lifecycle.finish(session, settings, job)
@@ -296,6 +300,7 @@ def execute_job(
     checkpoint()
     try:
         with screen_lock(settings, job, progress):
+            NodeClass.of_executor(executor).record(job)
             screen_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
         with drill_lock(settings, job, progress):
             drill_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
@@ -437,6 +442,9 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
             base_side(settings, job, source, f"base-{task.id}", checkpoint) as base,
             shards.only(session, shard.index) if shard else nullcontext(),
         ):
+            # A sharded job's shards may run on different nodes: it has no one node class.
+            if shard is None:
+                NodeClass.of_executor(executor).record(job)
             screen_phase(
                 session,
                 settings,

@@ -245,6 +245,11 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             "error": job.error,
             # Seed of the screen's run order: the same seed replays the same order.
             "screen_seed": job.screen_seed,
+            "node_class": (
+                {"cpu_model": job.cpu_model, "engine_cpus": job.engine_cpus, "runner_image": job.runner_image}
+                if job.cpu_model or job.engine_cpus
+                else None
+            ),
         },
         "command": job.command,
         "executor": job.executor,
@@ -268,6 +273,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             {**place, "locks": [nodelock.lock_label(lock) for lock in place.get("locks", [])]}
             for place in job.measured_on or []
         ],
+        "thresholds": job.thresholds,
     }
     return validated(report)
 

@@ -44,6 +44,16 @@ class ReportJob(_Part):
     error: str | None
     # Seed of the screen's run order within each round (replays the same order).
     screen_seed: int | None = None
+    # The node class its screen ran on (services/jobs/node_class.py): runs of one test
+    # compare only within one class. None: measured before node classes were stored, or
+    # sharded (its shards may run on different nodes).
+    node_class: ReportNodeClass | None = None
+
+
+class ReportNodeClass(_Part):
+    cpu_model: str | None  # /proc/cpuinfo's model name
+    engine_cpus: str | None  # the CPUs the executor could use, as a cpuset list ("0-1")
+    runner_image: str | None  # None: the local executor, the host itself
 
 
 class ReportRun(_Part):
@@ -310,6 +320,9 @@ class Report(_Part):
     budget: ReportBudget | None = None
     # Jobs measured before 0014 have none.
     measured_on: list[MeasuredOn] = []
+    # The Thresholds fields the rules judged it with (services/thresholds.py, the settings
+    # reference in docs/). None: diagnosed before they were stored.
+    thresholds: dict[str, float] | None = None
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,11 @@ import jsonschema
 import pytest
 from sqlalchemy import create_engine, func, select
 
+from services.jobs.ledger import cpu_model
 from services.jobs.report_schema import SCHEMA_FILE
+from services.measure.configs import format_cpulist
 from services.models import Job
+from services.thresholds import Thresholds
 from tests.conftest import EXAMPLES, PYTHON, REPO, run_cli
 from tests.support.hidden_waits import POLLS, READS_BYTES, hidden_suite
 
@@ -191,6 +194,25 @@ def test_failing_command_is_recorded_not_an_error(sqlite_url, tmp_path):
     assert "boom" in failed["metrics"]["output_tail"]
     assert "Findings: none" not in result.stdout
     assert report["configs"][0]["wall_s"] is None  # failed runs are out of the medians
+
+
+def test_a_job_stores_the_node_class_it_ran_on_and_the_thresholds_it_was_judged_with(sqlite_url, tmp_path):
+    # Runs of one test compare only within one node class (services/jobs/node_class.py),
+    # and a worker's thresholds come from its environment: the report names both.
+    out = tmp_path / "out.json"
+    env = {"LAGTRACE_THRESHOLDS__CPU_SENSITIVITY_RATIO": "3.5"}
+    args = ["run", "--executor", "local", "--config", "cpuset=0", "--repeat", "2", "--json", str(out)]
+    result = run_cli([*args, "--", "python3", "-c", "pass"], sqlite_url, env=env)
+    assert result.returncode == 0, result.stderr
+    report = result.report(out)
+    assert report["job"]["node_class"] == {
+        "cpu_model": cpu_model(),
+        "engine_cpus": format_cpulist(tuple(os.sched_getaffinity(0))),
+        "runner_image": None,
+    }
+    assert set(report["thresholds"]) == set(Thresholds.model_fields)
+    assert report["thresholds"]["cpu_sensitivity_ratio"] == 3.5
+    assert report["thresholds"]["survey_ratio"] == Thresholds().survey_ratio
 
 
 def test_a_pytest_that_is_not_installed_is_command_failed_not_health(sqlite_url, tmp_path):
