@@ -175,6 +175,15 @@ def cli() -> None:
     "LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE (6) x the suite's own time, at least 300 s.",
 )
 @click.option(
+    "--kind",
+    type=click.Choice(["matrix", "gate"]),
+    default="matrix",
+    show_default=True,
+    help="matrix: every configuration surveyed, focused and drilled, its runs the history later gates read; "
+    "gate: the suite once in the gate configuration, each test compared with the project's stored runs, only "
+    "the tests that moved or are new going on.",
+)
+@click.option(
     "--all", "all_tests", is_flag=True, help="List every test in the text report, not only the flagged and slowest."
 )
 @click.argument("command", nargs=-1, required=False, type=click.UNPROCESSED)
@@ -190,6 +199,7 @@ def run(
     json_path,
     project,
     budget_s,
+    kind,
     all_tests,
     command,
 ) -> None:
@@ -219,6 +229,7 @@ def run(
                 evidence=evidence,
                 stall_after_s=stall_after_s,
                 budget_s=budget_s,
+                kind=kind,
                 workdir=workdir,
                 project=project,
                 progress=_progress,
@@ -606,6 +617,7 @@ def user_list() -> None:
 )
 @click.option("--stall-after", "stall_after_s", type=float, default=None, help="As for `run`.")
 @click.option("--budget", "budget_s", type=float, default=None, metavar="S", help="As for `run`.")
+@click.option("--kind", type=click.Choice(["matrix", "gate"]), default=None, help="As for `run` (default: matrix).")
 @click.option("--all", "all_tests", is_flag=True, help="As for `run`: every test in the text report.")
 @click.option("--executor", default="auto", show_default=True)
 @click.option("--image", default=None)
@@ -631,6 +643,7 @@ def submit(
     evidence,
     stall_after_s,
     budget_s,
+    kind,
     all_tests,
     executor,
     image,
@@ -659,6 +672,7 @@ def submit(
         "image": image,
         # Only when given: a server from before budgets would refuse the field.
         **({"budget_s": budget_s} if budget_s is not None else {}),
+        **({"kind": kind} if kind is not None else {}),
     }
     client = ApiClient(url, api_token, progress=_progress)
     try:

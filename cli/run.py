@@ -15,7 +15,7 @@ from services.jobs.engine import Progress, execute_job, plan_job
 from services.jobs.lifecycle import create_job
 from services.jobs.report import build_report
 from services.measure.executors import make_executor
-from services.models import Job
+from services.models import Job, JobKind
 from services.settings import Settings
 
 
@@ -32,6 +32,7 @@ def run_job(
     evidence: str | None = None,
     stall_after_s: float | None = None,
     budget_s: float | None = None,
+    kind: str = JobKind.matrix.value,
     project: str,
     progress: Progress,
 ) -> dict:
@@ -69,6 +70,7 @@ def run_job(
                 probes=plan.probes,
                 stall_after_s=plan.stall_after_s,
                 budget_s=plan.budget_s,
+                kind=JobKind(kind),
             )
             session.commit()
             progress(f"job {job.id} stored in {engine.url.render_as_string(hide_password=True)}")

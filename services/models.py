@@ -103,6 +103,14 @@ TEST_TIMING_KINDS = (RunKind.timing, RunKind.focus)
 TEST_HISTORY_KINDS = (RunKind.timing, RunKind.focus, RunKind.survey)
 
 
+class JobKind(str, enum.Enum):
+    # Every configuration surveyed, focused and drilled: the reference the gates read.
+    matrix = "matrix"
+    # One run of the head's suite in one configuration, each test compared with its
+    # stored history; only what moved goes on (services/measure/sequential.py).
+    gate = "gate"
+
+
 class TriageStatus(str, enum.Enum):
     new = "new"
     acknowledged = "acknowledged"
@@ -144,6 +152,7 @@ class Job(Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     source: Mapped[str] = mapped_column(String(32), default="cli")
+    kind: Mapped[JobKind] = mapped_column(_enum(JobKind), default=JobKind.matrix, server_default=JobKind.matrix.value)
     # What started it: push, pull_request, api, dashboard, rerun or cli (None: before 0010).
     trigger: Mapped[str | None] = mapped_column(String(32))
     command: Mapped[list[Any]] = mapped_column()

@@ -49,7 +49,7 @@ from services.measure.configs import CpuConfig, cpu_config, cpus_touched, defaul
 from services.measure.drill import SurveyCensus, Target, drill, no_targets, parse_evidence, survey_census
 from services.measure.executors import Executor
 from services.measure.screen import BaseSide, screen
-from services.models import Job, JobShard, JobStatus, JobTask, RunKind, TaskState
+from services.models import Job, JobKind, JobShard, JobStatus, JobTask, RunKind, TaskState
 from services.settings import Settings
 
 
@@ -368,6 +368,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 )
                 job.probes, job.stall_after_s, source.image = spec.evidence, spec.stall_after_s, spec.image
                 job.budget_s = spec.budget_s
+                job.kind = JobKind(spec.kind)
                 source.fail_on = spec.fail_on if isinstance(spec, RepositoryConfig) else None
                 specs = spec.configs
             else:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from services.errors import BadInput, Conflict
 from services.jobs.ledger import cancel_open_tasks, notify_step
 from services.measure.configs import CpuConfig
-from services.models import Job, JobConfig, JobStatus, JobTask, Project, TaskState, utcnow
+from services.models import Job, JobConfig, JobKind, JobStatus, JobTask, Project, TaskState, utcnow
 from services.settings import Settings
 
 FINISHED = (JobStatus.done, JobStatus.failed, JobStatus.cancelled)
@@ -44,6 +44,7 @@ def create_job(
     probes: list[str] | None = None,
     stall_after_s: float | None = None,
     budget_s: float | None = None,
+    kind: JobKind = JobKind.matrix,
 ) -> Job:
     job = Job(
         project=get_or_create_project(session, project),
@@ -57,6 +58,7 @@ def create_job(
         probes=probes,
         stall_after_s=stall_after_s,
         budget_s=budget_s,
+        kind=kind,
         configs=config_rows(configs),
     )
     session.add(job)

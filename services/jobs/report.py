@@ -245,6 +245,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             "error": job.error,
             # Seed of the screen's run order: the same seed replays the same order.
             "screen_seed": job.screen_seed,
+            "kind": job.kind.value,
             "node_class": (
                 {"cpu_model": job.cpu_model, "engine_cpus": job.engine_cpus, "runner_image": job.runner_image}
                 if job.cpu_model or job.engine_cpus

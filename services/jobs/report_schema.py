@@ -44,6 +44,9 @@ class ReportJob(_Part):
     error: str | None
     # Seed of the screen's run order within each round (replays the same order).
     screen_seed: int | None = None
+    # matrix (every configuration) or gate (one run against stored history); reports
+    # written before kinds existed were all matrices.
+    kind: Literal["matrix", "gate"] = "matrix"
     # The node class its screen ran on (services/jobs/node_class.py): runs of one test
     # compare only within one class. None: measured before node classes were stored, or
     # sharded (its shards may run on different nodes).

@@ -98,6 +98,12 @@ class JobSpec(BaseModel):
         "it on the most suspicious tests first and the report names what it left out. Unset: a multiple of the "
         "suite's own time (LAGTRACE_THRESHOLDS__BUDGET_MULTIPLE), at least LAGTRACE_THRESHOLDS__BUDGET_FLOOR_S.",
     )
+    kind: Literal["matrix", "gate"] = Field(
+        "matrix",
+        description="matrix: every configuration surveyed, focused and drilled (the reference later gates read); "
+        "gate: the suite once in the gate configuration, each test compared with the base branch's stored runs, "
+        "only the tests that moved or are new going on.",
+    )
     executor: str = Field(
         "auto", max_length=32, description="auto (docker where an engine answers, else local), local or docker."
     )

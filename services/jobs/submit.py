@@ -31,6 +31,7 @@ from services.models import (
     Finding,
     Job,
     JobConfig,
+    JobKind,
     JobSource,
     JobStatus,
     JobTask,
@@ -108,6 +109,7 @@ def submit_job(
         probes=spec.evidence if spec else None,
         stall_after_s=spec.stall_after_s if spec else None,
         budget_s=spec.budget_s if spec else None,
+        kind=JobKind(spec.kind) if spec else JobKind.matrix,
     )
     job.trigger = trigger or TRIGGERS.get(origin, origin)
     if pull_request is not None and pull_request.base_commit_sha is not None:
@@ -318,6 +320,7 @@ SUMMARY_COLUMNS = (
     Job.parent_id,
     Job.status,
     Job.source,
+    Job.kind,
     Job.trigger,
     Job.command,
     Job.executor,
@@ -442,6 +445,8 @@ def _summary(job: Any, project: str, configs: list[str], source: JobSource | Non
         "project": project,
         "status": job.status.value,
         "source": job.source,
+        # Jobs stored before kinds existed were all matrices (the column's server default).
+        "kind": job.kind.value,
         "parent_id": job.parent_id,
         "command": job.command,
         "executor": job.executor,

@@ -44,6 +44,8 @@ INVALID_JOBS = [
     ({**VALID, "budget_s": -60}, 422, "budget_s"),
     ({**VALID, "budget_s": "an hour"}, 422, "budget_s"),
     ({**VALID, "budget_s": 10**9}, 422, "budget_s"),
+    ({**VALID, "kind": "nightly"}, 422, "kind"),
+    ({**VALID, "kind": None}, 422, "kind"),
     ({**VALID, "executor": "kubernetes"}, 422, "unknown executor"),
     ({**VALID, "image": "debian:12", "executor": "local"}, 422, "image"),
     ({**VALID, "image": ""}, 422, "image"),
@@ -95,6 +97,14 @@ def test_malformed_bodies_are_4xx(sqlite_api, data, content_type, status):
     response = sqlite_api.post("/api/v1/jobs", data=data, content_type=content_type)
     assert response.status_code == status
     assert response.get_json()["error"]
+
+
+@pytest.mark.parametrize("body, kind", [({}, "matrix"), ({"kind": "gate"}, "gate"), ({"kind": "matrix"}, "matrix")])
+def test_a_job_is_a_matrix_unless_it_asks_for_a_gate(sqlite_api, body, kind):
+    response = sqlite_api.post("/api/v1/jobs", json={**VALID, **body})
+    assert response.status_code == 201, response.get_json()
+    assert response.get_json()["kind"] == kind
+    assert sqlite_api.get(f"/api/v1/jobs/{response.get_json()['id']}").get_json()["kind"] == kind
 
 
 def test_file_repositories_are_refused_unless_allowed(sqlite_api):

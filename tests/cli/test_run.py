@@ -311,6 +311,7 @@ def test_a_healthy_suite_of_forty_fast_tests_gets_a_report(sqlite_url, tmp_path)
         (["--workdir", "/does/not/exist", "--", "true"], "does not exist"),
         (["--", "no-such-program-anywhere"], "not found on PATH"),
         (["--executor", "teleport", "--", "true"], "Invalid value for '--executor'"),
+        (["--kind", "nightly", "--", "true"], "Invalid value for '--kind'"),
     ],
 )
 def test_bad_input_exits_2_with_a_message_and_stores_nothing(sqlite_url, args, message):

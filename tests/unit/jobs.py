@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from services.models import Evidence, Job, JobConfig, Run, RunKind, TestResult
+from services.models import Evidence, Job, JobConfig, JobKind, Run, RunKind, TestResult
 
 _ids = itertools.count(1)
 
@@ -61,7 +61,16 @@ def job(
     cpusets: dict[str, str] | None = None,
     seed: int = 1,
 ) -> Job:
-    built = Job(id=next(_ids), command=["python3", "prog.py"], executor="local", repeat=5, notes=[], screen_seed=seed)
+    # kind's column default applies only when a job is stored; these never are.
+    built = Job(
+        id=next(_ids),
+        command=["python3", "prog.py"],
+        executor="local",
+        repeat=5,
+        notes=[],
+        screen_seed=seed,
+        kind=JobKind.matrix,
+    )
     built.configs = [
         JobConfig(
             id=next(_ids),
