@@ -92,6 +92,10 @@ class RunKind(str, enum.Enum):
     # A timed run that a busy neighbour disturbed (Thresholds.retake_foreign_cpus): kept on
     # record, never in a statistic, and taken again (services/measure/screen.py).
     disturbed = "disturbed"
+    # A gate's runs (services/jobs/gate.py): the suite once in the gate configuration, then
+    # the tests outside their history, narrowed. Compared with the history only: never a
+    # statistic of the matrix's rules, and never history themselves.
+    gate = "gate"
 
 
 # The runs whose wall time and counters time the whole command.
@@ -186,6 +190,9 @@ class Job(Base):
     # The Thresholds the rules judged it with (each worker reads them from its
     # environment), as a JSON object of field to number. None before 0024.
     thresholds: Mapped[dict[str, float] | None] = mapped_column(JSON)
+    # A gate job's verdicts against history (services/jobs/gate.py GateResult.as_json):
+    # None for a matrix, and for a gate that could not judge (the matrix ran instead).
+    gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column()

@@ -95,6 +95,15 @@ class Thresholds(BaseModel):
     # The newest finished jobs of the branch searched after each of its jobs.
     slower_since_history: int = Field(60, ge=6)
 
+    # A gate's reference: a test's newest stored runs in one configuration, on the base
+    # branch, from finished matrix jobs on the same node class (services/jobs/history.py),
+    # at most this many and none older than this. 20 is the history the gate benchmark
+    # simulates (tests/bench/bench_gate.py: against 20 stored runs two fresh runs all
+    # slower give p = 1/C(22, 2) = 0.0043); older runs measured code and machines that
+    # may have drifted since.
+    gate_history_runs: int = Field(20, ge=1)
+    gate_history_max_age_days: float = Field(30.0, gt=0)
+
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
     # ... and only when the median run lost at least this long to throttling (an

@@ -1,4 +1,4 @@
-"""jobs: the kind of job, matrix or gate
+"""jobs: the kind of job, matrix or gate, and a gate's verdicts
 
 Revision ID: 0025_job_kind
 Revises: 0024_job_measured_with
@@ -6,7 +6,8 @@ Create Date: 2026-11-28
 
 A gate compares one run of the head's suite with the base branch's stored runs; a
 matrix is every configuration as before. Every job stored before was a matrix, which
-the server default says, so the column needs no backfill and stays NOT NULL.
+the server default says, so the column needs no backfill and stays NOT NULL. A gate's
+verdicts against history are stored with it (None for a matrix).
 """
 from alembic import op
 import sqlalchemy as sa
@@ -34,7 +35,9 @@ def upgrade() -> None:
             nullable=False,
         ),
     )
+    op.add_column('jobs', sa.Column('gate', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column('jobs', 'gate')
     op.drop_column('jobs', 'kind')

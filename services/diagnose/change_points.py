@@ -23,7 +23,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session
 
 from services.diagnose import triage
@@ -50,6 +50,14 @@ def branch_of(ref: str | None, branch: str | None = None) -> str:
         if ref.startswith(prefix):
             return ref[len(prefix) :]
     return ref
+
+
+def on_branch(branch: str) -> ColumnElement[bool]:
+    """A JobSource measured ``branch``: as branch_of names it, in SQL."""
+    return or_(
+        JobSource.branch == branch,
+        and_(JobSource.branch.is_(None), JobSource.ref.in_([branch, f"refs/heads/{branch}", f"refs/{branch}"])),
+    )
 
 
 @dataclass(frozen=True)
@@ -127,10 +135,6 @@ class Push:
 def branch_history(session: Session, job: Job, branch: str, thresholds: Thresholds) -> list[Push]:
     """The branch's newest finished jobs up to ``job``, grouped by commit, oldest first,
     with the timing runs of the tests ``job`` ran."""
-    on_branch = or_(
-        JobSource.branch == branch,
-        and_(JobSource.branch.is_(None), JobSource.ref.in_([branch, f"refs/heads/{branch}", f"refs/{branch}"])),
-    )
     jobs = session.execute(
         select(Job.id, JobSource.commit_sha)
         .join(JobSource, JobSource.job_id == Job.id)
@@ -138,7 +142,7 @@ def branch_history(session: Session, job: Job, branch: str, thresholds: Threshol
             Job.project_id == job.project_id,
             Job.id <= job.id,
             or_(Job.status == JobStatus.done, Job.id == job.id),
-            on_branch,
+            on_branch(branch),
         )
         .order_by(Job.id.desc())
         .limit(thresholds.slower_since_history)

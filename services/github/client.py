@@ -176,6 +176,10 @@ def _title(job: Job, report: dict[str, Any] | None) -> str:
     if regressed:
         names = list(dict.fromkeys(t["test"] for t in regressed))
         parts.append(f"{len(names)} test{'s' if len(names) != 1 else ''} slower than base")
+    gate = report.get("gate") if report else None
+    behind = [t for t in gate["tests"] if t["verdict"] == "regressed"] if gate else []
+    if behind:
+        parts.append(f"{len(behind)} test{'s' if len(behind) != 1 else ''} slower than history")
     open_count = sum(is_open(f) for f in findings)
     if findings:
         parts.append(f"{open_count} open latency finding{'s' if open_count != 1 else ''} of {len(findings)}")
@@ -248,6 +252,8 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
                     f"| {format_seconds(r['head_median_s'])} | {_ratio(r)} | **{r['verdict'].replace('_', ' ')}** |"
                 )
             lines.append("")
+    if report.get("gate"):
+        lines += _gate_summary(report["gate"])
     findings = report["findings"]
     if findings:
         blocking = {f["id"] for f in failing(report, fail_on)}
@@ -274,6 +280,30 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
         "findings never fail it."
     )
     return "\n".join(lines)[:MAX_SUMMARY_CHARS]
+
+
+def _gate_summary(gate: dict[str, Any]) -> list[str]:
+    """A gate's verdicts against history (services/jobs/gate.py): counts, then the tests that
+    did not stay unchanged."""
+    where = f"the {_code(gate['branch'], in_table=False)} branch's history" if gate["branch"] else "history"
+    lines = [
+        f"### Against {where} with {_code(gate['config'], in_table=False)}",
+        "",
+        ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate["counts"].items())) + " (tests)",
+        "",
+    ]
+    shown = [t for t in gate["tests"] if t["verdict"] != "unchanged"][:SUMMARY_ROWS]
+    if shown:
+        lines += ["| test | stored runs | stored median | fresh runs | change | verdict |", "|---|---|---|---|---|---|"]
+        for t in shown:
+            change = f"{t['ratio']:.2f}x" if t["ratio"] is not None else "-"
+            fresh = ", ".join(format_seconds(s) for s in t["fresh_s"])
+            lines.append(
+                f"| {_code(t['test'])} | {t['stored']} | {_seconds_or_none(t['stored_median_s'])} | {fresh} "
+                f"| {change} | **{t['verdict'].replace('_', ' ')}** |"
+            )
+        lines.append("")
+    return lines
 
 
 # Test ids, titles, notes and errors come from the repository's code: what they hold must

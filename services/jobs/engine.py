@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
-from services.jobs import ledger, lifecycle, pull_requests, shards, sources, summaries
+from services.jobs import gate, ledger, lifecycle, pull_requests, shards, sources, summaries
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
 from services.jobs.lease import Handler, hold
@@ -43,7 +43,7 @@ from services.jobs.workspace import (
     progress_of,
     stored_source,
 )
-from services.measure import budget, nodelock
+from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
 from services.measure.drill import SurveyCensus, Target, drill, no_targets, parse_evidence, survey_census
@@ -173,18 +173,69 @@ def screen_phase(
             session.delete(run)
     session.flush()
     budget.forget(job)  # a shard's own record (shards.ShardJob): the others' are theirs
-    screen(
+    matrix: Job | None = job
+    if job.kind is JobKind.gate:
+        matrix = gate_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
+    if matrix is not None:
+        screen(
+            session,
+            matrix,
+            executor,
+            settings.thresholds,
+            workdir=workdir,
+            progress=progress,
+            checkpoint=checkpoint,
+            base=base,
+            census=SurveyCensus(
+                session, matrix, executor, settings.thresholds, make_artifact_store(settings), progress
+            ),
+        )
+    budget.record(job, settings.thresholds)
+
+
+def gate_phase(
+    session: Session,
+    settings: Settings,
+    job: Job,
+    executor: Executor,
+    *,
+    workdir: Path,
+    progress: Progress,
+    checkpoint: Checkpoint,
+) -> Job | None:
+    """A gate job's run against history (services/jobs/gate.py); what the matrix then
+    screens: the job narrowed to the tests that went on, None when none did, or the whole
+    job where the gate could not judge."""
+    job.gate = None
+    branch = gate.history_branch(session, job, settings.change_point_branches)
+    result = gate.run_gate(
         session,
         job,
         executor,
         settings.thresholds,
         workdir=workdir,
+        branch=branch,
         progress=progress,
         checkpoint=checkpoint,
-        base=base,
-        census=SurveyCensus(session, job, executor, settings.thresholds, make_artifact_store(settings), progress),
     )
-    budget.record(job, settings.thresholds)
+    if result is None:
+        note = (
+            "the gate could not judge this command (not pytest, every configuration under a quota, "
+            "or no test reported): every configuration was screened"
+        )
+        if note not in job.notes:
+            job.notes = [*job.notes, note]
+        return job
+    job.gate = result.as_json()
+    going_on = result.going_on()
+    if not going_on:
+        progress(f"gate: nothing moved against history in {result.config}: no other configuration run")
+        return None
+    progress(f"gate: {len(going_on)} tests go on to every configuration")
+    if len(going_on) == len(result.tests):
+        return job  # all of them: the whole command, as a matrix runs it
+    ceiling = pytest_command.search_ceiling(job.executor)
+    return shards.narrowed(job, pytest_command.narrow_to_tests(job.command, going_on, workdir, ceiling))
 
 
 def drill_phase(
@@ -265,6 +316,7 @@ def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
     job.thresholds = settings.thresholds.model_dump(mode="json")
     diagnose(session, job, settings.thresholds)
     pull_requests.record(session, job, settings.thresholds)
+    gate.record_findings(session, job, settings.thresholds)
     lifecycle.finish(session, settings, job)
     # The branch's history now ends with this job: a step it completes is reported on
     # the push that made it, whose check run is brought up to date.

@@ -25,7 +25,7 @@ from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.diagnose.metrics import SlowerThanBaseMetrics
 from services.measure.samples import JobSamples, collect, succeeded
 from services.measure.stats import Summary, benjamini_hochberg, median_interval, rank_test, ratio_interval
-from services.models import COMMAND_KINDS, BaseComparison, Finding, Job, JobSource, RunKind
+from services.models import COMMAND_KINDS, BaseComparison, Finding, Job, JobKind, JobSource, RunKind
 from services.thresholds import Thresholds
 
 REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY = "regressed", "improved", "unchanged", "too_noisy"
@@ -160,7 +160,8 @@ def record(session: Session, job: Job, thresholds: Thresholds) -> list[BaseCompa
     Called after the rules stored the job's other findings; a job without a base does nothing.
     """
     source = session.get(JobSource, job.id)
-    if source is None or not source.base_commit_sha:
+    # A gate's pull request is compared with the base branch's history (services/jobs/gate.py).
+    if source is None or not source.base_commit_sha or job.kind is JobKind.gate:
         return []
     session.execute(delete(BaseComparison).where(BaseComparison.job_id == job.id))
     base = collect(job, RunKind.base)
@@ -255,10 +256,11 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
 
 
 def comparison_view(job: Job) -> dict[str, Any] | None:
-    """The stored comparison as the report carries it (None: not a pull request's job)."""
+    """The stored comparison as the report carries it (None: not a pull request's job, or a
+    gate's, compared with history: the report's gate)."""
     session = object_session(job)
     source = session.get(JobSource, job.id) if session is not None else None
-    if session is None or source is None or not source.base_commit_sha:
+    if session is None or source is None or not source.base_commit_sha or job.kind is JobKind.gate:
         return None
     rows = list(session.scalars(select(BaseComparison).where(BaseComparison.job_id == job.id)))
     rows.sort(key=lambda r: (VERDICT_ORDER.get(r.verdict, 9), r.test_id is not None, r.test_id or "", r.config_label))

@@ -275,8 +275,20 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
             for place in job.measured_on or []
         ],
         "thresholds": job.thresholds,
+        # A gate job: each test against its stored history (services/jobs/gate.py).
+        "gate": gate_view(job),
     }
     return validated(report)
+
+
+def gate_view(job: Job) -> dict[str, Any] | None:
+    """A gate's verdicts with their counts (None: not a gate, or it could not judge)."""
+    if not job.gate:
+        return None
+    counts: dict[str, int] = {}
+    for test in job.gate["tests"]:
+        counts[test["verdict"]] = counts.get(test["verdict"], 0) + 1
+    return {**job.gate, "counts": counts}
 
 
 def budget_view(job: Job, thresholds: Thresholds) -> dict[str, Any]:
@@ -427,6 +439,35 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
 
 
+def _gate_section(gate: dict[str, Any]) -> list[str]:
+    """The gate's counts, then every test that did not stop at its one run inside its history."""
+    counts = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate["counts"].items()))
+    where = f"the {gate['branch']} branch's" if gate["branch"] else "earlier `lagtrace run` jobs'"
+    lines = [f"Gate: each test run once with {gate['config']}, against {where} stored runs there: {counts}"]
+    rows = [
+        [
+            test["test"],
+            test["verdict"].replace("_", " "),
+            f"{test['stored']} from {len(test['jobs'])} jobs" if test["stored"] else "none",
+            ", ".join(_seconds(s) for s in test["fresh_s"]),
+            f"{test['ratio']:.2f}x" if test["ratio"] is not None else "-",
+            "yes" if test["went_on"] else "no",
+        ]
+        for test in gate["tests"]
+        if test["verdict"] != "unchanged" or len(test["fresh_s"]) > 1
+    ]
+    if rows:
+        lines += [
+            "  " + line
+            for line in _table(["test", "verdict", "stored runs", "fresh runs", "change", "every config"], rows)
+        ]
+    if gate["counts"].get("new"):
+        lines.append(
+            f"  new: no history, or fewer than {gate['min_stored']} stored runs (one run cannot stand out of fewer)"
+        )
+    return lines
+
+
 def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     """The human report: findings first, then configurations, then tests (the flagged
     ones and the slowest few; ``all_tests``: every one)."""
@@ -495,6 +536,8 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
     if budget and (budget["given"] or any(budget["left_out"].values()) or budget.get("cost_ratio") is not None):
         out += ["", *_budget_section(budget)]
 
+    if report.get("gate"):
+        out += ["", *_gate_section(report["gate"])]
     comparison = report.get("base_comparison")
     if comparison:
         out += ["", f"Compared with base {comparison['base_commit'][:12]} (head median / base median, 95 % interval)"]

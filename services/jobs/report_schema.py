@@ -302,6 +302,31 @@ class MeasuredOn(_Part):
     locks: list[str]
 
 
+class GateTestRow(_Part):
+    """One test against its history (services/jobs/gate.py)."""
+
+    test: str
+    verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new", "failed"]
+    stored: int  # the stored runs it was compared with
+    jobs: list[int]  # the matrix jobs they came from, newest first
+    fresh_s: list[float]  # the gate's run of the suite, then each look's
+    stored_median_s: float | None  # None: no stored run
+    ratio: float | None  # fresh over stored (Hodges-Lehmann), where judged on more runs
+    ratio_low: float | None
+    ratio_high: float | None
+    p_slower: float | None  # sequential p-values, valid at any look
+    p_faster: float | None
+    went_on: bool  # measured further in every configuration
+
+
+class ReportGate(_Part):
+    config: str  # the gate configuration: the widest without a quota
+    branch: str | None  # the history's branch (None: `lagtrace run` jobs, which have none)
+    min_stored: int  # fewer stored runs than this: new (one run cannot stand out)
+    tests: list[GateTestRow]
+    counts: dict[str, int]  # verdict -> tests
+
+
 class Report(_Part):
     # "schema" would shadow a BaseModel attribute; the JSON key is still "schema".
     schema_: Literal["lagtrace.report/v1"] = Field(alias="schema")
@@ -326,6 +351,8 @@ class Report(_Part):
     # The Thresholds fields the rules judged it with (services/thresholds.py, the settings
     # reference in docs/). None: diagnosed before they were stored.
     thresholds: dict[str, float] | None = None
+    # A gate job's verdicts against history; None for a matrix, or a gate that could not judge.
+    gate: ReportGate | None = None
 
 
 def validated(report: dict[str, Any]) -> dict[str, Any]:

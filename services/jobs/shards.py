@@ -38,7 +38,7 @@ from services.measure import pytest_command, survey
 from services.measure import shards as split
 from services.measure.executors.base import Executor
 from services.measure.screen import BaseSide
-from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobShard, JobTask, Run, TaskState, TestResult
+from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobKind, JobShard, JobTask, Run, TaskState, TestResult
 from services.settings import Settings
 
 PREFIX = f"{SCREEN}:shard-"
@@ -59,7 +59,8 @@ def plan(
 ) -> tuple[list[split.Shard], str | None]:
     """The shards ``job`` is screened in (none: whole, on one worker), and a note saying why
     it was or was not split when that is worth saying."""
-    if settings.shards < 2 or not pytest_command.is_pytest(job.command):
+    # A gate runs the suite once against its history (services/jobs/gate.py), on one node.
+    if settings.shards < 2 or not pytest_command.is_pytest(job.command) or job.kind is JobKind.gate:
         return [], None
     history = previous_durations(session, job)
     collected = split.collect(executor, job.command, workdir, job.timeout_s)
@@ -164,7 +165,7 @@ class ShardJob:
     later commit drop the other's lines); everything else (configurations, seed) is the
     job's own."""
 
-    OWN = ("notes", "budget")
+    OWN: tuple[str, ...] = ("notes", "budget")
 
     def __init__(self, job: Job, command: list[str], shard: JobShard):
         object.__setattr__(self, "_job", job)
@@ -172,12 +173,26 @@ class ShardJob:
         object.__setattr__(self, "command", command)
 
     def __getattr__(self, name: str) -> Any:
-        owner = "_shard" if name in ShardJob.OWN else "_job"
+        owner = "_shard" if name in type(self).OWN else "_job"
         return getattr(object.__getattribute__(self, owner), name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        owner = "_shard" if name in ShardJob.OWN else "_job"
+        owner = "_shard" if name in type(self).OWN else "_job"
         setattr(object.__getattribute__(self, owner), name, value)
+
+
+class NarrowedJob(ShardJob):
+    """The job with its command narrowed to some of its tests (a gate's, for the matrix
+    after it: services/jobs/gate.py); everything else, notes and budget too, is the job's."""
+
+    OWN = ()
+
+    def __init__(self, job: Job, command: list[str]):
+        super().__init__(job, command, None)  # type: ignore[arg-type]  # no shard: OWN is empty
+
+
+def narrowed(job: Job, command: list[str]) -> Job:
+    return cast(Job, NarrowedJob(job, command))
 
 
 def shard_job(job: Job, shard: JobShard, workdir: Path) -> Job:

@@ -15,7 +15,7 @@ from services.jobs import pull_requests, sources
 from services.measure.executors import Executor, make_executor
 from services.measure.screen import BaseSide
 from services.measure.shards import on_worker_cpus
-from services.models import Job, JobSource
+from services.models import Job, JobKind, JobSource
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.engine")
@@ -74,7 +74,9 @@ def base_side(
     """A pull request's base commit, checked out and prepared beside the head (inside the
     head's measurement lock already); None for other jobs, or when the base cannot be
     fetched (the head is still screened, and the report says why there is no comparison)."""
-    if not source.base_commit_sha:
+    # A gate compares the head with the base branch's stored runs, not with a fresh
+    # screen of the base commit (services/jobs/gate.py).
+    if not source.base_commit_sha or job.kind is JobKind.gate:
         yield None
         return
     with ExitStack() as stack:

@@ -130,7 +130,7 @@ def screen(
         traced = census.wrapping(job_config, run_dir) if census is not None and kind is RunKind.warmup else None
         # A narrowed process times each test warm (services/measure/warm.py).
         warming = (
-            _warm_wrapping(base.executor if on_base and base is not None else executor, run_dir)
+            warm_wrapping(base.executor if on_base and base is not None else executor, run_dir)
             if kind in (RunKind.focus, RunKind.base_focus)
             else None
         )
@@ -356,7 +356,7 @@ def _stopped_note(failure: str, label: str, measured: Measured) -> str:
     return f"pytest refused the command (exit 4, a usage error: a path or option it does not know): {where}"
 
 
-def _warm_wrapping(executor: Executor, run_dir: Path) -> Wrapping:
+def warm_wrapping(executor: Executor, run_dir: Path) -> Wrapping:
     """The focused run's command with the warm-up plugin (services/measure/warm.py)."""
     hook = executor.visible_path(run_dir, warm.HOOK_DIR)
     out = executor.visible_path(run_dir, warm.OUTPUT_PREFIX)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from services.models import Job, JobSource, Run, RunKind
-from tests.service_support import SECRET, delivery_headers, register
+from tests.service_support import SECRET, delivery_headers, push_payload, register
 from tests.support.pull_requests import TARGET, TARGET_LINE, TEST_FILE, make_pull_request, pull_request_payload
 
 # One configuration, no drill: what is judged is the comparison with the base.
@@ -240,3 +240,47 @@ def test_a_pull_request_with_a_base_that_is_no_commit_id_is_refused(sqlite_api, 
     response = deliver(sqlite_api, payload, "pr-bad-base", "pull_request")
     assert response.status_code == 422 and "base commit" in response.get_json()["error"]
     assert sqlite_api.count(Job) == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_gates_pull_request_is_judged_against_the_base_branchs_history(api, tmp_path, github_server):
+    # kind: gate everywhere. The pushes to main measure their new tests in every
+    # configuration, which is main's history from then on; the pull request that makes
+    # test_target 10x slower is then judged against that history, and its base commit is
+    # never screened.
+    api.token = api.new_token("octo/demo")
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML + "kind: gate\n", base_s=0.03, head_s=0.3)
+    register(api.settings, api.session_factory, repository.url)
+    pushed = []
+    for n in range(2):
+        # Pushed twice (after a force-push away and back): two deliveries, two bodies.
+        payload = {**push_payload(repository.url, repository.base), "before": f"{n:040d}"}
+        response = deliver(api, payload, f"main-{n}", "push")
+        assert response.status_code == 202, response.get_json()
+        pushed.append(api.wait(response.get_json()["job_id"], timeout_s=240))
+    first, second = (job["report"]["gate"] for job in pushed)
+    assert first["branch"] == "main" and {t["verdict"] for t in first["tests"]} == {"new"}, first
+    # After the first push each test has 6 runs of history (the gate's run of the suite,
+    # then 5 in the matrix), fewer than one run can stand out of: measured again.
+    assert all(t["stored"] == 6 and t["verdict"] == "new" and t["went_on"] for t in second["tests"]), second
+
+    response = deliver(api, pull_request_payload(repository), "pr-gate", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=240)
+    assert job["status"] == "done", job["error"]
+    gate = job["report"]["gate"]
+    verdicts = {test["test"]: test for test in gate["tests"]}
+    assert gate["branch"] == "main" and gate["config"] == "cpuset=0"
+    target, steady = verdicts[TARGET], verdicts[f"{TEST_FILE}::test_steady"]
+    assert target["verdict"] == "regressed" and target["stored"] == 12, target
+    assert target["jobs"] == [pushed[1]["id"], pushed[0]["id"]], target
+    assert steady["verdict"] == "unchanged" and not steady["went_on"], steady
+    assert job["report"]["base_comparison"] is None
+    with api.session_factory() as session:
+        assert not session.query(Run).filter(Run.kind.in_([RunKind.base, RunKind.base_warmup])).count()
+    [slower] = [f for f in job["report"]["findings"] if f["kind"] == "slower_than_base"]
+    assert slower["test"] == TARGET
+    check = completed_check_run(github_server, job["id"])
+    assert check.body["conclusion"] == "failure"
+    assert check.body["output"]["title"].startswith("1 test slower than history"), check.body["output"]
+    assert "Against the `main` branch's history" in check.body["output"]["summary"]

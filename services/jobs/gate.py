@@ -1,0 +1,317 @@
+"""The gate: the suite run once, each test judged against its stored history, and only
+what moved measured further (docs/explanations/cost-model.md, the gate).
+
+A matrix job runs every test in every configuration, several times: about 4x the suite's
+own time, mostly to learn that nothing changed. A gate job runs the head's suite once in
+the gate configuration (the widest: no quota, the most CPUs), and compares each test's
+run with the runs finished matrix jobs stored of it there (services/jobs/history.py: the
+same command, the base branch, the same node class). Per test:
+
+- a run inside its history stops there: ``unchanged`` (services/measure/sequential.py
+  ``goes_on``);
+- a run outside it is judged on more runs, narrowed to the tests still undecided, one
+  look at a time, by a rule that stays valid however often it looks (``judge``), with
+  the false discovery rate held over the tests judged (Benjamini-Hochberg on the
+  sequential p-values): ``regressed``, ``improved``, ``unchanged`` (the interval inside
+  the change ratio both ways), or ``too_noisy`` after the last look;
+- a test with too short a history to ever be judged is ``new`` (no stored run at all,
+  or fewer than a single extreme run could stand out from); a failing test is
+  ``failed``.
+
+The tests that regressed, are new, failed or had a finding in the previous job go on to
+the matrix: every configuration, narrowed to them, with the screen, the drill and the
+rules of a matrix job. tests/bench/bench_gate.py measures the rule's false alarms, power
+and runs per test.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from services.diagnose import triage
+from services.diagnose.findings import fingerprint, format_seconds, graded
+from services.diagnose.metrics import SlowerThanBaseMetrics
+from services.jobs.history import History, stored_runs
+from services.jobs.node_class import NodeClass
+from services.measure import pytest_command
+from services.measure.configs import parse_cpulist
+from services.measure.executors import Executor
+from services.measure.runs import run_once
+from services.measure.screen import warm_wrapping
+from services.measure.sequential import DIFFERENT, SAME, SequentialRule, goes_on, judge
+from services.measure.stats import benjamini_hochberg
+from services.measure.survey import flagged_before
+from services.models import Finding, Job, JobConfig, JobSource, RunKind
+from services.thresholds import Thresholds
+
+REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY, NEW, FAILED = (
+    "regressed",
+    "improved",
+    "unchanged",
+    "too_noisy",
+    "new",
+    "failed",
+)
+# What goes on to the matrix: what moved the wrong way, what nothing can be said of, and
+# what failed (the matrix's rules name why).
+GOES_ON = (REGRESSED, NEW, FAILED)
+
+
+@dataclass
+class GateTest:
+    """One test's verdict against its history, with what it rests on."""
+
+    test: str
+    verdict: str
+    stored: int  # the stored runs it was compared with
+    jobs: list[int]  # the matrix jobs they came from, newest first
+    fresh_s: list[float]  # the gate's run, then each look's
+    stored_median_s: float | None = None
+    ratio: float | None = None  # fresh over stored (Hodges-Lehmann), where judged
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_slower: float | None = None
+    p_faster: float | None = None
+    went_on: bool = False  # measured further in the matrix
+
+
+@dataclass
+class GateResult:
+    config: str
+    branch: str | None  # the history's branch (None: `lagtrace run` jobs, which have none)
+    min_stored: int
+    tests: list[GateTest] = field(default_factory=list)
+
+    def going_on(self) -> list[str]:
+        return [test.test for test in self.tests if test.went_on]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "branch": self.branch,
+            "min_stored": self.min_stored,
+            "tests": [asdict(test) for test in self.tests],
+        }
+
+
+def rule_of(thresholds: Thresholds) -> SequentialRule:
+    """The rule a gate judges with: a move under the pull request's change ratio is no
+    change worth a verdict (as tests/bench/bench_gate.py simulates it)."""
+    return SequentialRule(change_ratio=thresholds.base_change_ratio)
+
+
+def min_stored(rule: SequentialRule) -> int:
+    """The fewest stored runs against which one run can stand out: the slowest of h + 1
+    runs has p = 1 / (h + 1), which must reach ``continue_p``. With fewer, every run
+    would sit "inside" its history, and a 10x regression would pass as unchanged."""
+    return math.ceil(1 / rule.continue_p - 1e-9) - 1
+
+
+def gate_config(job: Job) -> JobConfig | None:
+    """The widest configuration without a quota: the most CPUs (no CPU set: all of the
+    node's); None where every configuration has a quota."""
+    unquoted = [config for config in job.configs if config.cpus is None]
+    if not unquoted:
+        return None
+    return max(unquoted, key=lambda c: (c.cpuset is None, len(parse_cpulist(c.cpuset)) if c.cpuset else 0))
+
+
+def history_branch(session: Session, job: Job, default_branches: list[str]) -> str | None:
+    """Where a test's history comes from: a pull request's base branch; the branch pushed
+    when it is one the project keeps history on (a push to main is judged against main),
+    else the first of those; None for jobs without a source (`lagtrace run`), whose
+    history is such jobs'."""
+    source = session.get(JobSource, job.id)
+    if source is None:
+        return None
+    if source.base_ref:
+        return source.base_ref.removeprefix("refs/heads/")
+    pushed = source.branch or (source.ref or "").removeprefix("refs/heads/")
+    return pushed if pushed in default_branches else (default_branches[0] if default_branches else pushed)
+
+
+def run_gate(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    thresholds: Thresholds,
+    *,
+    workdir: Path,
+    branch: str | None,
+    progress: Callable[[str], None],
+    checkpoint: Callable[[], None],
+) -> GateResult | None:
+    """The gate's runs and verdicts; None where it cannot judge (not a pytest command, every
+    configuration under a quota, or a run that reported no test): the matrix screens the
+    whole suite as it would without a gate."""
+    config = gate_config(job)
+    if config is None or not pytest_command.is_pytest(job.command):
+        return None
+    rule = rule_of(thresholds)
+    node = NodeClass.of_job(job)
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-gate{job.id}-"))
+    try:
+
+        def measure(command: list[str], look: int) -> dict[str, tuple[str, float]]:
+            run_dir = scratch / f"gate-{look}"
+            run_dir.mkdir()
+            measured = run_once(
+                session,
+                executor,
+                config,
+                command=command,
+                workdir=workdir,
+                run_dir=run_dir,
+                timeout_s=job.timeout_s,
+                kind=RunKind.gate,
+                repetition=look,
+                wrapping=warm_wrapping(executor, run_dir) if look > 0 else None,
+            )
+            checkpoint()
+            return {case.test_id: (case.outcome, case.duration_s) for case in measured.cases}
+
+        screened = measure(job.command, 0)
+        if not screened:
+            return None
+        histories = stored_runs(
+            session,
+            project_id=job.project_id,
+            command=list(job.command),
+            branch=branch,
+            node=node,
+            config_label=config.label,
+            test_ids=list(screened),
+            thresholds=thresholds,
+        )
+        result = GateResult(config.label, branch, min_stored(rule))
+        judged: dict[str, GateTest] = {}
+        for test_id, (outcome, seconds) in screened.items():
+            history = histories.get(test_id, History())
+            test = GateTest(test_id, UNCHANGED, len(history.durations), list(history.job_ids), [seconds])
+            test.stored_median_s = statistics.median(history.durations) if history.durations else None
+            result.tests.append(test)
+            if outcome not in ("passed", "skipped"):
+                test.verdict = FAILED
+            elif outcome == "skipped":
+                continue
+            elif len(history.durations) < result.min_stored:
+                test.verdict = NEW
+            elif goes_on(history.durations, seconds, rule, seed=job.screen_seed or 0):
+                judged[test_id] = test
+        progress(
+            f"gate: {len(screened)} tests run once in {config.label}; {len(judged)} outside their history, "
+            f"{sum(t.verdict == NEW for t in result.tests)} new"
+        )
+        _judge(judged, histories, rule, thresholds, job, workdir, measure, progress)
+        flagged = flagged_before(session, job)
+        for test in result.tests:
+            test.went_on = test.verdict in GOES_ON or test.test in flagged
+        return result
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _judge(
+    judged: dict[str, GateTest],
+    histories: dict[str, History],
+    rule: SequentialRule,
+    thresholds: Thresholds,
+    job: Job,
+    workdir: Path,
+    measure: Callable[[list[str], int], dict[str, tuple[str, float]]],
+    progress: Callable[[str], None],
+) -> None:
+    """Looks on the tests outside their history, narrowed to those still undecided, until
+    each is SAME or DIFFERENT or the rule's last look; then BH over the judged tests."""
+    fresh: dict[str, list[float]] = {test_id: [] for test_id in judged}
+    verdicts = {}
+    undecided = list(judged)
+    ceiling = pytest_command.search_ceiling(job.executor)
+    look = 0
+    while undecided and look < rule.looks:
+        look += 1
+        ran = measure(pytest_command.narrow_to_tests(job.command, undecided, workdir, ceiling), look)
+        for test_id in undecided:
+            outcome, seconds = ran.get(test_id, ("missing", 0.0))
+            if outcome == "passed":
+                fresh[test_id].append(seconds)
+        for test_id in undecided:
+            if fresh[test_id]:
+                verdicts[test_id] = judge(histories[test_id].durations, fresh[test_id], rule, seed=job.screen_seed or 0)
+        undecided = [t for t in undecided if t not in verdicts or verdicts[t].verdict not in (SAME, DIFFERENT)]
+        progress(f"gate: look {look}: {len(judged) - len(undecided)} of {len(judged)} decided")
+    q = thresholds.cpu_sensitivity_fdr
+    slower = benjamini_hochberg({t: v.p_slower for t, v in verdicts.items()}, q)
+    faster = benjamini_hochberg({t: v.p_faster for t, v in verdicts.items()}, q)
+    for test_id, test in judged.items():
+        test.fresh_s += fresh[test_id]
+        verdict = verdicts.get(test_id)
+        if verdict is None:
+            test.verdict = TOO_NOISY  # it never passed again
+            continue
+        test.ratio, test.ratio_low, test.ratio_high = verdict.ratio, verdict.ratio_low, verdict.ratio_high
+        test.p_slower, test.p_faster = verdict.p_slower, verdict.p_faster
+        if verdict.verdict == DIFFERENT and verdict.slower and test_id in slower:
+            test.verdict = REGRESSED
+        elif verdict.verdict == DIFFERENT and not verdict.slower and test_id in faster:
+            test.verdict = IMPROVED
+        elif verdict.verdict == SAME:
+            test.verdict = UNCHANGED
+        else:
+            test.verdict = TOO_NOISY
+
+
+# A regression against history is the pull request's kind of finding: the same problem
+# (one fingerprint per test), triaged once, and failing the check run as a regression.
+FINDING_KIND = "slower_than_base"
+
+
+def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
+    """A slower_than_base finding per test the gate found regressed (after the rules,
+    which replace the job's findings: services/diagnose/diagnose.py)."""
+    if not job.gate:
+        return
+    where = f"the {job.gate['branch']} branch's" if job.gate["branch"] else "earlier `lagtrace run` jobs'"
+    for test in job.gate["tests"]:
+        if test["verdict"] != REGRESSED or test["ratio"] is None or test["stored_median_s"] is None:
+            continue
+        ratio, fresh = test["ratio"], test["fresh_s"][1:] or test["fresh_s"]
+        interval = (
+            f"interval {test['ratio_low']:.2f} to {test['ratio_high']:.2f}; " if test["ratio_low"] is not None else ""
+        )
+        finding = Finding(
+            job=job,
+            kind=FINDING_KIND,
+            severity=graded(ratio, thresholds.severity_medium_ratio, thresholds.severity_high_ratio),
+            title=f"{test['test']} is {ratio:.1f}x slower than in {where} stored runs",
+            detail=(
+                f"median {format_seconds(statistics.median(fresh))} in {len(fresh)} fresh runs against "
+                f"{format_seconds(test['stored_median_s'])} in {test['stored']} stored runs of {len(test['jobs'])} "
+                f"jobs with {job.gate['config']} ({interval}sequential rank test p={test['p_slower']:.2g})"
+            ),
+            config_label=job.gate["config"],
+            test_id=test["test"],
+            metrics=SlowerThanBaseMetrics(
+                ratio=ratio,
+                ratio_low=test["ratio_low"],
+                ratio_high=test["ratio_high"],
+                base_median_s=test["stored_median_s"],
+                head_median_s=statistics.median(fresh),
+                p_value=test["p_slower"],
+                base_commit=None,
+            ).stored(),
+            evidence_ids=[],
+            fingerprint=fingerprint(job.project.name, FINDING_KIND, test["test"]),
+        )
+        triage.carry(session, finding)
+        session.add(finding)
+    session.flush()
