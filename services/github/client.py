@@ -22,7 +22,7 @@ from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.errors import LagtraceError
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
 from services.jobs.spec import DEFAULT_FAIL_ON
-from services.models import Job, JobSource, JobStatus
+from services.models import Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
 
 SIGNATURE_PREFIX = "sha256="
@@ -139,7 +139,10 @@ def check_run_body(settings: Settings, job: Job, source: JobSource, report: dict
         "external_id": str(job.id),
     }
     if job.status in (JobStatus.queued, JobStatus.running):
-        what = "Screening CPU configurations" + (" against the base commit" if source.base_commit_sha else "")
+        if job.kind is JobKind.gate:
+            what = "Comparing each test with its history"
+        else:
+            what = "Screening CPU configurations" + (" against the base commit" if source.base_commit_sha else "")
         return {
             **body,
             "status": "in_progress",

@@ -42,12 +42,11 @@ from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.diagnose.metrics import SlowerThanBaseMetrics
 from services.jobs.history import History, stored_runs
 from services.jobs.node_class import NodeClass
-from services.measure import pytest_command
-from services.measure.configs import parse_cpulist
+from services.measure import budget, pytest_command
 from services.measure.executors import Executor
 from services.measure.runs import run_once
 from services.measure.screen import warm_wrapping
-from services.measure.sequential import DIFFERENT, SAME, SequentialRule, goes_on, judge
+from services.measure.sequential import DIFFERENT, SAME, Judgement, SequentialRule, goes_on, judge
 from services.measure.stats import benjamini_hochberg
 from services.measure.survey import flagged_before
 from services.models import Finding, Job, JobConfig, JobSource, RunKind
@@ -119,10 +118,8 @@ def min_stored(rule: SequentialRule) -> int:
 def gate_config(job: Job) -> JobConfig | None:
     """The widest configuration without a quota: the most CPUs (no CPU set: all of the
     node's); None where every configuration has a quota."""
-    unquoted = [config for config in job.configs if config.cpus is None]
-    if not unquoted:
-        return None
-    return max(unquoted, key=lambda c: (c.cpuset is None, len(parse_cpulist(c.cpuset)) if c.cpuset else 0))
+    config = budget.widest(job)
+    return config if config is not None and config.cpus is None else None
 
 
 def history_branch(session: Session, job: Job, default_branches: list[str]) -> str | None:
@@ -230,28 +227,40 @@ def _judge(
     measure: Callable[[list[str], int], dict[str, tuple[str, float]]],
     progress: Callable[[str], None],
 ) -> None:
-    """Looks on the tests outside their history, narrowed to those still undecided, until
-    each is SAME or DIFFERENT or the rule's last look; then BH over the judged tests."""
+    """Looks on the tests outside their history, narrowed to those still open, until each
+    is SAME, or DIFFERENT with Benjamini-Hochberg over every test judged agreeing, or the
+    rule's last look. A test DIFFERENT on its own but not yet among BH's discoveries runs
+    again: its sequential p-value can only fall."""
     fresh: dict[str, list[float]] = {test_id: [] for test_id in judged}
-    verdicts = {}
-    undecided = list(judged)
+    verdicts: dict[str, Judgement] = {}
+    slower: set[str] = set()
+    faster: set[str] = set()
+    q = thresholds.cpu_sensitivity_fdr
+
+    def settled(test_id: str) -> bool:
+        verdict = verdicts.get(test_id)
+        if verdict is None:
+            return False
+        if verdict.verdict == DIFFERENT:
+            return test_id in (slower if verdict.slower else faster)
+        return verdict.verdict == SAME
+
+    open_tests = list(judged)
     ceiling = pytest_command.search_ceiling(job.executor)
     look = 0
-    while undecided and look < rule.looks:
+    while open_tests and look < rule.looks:
         look += 1
-        ran = measure(pytest_command.narrow_to_tests(job.command, undecided, workdir, ceiling), look)
-        for test_id in undecided:
+        ran = measure(pytest_command.narrow_to_tests(job.command, open_tests, workdir, ceiling), look)
+        for test_id in open_tests:
             outcome, seconds = ran.get(test_id, ("missing", 0.0))
             if outcome == "passed":
                 fresh[test_id].append(seconds)
-        for test_id in undecided:
             if fresh[test_id]:
                 verdicts[test_id] = judge(histories[test_id].durations, fresh[test_id], rule, seed=job.screen_seed or 0)
-        undecided = [t for t in undecided if t not in verdicts or verdicts[t].verdict not in (SAME, DIFFERENT)]
-        progress(f"gate: look {look}: {len(judged) - len(undecided)} of {len(judged)} decided")
-    q = thresholds.cpu_sensitivity_fdr
-    slower = benjamini_hochberg({t: v.p_slower for t, v in verdicts.items()}, q)
-    faster = benjamini_hochberg({t: v.p_faster for t, v in verdicts.items()}, q)
+        slower = benjamini_hochberg({t: v.p_slower for t, v in verdicts.items()}, q)
+        faster = benjamini_hochberg({t: v.p_faster for t, v in verdicts.items()}, q)
+        open_tests = [test_id for test_id in open_tests if not settled(test_id)]
+        progress(f"gate: look {look}: {len(judged) - len(open_tests)} of {len(judged)} decided")
     for test_id, test in judged.items():
         test.fresh_s += fresh[test_id]
         verdict = verdicts.get(test_id)

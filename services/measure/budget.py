@@ -50,7 +50,9 @@ def reference_s(job: Job) -> float | None:
     config = widest(job)
     first: dict[int | None, Run] = {}
     for run in config.runs if config else []:
-        if run.kind in FIRST_ROUND:
+        # A gate's first run is the whole suite's (services/jobs/gate.py); its later ones
+        # and the matrix after it are narrowed to some tests.
+        if run.kind in FIRST_ROUND or (run.kind is RunKind.gate and run.repetition == 0):
             first.setdefault(run.shard, run)
     return sum(run.wall_s for run in first.values()) if first else None
 
