@@ -353,6 +353,7 @@ def execute_job(
     try:
         with screen_lock(settings, job, progress):
             NodeClass.of_executor(executor).record(job)
+            checkpoint()  # committed now: the job's row is not held locked through the first run
             screen_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
         with drill_lock(settings, job, progress):
             drill_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
@@ -498,6 +499,10 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
             # A sharded job's shards may run on different nodes: it has no one node class.
             if shard is None:
                 NodeClass.of_executor(executor).record(job)
+                # Committed now: an update of the job's row left open would hold it locked
+                # through the first run, and a cancel from the API would wait for that run
+                # (tests/chaos/test_runs.py, the cancel of a running job).
+                checkpoint()
             screen_phase(
                 session,
                 settings,
