@@ -96,7 +96,7 @@ class Thresholds(BaseModel):
     slower_since_history: int = Field(60, ge=6)
 
     # A gate's reference: a test's newest stored runs in one configuration, on the base
-    # branch, from finished matrix jobs on the same node class (services/jobs/history.py),
+    # branch, from finished jobs of the same command on the same node class (services/jobs/history.py),
     # at most this many and none older than this. 20 is the history the gate benchmark
     # simulates (tests/bench/bench_gate.py: against 20 stored runs two fresh runs all
     # slower give p = 1/C(22, 2) = 0.0043); older runs measured code and machines that

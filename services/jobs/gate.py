@@ -4,7 +4,7 @@ what moved measured further (docs/explanations/cost-model.md, the gate).
 A matrix job runs every test in every configuration, several times: about 4x the suite's
 own time, mostly to learn that nothing changed. A gate job runs the head's suite once in
 the gate configuration (the widest: no quota, the most CPUs), and compares each test's
-run with the runs finished matrix jobs stored of it there (services/jobs/history.py: the
+run with the runs finished jobs stored of it there (services/jobs/history.py: the
 same command, the base branch, the same node class). Per test:
 
 - a run inside its history stops there: ``unchanged`` (services/measure/sequential.py
@@ -72,7 +72,7 @@ class GateTest:
     test: str
     verdict: str
     stored: int  # the stored runs it was compared with
-    jobs: list[int]  # the matrix jobs they came from, newest first
+    jobs: list[int]  # the finished jobs they came from, newest first
     fresh_s: list[float]  # the gate's run, then each look's
     stored_median_s: float | None = None
     ratio: float | None = None  # fresh over stored (Hodges-Lehmann), where judged

@@ -308,7 +308,7 @@ class GateTestRow(_Part):
     test: str
     verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new", "failed"]
     stored: int  # the stored runs it was compared with
-    jobs: list[int]  # the matrix jobs they came from, newest first
+    jobs: list[int]  # the finished jobs they came from, newest first
     fresh_s: list[float]  # the gate's run of the suite, then each look's
     stored_median_s: float | None  # None: no stored run
     ratio: float | None  # fresh over stored (Hodges-Lehmann), where judged on more runs
