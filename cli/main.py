@@ -205,7 +205,7 @@ def run(
 ) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import JobFailed, run_job
-    from services.jobs.report import render_text
+    from services.jobs.report_text import render_text
 
     settings = _load_settings()
     # `kill` (SIGTERM) cancels like Ctrl-C: the job is marked cancelled and the run's
@@ -654,7 +654,7 @@ def submit(
 ) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
     from cli.submit import ApiClient, ApiError, submit_and_wait
-    from services.jobs.report import render_text
+    from services.jobs.report_text import render_text
     from services.measure.drill import parse_evidence
 
     if repo and directory:

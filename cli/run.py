@@ -11,8 +11,9 @@ from pathlib import Path
 from services import migrate
 from services.db import make_engine, make_session_factory
 from services.errors import LagtraceError
-from services.jobs.engine import Progress, execute_job, plan_job
+from services.jobs.engine import Progress, execute_job
 from services.jobs.lifecycle import create_job
+from services.jobs.plan import plan_job
 from services.jobs.report import build_report
 from services.measure.executors import make_executor
 from services.models import Job, JobKind

@@ -2,8 +2,8 @@
 
     prepare -> screen -> drill -> diagnose -> notify
 
-``lagtrace run`` drives it in one process (``execute_job``, after ``plan_job``); the
-service drives the same phases as ledger steps (``HANDLERS``, run under a lease by
+``lagtrace run`` drives it in one process (``execute_job``, after services/jobs/plan.py
+``plan_job``); the service drives the same phases as ledger steps (``HANDLERS``, run under a lease by
 services/jobs/lease.py ``run_step``), by a Celery worker or by `lagtrace serve`'s own
 thread: prepare (fetch the code, read .lagtrace.yml, plan), screen (every configuration,
 interleaved, on one node), finish (drill, then diagnose), notify (the GitHub check run,
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
@@ -33,6 +32,7 @@ from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
 from services.jobs.lease import Handler, hold
 from services.jobs.node_class import NodeClass
+from services.jobs.plan import plan_job
 from services.jobs.spec import RepositoryConfig, enforce_policy
 from services.jobs.workspace import (
     Checkpoint,
@@ -45,8 +45,8 @@ from services.jobs.workspace import (
 )
 from services.measure import budget, nodelock, pytest_command
 from services.measure.artifacts import make_artifact_store
-from services.measure.configs import CpuConfig, cpu_config, cpus_touched, default_matrix, parse_specs
-from services.measure.drill import SurveyCensus, Target, drill, no_targets, parse_evidence, survey_census
+from services.measure.configs import cpu_config, cpus_touched
+from services.measure.drill import SurveyCensus, Target, drill, no_targets, survey_census
 from services.measure.executors import Executor
 from services.measure.screen import BaseSide, screen
 from services.models import Job, JobKind, JobShard, JobStatus, JobTask, RunKind, TaskState
@@ -59,72 +59,6 @@ def _quiet(message: str) -> None:
 
 def _nothing() -> None:
     pass
-
-
-# --- prepare: everything the user gave is checked before anything is stored ----------
-
-
-@dataclass
-class JobPlan:
-    command: list[str]
-    workdir: Path
-    configs: list[CpuConfig]
-    repeat: int
-    timeout_s: float | None
-    notes: list[str] = field(default_factory=list)
-    probes: list[str] | None = None  # probe names; None: the default (all, where the screen found something)
-    stall_after_s: float | None = None
-    budget_s: float | None = None  # None: the default (services/measure/budget.py)
-
-
-def plan_job(
-    executor: Executor,
-    *,
-    command: list[str],
-    specs: list[str],
-    repeat: int,
-    timeout_s: float | None,
-    workdir: Path,
-    evidence: str | None = None,
-    stall_after_s: float | None = None,
-    progress: Progress = _quiet,
-    machine: str = "this machine",
-    budget_s: float | None = None,
-) -> JobPlan:
-    """Check everything the user gave before anything is stored; BadInput says what is wrong."""
-    if repeat < 1:
-        raise BadInput(f"--repeat must be at least 1, not {repeat}")
-    if timeout_s is not None and timeout_s <= 0:
-        raise BadInput(f"--timeout must be a positive number of seconds, not {timeout_s:g}")
-    if budget_s is not None and not budget_s > 0:
-        raise BadInput(f"--budget must be a positive number of seconds, not {budget_s:g}")
-    if stall_after_s is not None and stall_after_s <= 0:
-        raise BadInput(f"--stall-after must be a positive number of seconds, not {stall_after_s:g}")
-    if stall_after_s is not None and timeout_s is not None and stall_after_s >= timeout_s:
-        raise BadInput(
-            f"--stall-after {stall_after_s:g} must be below --timeout {timeout_s:g}: "
-            "the snapshot is taken while the run is still going"
-        )
-    probes = parse_evidence(evidence)
-    # Before the command check: the program may come from the dependencies installed here.
-    executor.prepare(workdir, progress)
-    executor.check_command(command, workdir)
-    available = executor.available_cpus()
-    quota_problem = executor.quota_unsupported_reason()
-    if executor.name == "docker":
-        # The runs live in the engine's cgroup: its CPU set is what counts, not the machine's.
-        machine = f"{machine}'s Docker engine"
-    notes = []
-    if specs:
-        configs = parse_specs(specs, available, machine)
-        for config in configs:
-            if config.cpus is not None and quota_problem:
-                raise BadInput(f"{config.label}: CPU quotas cannot be enforced on {machine}: {quota_problem}")
-    else:
-        configs = default_matrix(available, quota_supported=quota_problem is None)
-        if quota_problem:
-            notes.append(f"the default cpus=0.5 configuration was left out: {quota_problem}")
-    return JobPlan(command, workdir, configs, repeat, timeout_s, notes, probes, stall_after_s, budget_s)
 
 
 # --- screen, drill, diagnose: the phases both drivers run --------------------------------

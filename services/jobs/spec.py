@@ -2,7 +2,7 @@
 
 Field-level checks live here (pydantic names the field in its message); checks that
 need the executor (CPUs that exist, quotas that can be enforced, the program on PATH)
-come later in services.jobs.engine.plan_job.
+come later in services.jobs.plan.plan_job.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from cli.run import run_job
 from services.errors import BadInput
-from services.jobs.report import render_text
+from services.jobs.report_text import render_text
 from services.measure.artifacts import make_artifact_store
 from services.measure.drill import parse_evidence
 from services.measure.probes import amplify

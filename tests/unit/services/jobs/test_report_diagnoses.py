@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-from services.jobs.report import build_report, render_text
+from services.jobs.report import build_report
+from services.jobs.report_text import render_text
 from services.measure.probes.strace import parse_summary
 from services.models import Finding, JobStatus, Project, RunKind, TriageStatus
 from tests.unit.jobs import evidence, job, run

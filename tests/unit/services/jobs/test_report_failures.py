@@ -3,7 +3,7 @@ comes first, and output keeps its lines."""
 
 from __future__ import annotations
 
-from services.jobs.report import render_text
+from services.jobs.report_text import render_text
 from tests.unit.services.jobs.test_report_schema import _minimal_report
 
 TAIL = 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nImportError: no thing'

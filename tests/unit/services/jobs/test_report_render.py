@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.jobs.report import render_evidence
+from services.jobs.report_text import render_evidence
 from services.measure.probes.strace import parse_summary
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -84,7 +84,7 @@ def test_stall_dump_entry_names_its_process_and_the_gil_holder():
 
 
 def test_evidence_runs_table_compares_the_tests_own_duration_with_its_median():
-    from services.jobs.report import render_text
+    from services.jobs.report_text import render_text
     from tests.unit.services.jobs.test_report_schema import _minimal_report
 
     run = {
@@ -104,7 +104,7 @@ def test_evidence_runs_table_compares_the_tests_own_duration_with_its_median():
 
 
 def test_a_sharded_screen_names_each_shards_node():
-    from services.jobs.report import render_text
+    from services.jobs.report_text import render_text
     from tests.unit.services.jobs.test_report_schema import _minimal_report
 
     places = [

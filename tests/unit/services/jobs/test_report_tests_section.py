@@ -3,7 +3,7 @@ many were cleared, `--all` for every one (the JSON keeps them all regardless).""
 
 from __future__ import annotations
 
-from services.jobs.report import SLOWEST_SHOWN, render_text
+from services.jobs.report_text import SLOWEST_SHOWN, render_text
 
 LABELS = ("cpuset=0", "cpuset=0-1")
 
