@@ -18,15 +18,20 @@ same command, the base branch, the same node class). Per test:
   or fewer than a single extreme run could stand out from); a failing test is
   ``failed``.
 
-The tests that regressed, are new, failed or had a finding in the previous job go on to
-the matrix: every configuration, narrowed to them, with the screen, the drill and the
-rules of a matrix job. tests/bench/bench_gate.py measures the rule's false alarms, power
-and runs per test.
+The tests that regressed, are new or failed go on to the matrix: every configuration,
+narrowed to them, with the screen, the drill and the rules of a matrix job. A test with a
+finding in the previous job is checked first: one run in each other configuration, each
+against its history there. Where every run sits inside, nothing about it changed: its
+findings on its own latency are carried over (the evidence stays the earlier job's) and it
+is not screened or drilled again; where one does not, it goes on. tests/bench/bench_gate.py
+measures the rule's false alarms, power and runs per test; tests/bench/bench_gate_jobs.py a
+gate job's cost.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import statistics
 import tempfile
@@ -35,9 +40,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.diagnose import triage
+from services.diagnose import change_points, triage
 from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.diagnose.metrics import SlowerThanBaseMetrics
 from services.jobs.history import History, stored_runs
@@ -48,7 +54,7 @@ from services.measure.runs import run_once
 from services.measure.screen import warm_wrapping
 from services.measure.sequential import DIFFERENT, SAME, Judgement, SequentialRule, goes_on, judge
 from services.measure.stats import benjamini_hochberg
-from services.measure.survey import flagged_before
+from services.measure.survey import flagged_before, previous_job
 from services.models import Finding, Job, JobConfig, JobSource, RunKind
 from services.thresholds import Thresholds
 
@@ -63,6 +69,15 @@ REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY, NEW, FAILED = (
 # What goes on to the matrix: what moved the wrong way, what nothing can be said of, and
 # what failed (the matrix's rules name why).
 GOES_ON = (REGRESSED, NEW, FAILED)
+# A regression against history is the pull request's kind of finding: the same problem
+# (one fingerprint per test), triaged once, and failing the check run as a regression.
+FINDING_KIND = "slower_than_base"
+# Findings that compare a test with its past (a base, a change point) are about one
+# change: a later job inside its history has none. Every other kind is about the test's
+# own latency and holds while its runs do.
+COMPARISON_KINDS = (FINDING_KIND, change_points.KIND)
+# The sentence a carried finding's detail ends its prose with (``_carry``).
+CARRIED = re.compile(r" \(measured in job (\d+); this gate's runs of it .*\)$")
 
 
 @dataclass
@@ -81,6 +96,10 @@ class GateTest:
     p_slower: float | None = None
     p_faster: float | None = None
     went_on: bool = False  # measured further in the matrix
+    # A test with findings in the previous job: its one run in each other configuration,
+    # and the job whose findings it carries when each sat inside its history there.
+    checked_s: dict[str, float] = field(default_factory=dict)
+    carried_from: int | None = None
 
 
 @dataclass
@@ -158,37 +177,43 @@ def run_gate(
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-gate{job.id}-"))
     try:
 
-        def measure(command: list[str], look: int) -> dict[str, tuple[str, float]]:
-            run_dir = scratch / f"gate-{look}"
+        def measure(
+            command: list[str], look: int, where: JobConfig = config, warm: bool = False
+        ) -> dict[str, tuple[str, float]]:
+            run_dir = scratch / f"gate-{where.id}-{look}"
             run_dir.mkdir()
             measured = run_once(
                 session,
                 executor,
-                config,
+                where,
                 command=command,
                 workdir=workdir,
                 run_dir=run_dir,
                 timeout_s=job.timeout_s,
                 kind=RunKind.gate,
                 repetition=look,
-                wrapping=warm_wrapping(executor, run_dir) if look > 0 else None,
+                # A narrowed process runs its tests warm: its one-time cost is no test's.
+                wrapping=warm_wrapping(executor, run_dir) if look > 0 or warm else None,
             )
             checkpoint()
             return {case.test_id: (case.outcome, case.duration_s) for case in measured.cases}
 
+        def history_in(where: JobConfig, test_ids: list[str]) -> dict[str, History]:
+            return stored_runs(
+                session,
+                project_id=job.project_id,
+                command=list(job.command),
+                branch=branch,
+                node=node,
+                config_label=where.label,
+                test_ids=test_ids,
+                thresholds=thresholds,
+            )
+
         screened = measure(job.command, 0)
         if not screened:
             return None
-        histories = stored_runs(
-            session,
-            project_id=job.project_id,
-            command=list(job.command),
-            branch=branch,
-            node=node,
-            config_label=config.label,
-            test_ids=list(screened),
-            thresholds=thresholds,
-        )
+        histories = history_in(config, list(screened))
         result = GateResult(config.label, branch, min_stored(rule))
         judged: dict[str, GateTest] = {}
         for test_id, (outcome, seconds) in screened.items():
@@ -209,12 +234,58 @@ def run_gate(
             f"{sum(t.verdict == NEW for t in result.tests)} new"
         )
         _judge(judged, histories, rule, thresholds, job, workdir, measure, progress)
-        flagged = flagged_before(session, job)
         for test in result.tests:
-            test.went_on = test.verdict in GOES_ON or test.test in flagged
+            test.went_on = test.verdict in GOES_ON
+        flagged = [test for test in result.tests if test.test in flagged_before(session, job) and not test.went_on]
+        if flagged:
+            _check_flagged(session, job, config, flagged, rule, workdir, measure, history_in, progress)
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _check_flagged(
+    session: Session,
+    job: Job,
+    config: JobConfig,
+    flagged: list[GateTest],
+    rule: SequentialRule,
+    workdir: Path,
+    measure: Callable[..., dict[str, tuple[str, float]]],
+    history_in: Callable[[JobConfig, list[str]], dict[str, History]],
+    progress: Callable[[str], None],
+) -> None:
+    """The tests with findings in the previous job, run once in each other configuration:
+    a test whose run sits inside its history in every one carries its findings on (what
+    made them has not moved); one outside, failing, or with too short a history there
+    goes on. Its one run is history, like the gate's run of the suite: a test is chosen
+    for this run by its past, never by this run's duration."""
+    ceiling = pytest_command.search_ceiling(job.executor)
+    ids = [test.test for test in flagged]
+    moved: set[str] = set()
+    for where in [other for other in job.configs if other.id != config.id]:
+        histories = history_in(where, ids)
+        ran = measure(pytest_command.narrow_to_tests(job.command, ids, workdir, ceiling), 0, where, True)
+        for test in flagged:
+            outcome, seconds = ran.get(test.test, ("missing", 0.0))
+            history = histories.get(test.test, History())
+            if outcome == "passed":
+                test.checked_s[where.label] = seconds
+            if (
+                outcome != "passed"
+                or len(history.durations) < min_stored(rule)
+                or goes_on(history.durations, seconds, rule, seed=job.screen_seed or 0)
+            ):
+                moved.add(test.test)
+    previous = previous_job(session, job)
+    for test in flagged:
+        test.went_on = test.test in moved
+        if not test.went_on and previous is not None:
+            test.carried_from = previous.id
+    progress(
+        f"gate: {len(flagged)} tests with findings in the previous job checked in every configuration; "
+        f"{len(moved)} moved and go on"
+    )
 
 
 def _judge(
@@ -279,16 +350,15 @@ def _judge(
             test.verdict = TOO_NOISY
 
 
-# A regression against history is the pull request's kind of finding: the same problem
-# (one fingerprint per test), triaged once, and failing the check run as a regression.
-FINDING_KIND = "slower_than_base"
-
-
 def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
-    """A slower_than_base finding per test the gate found regressed (after the rules,
-    which replace the job's findings: services/diagnose/diagnose.py)."""
+    """A slower_than_base finding per test the gate found regressed, and the findings the
+    tests checked in every configuration carry on (after the rules, which replace the
+    job's findings: services/diagnose/diagnose.py)."""
     if not job.gate:
         return
+    for test in job.gate["tests"]:
+        if test.get("carried_from"):
+            _carry(session, job, test["test"], test["carried_from"], test["checked_s"])
     where = f"the {job.gate['branch']} branch's" if job.gate["branch"] else "earlier `lagtrace run` jobs'"
     for test in job.gate["tests"]:
         if test["verdict"] != REGRESSED or test["ratio"] is None or test["stored_median_s"] is None:
@@ -324,3 +394,39 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
         triage.carry(session, finding)
         session.add(finding)
     session.flush()
+
+
+def _carry(session: Session, job: Job, test_id: str, earlier: int, checked_s: dict[str, float]) -> None:
+    """The earlier job's findings on the test's own latency, found again here: the same
+    problem (fingerprint and triage), its numbers and evidence the earlier job's."""
+    runs = ", ".join(f"{format_seconds(seconds)} with {label}" for label, seconds in checked_s.items())
+    for found in session.scalars(
+        select(Finding).where(Finding.job_id == earlier, Finding.test_id == test_id).order_by(Finding.id)
+    ):
+        if found.kind in COMPARISON_KINDS:
+            continue
+        prose, *output = found.detail.split("\n")
+        # Carried again and again, a finding names the job that measured it.
+        before = CARRIED.search(prose)
+        measured_in = int(before[1]) if before else earlier
+        prose = prose[: before.start()] if before else prose
+        carried = Finding(
+            job=job,
+            kind=found.kind,
+            severity=found.severity,
+            title=found.title,
+            detail="\n".join(
+                [
+                    f"{prose} (measured in job {measured_in}; this gate's runs of it ({runs}) sat inside "
+                    "its history in every configuration, so it was not measured again)",
+                    *output,
+                ]
+            ),
+            config_label=found.config_label,
+            test_id=test_id,
+            metrics=dict(found.metrics),
+            evidence_ids=[],
+            fingerprint=found.fingerprint,
+        )
+        triage.carry(session, carried)
+        session.add(carried)

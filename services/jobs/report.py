@@ -274,7 +274,9 @@ def gate_view(job: Job) -> dict[str, Any] | None:
     counts: dict[str, int] = {}
     for test in job.gate["tests"]:
         counts[test["verdict"]] = counts.get(test["verdict"], 0) + 1
-    return {**job.gate, "counts": counts}
+    # Gates stored before flagged tests were checked in every configuration checked none.
+    tests = [{"checked_s": {}, "carried_from": None, **test} for test in job.gate["tests"]]
+    return {**job.gate, "tests": tests, "counts": counts}
 
 
 def budget_view(job: Job, thresholds: Thresholds) -> dict[str, Any]:

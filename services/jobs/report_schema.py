@@ -317,6 +317,10 @@ class GateTestRow(_Part):
     p_slower: float | None  # sequential p-values, valid at any look
     p_faster: float | None
     went_on: bool  # measured further in every configuration
+    # With findings in the previous job: its one run in each other configuration, and the
+    # job whose findings it carries (each run inside its history there), else None.
+    checked_s: dict[str, float]
+    carried_from: int | None
 
 
 class ReportGate(_Part):

@@ -128,10 +128,14 @@ def _gate_section(gate: dict[str, Any]) -> list[str]:
             f"{test['stored']} from {len(test['jobs'])} jobs" if test["stored"] else "none",
             ", ".join(_seconds(s) for s in test["fresh_s"]),
             f"{test['ratio']:.2f}x" if test["ratio"] is not None else "-",
-            "yes" if test["went_on"] else "no",
+            "yes"
+            if test["went_on"]
+            else f"no: job {test['carried_from']}'s findings carried"
+            if test["carried_from"]
+            else "no",
         ]
         for test in gate["tests"]
-        if test["verdict"] != "unchanged" or len(test["fresh_s"]) > 1
+        if test["verdict"] != "unchanged" or len(test["fresh_s"]) > 1 or test["checked_s"]
     ]
     if rows:
         lines += [

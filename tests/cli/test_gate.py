@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import sys
 
+from services.db import make_engine, make_session_factory
+from services.diagnose.findings import fingerprint
+from services.diagnose.metrics import ConfigMedian, CpuSensitivityMetrics
+from services.models import Finding, Job
+from services.settings import Settings
 from tests.conftest import run_cli
 from tests.web.conftest import build_dashboard
 
@@ -52,6 +57,48 @@ def ran_in(report: dict, label: str) -> set[str]:
     return {t["id"] for t in report["tests"] if any(c["label"] == label and c["runs"] for c in t["configs"])}
 
 
+def found_before(sqlite_url: str, job_id: int, test_id: str) -> None:
+    """The finding a matrix job makes on a CPU-sensitive test, stored on ``job_id`` (these
+    sleeping tests have none of their own: what the gate does with one is what is tested)."""
+
+    def median(label: str, seconds: float) -> ConfigMedian:
+        return ConfigMedian(config=label, median=seconds, ci_low=seconds, ci_high=seconds, n=5, confidence=0.95)
+
+    metrics = CpuSensitivityMetrics(
+        ratio=4.0,
+        slower_by_s=0.15,
+        slow=median("cpuset=0", 0.2),
+        fast=median("cpuset=0-1", 0.05),
+        medians={"cpuset=0": 0.2, "cpuset=0-1": 0.05},
+        p_value=0.008,
+        fdr=0.05,
+        family_size=3,
+        method="Mann-Whitney U, Benjamini-Hochberg",
+    )
+    engine = make_engine(Settings(database_url=sqlite_url))
+    try:
+        with make_session_factory(engine)() as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            session.add(
+                Finding(
+                    job=job,
+                    kind="cpu_sensitivity",
+                    severity="medium",
+                    title=f"{test_id} is 4.0x slower with cpuset=0 than with cpuset=0-1",
+                    detail="median 0.2 s against 0.05 s",
+                    config_label="cpuset=0",
+                    test_id=test_id,
+                    metrics=metrics.stored(),
+                    evidence_ids=[],
+                    fingerprint=fingerprint(job.project.name, "cpu_sensitivity", test_id),
+                )
+            )
+            session.commit()
+    finally:
+        engine.dispose()
+
+
 def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sqlite_url, tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -61,7 +108,12 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     stored_jobs = [report["job"]["id"] for report in reversed(history)]  # newest first
     assert all(report["gate"] is None for report in history)
 
-    # Nothing changed: every test stops at its one run, and no other configuration runs.
+    # The last matrix job found test_target CPU-sensitive.
+    found_before(sqlite_url, stored_jobs[0], TARGET)
+
+    # Nothing changed: every test stops at its one run, and no other configuration runs
+    # the suite. test_target, flagged before, runs once more in cpuset=0: inside its
+    # history there too, it carries its finding on, neither screened nor drilled again.
     calm = lagtrace_run(sqlite_url, suite, tmp_path / "calm.json", "gate")
     assert calm["job"]["kind"] == "gate" and calm["gate"]["config"] == "cpuset=0-1"
     verdicts = {test["test"]: test for test in calm["gate"]["tests"]}
@@ -69,8 +121,14 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     assert all(test["verdict"] == "unchanged" and not test["went_on"] for test in verdicts.values()), verdicts
     assert all(test["stored"] >= calm["gate"]["min_stored"] for test in verdicts.values()), verdicts
     assert all(test["jobs"] == stored_jobs for test in verdicts.values()), (verdicts, stored_jobs)
-    assert ran_in(calm, "cpuset=0") == set() and not calm["findings"]
+    assert [verdicts[test]["checked_s"] for test in STEADY] == [{}, {}]
+    assert set(verdicts[TARGET]["checked_s"]) == {"cpuset=0"} and verdicts[TARGET]["carried_from"] == stored_jobs[0]
+    assert ran_in(calm, "cpuset=0") == set() and not calm["evidence_runs"]
+    [carried] = calm["findings"]
+    assert carried["kind"] == "cpu_sensitivity" and carried["test"] == TARGET and carried["evidence"] == [], carried
+    assert f"measured in job {stored_jobs[0]}" in carried["detail"] and carried["metrics"]["ratio"] == 4.0, carried
     assert "Gate: each test run once with cpuset=0-1" in calm["stdout"]
+    assert f"no: job {stored_jobs[0]}'s findings carried" in calm["stdout"]
 
     # test_target now sleeps 10x as long, and a test is added: those two go on.
     (suite / "delay").write_text("0.5")
