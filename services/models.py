@@ -96,6 +96,10 @@ class RunKind(str, enum.Enum):
     # the tests outside their history, narrowed. Compared with the history only: never a
     # statistic of the matrix's rules, and never history themselves.
     gate = "gate"
+    # A gate's run of a fixed loop that is no project's code (services/jobs/gate.py
+    # CALIBRATION): the node's own speed, compared with the same loop's runs in the jobs
+    # of the gate's history.
+    calibration = "calibration"
 
 
 # The runs whose wall time and counters time the whole command.

@@ -103,6 +103,11 @@ class Thresholds(BaseModel):
     # may have drifted since.
     gate_history_runs: int = Field(20, ge=1)
     gate_history_max_age_days: float = Field(30.0, gt=0)
+    # ... and it holds only while the node does: every job times a fixed CPU-bound loop
+    # (services/jobs/gate.py CALIBRATION), and where a gate's run of it took beyond this
+    # ratio of the CPU time of its history's runs either way, the node is not the one its
+    # history measured and the gate screens every configuration instead.
+    gate_drift_ratio: float = Field(1.3, gt=1.0)
 
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)

@@ -107,6 +107,9 @@ def screen_phase(
             session.delete(run)
     session.flush()
     budget.forget(job)  # a shard's own record (shards.ShardJob): the others' are theirs
+    if not isinstance(job, shards.ShardJob):
+        gate.calibrate(session, job, executor, workdir=workdir)
+        checkpoint()
     matrix: Job | None = job
     if job.kind is JobKind.gate:
         matrix = gate_phase(session, settings, job, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
@@ -139,24 +142,23 @@ def gate_phase(
 ) -> Job | None:
     """A gate job's run against history (services/jobs/gate.py); what the matrix then
     screens: the job narrowed to the tests that went on, None when none did, or the whole
-    job where the gate could not judge."""
+    job where the gate declined (services/jobs/gate.py GateDeclined)."""
     job.gate = None
     branch = gate.history_branch(session, job, settings.change_point_branches)
-    result = gate.run_gate(
-        session,
-        job,
-        executor,
-        settings.thresholds,
-        workdir=workdir,
-        branch=branch,
-        progress=progress,
-        checkpoint=checkpoint,
-    )
-    if result is None:
-        note = (
-            "the gate could not judge this command (not pytest, every configuration under a quota, "
-            "or no test reported): every configuration was screened"
+    try:
+        result = gate.run_gate(
+            session,
+            job,
+            executor,
+            settings.thresholds,
+            workdir=workdir,
+            branch=branch,
+            progress=progress,
+            checkpoint=checkpoint,
         )
+    except gate.GateDeclined as declined:
+        note = f"the gate did not judge against history: {declined}; every configuration was screened"
+        progress(f"gate: {note}")
         if note not in job.notes:
             job.notes = [*job.notes, note]
         return job

@@ -46,7 +46,7 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points, triage
 from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.diagnose.metrics import SlowerThanBaseMetrics
-from services.jobs.history import History, stored_runs
+from services.jobs.history import History, calibrations, reference_jobs, stored_runs
 from services.jobs.node_class import NodeClass
 from services.measure import budget, pytest_command
 from services.measure.executors import Executor
@@ -76,6 +76,22 @@ FINDING_KIND = "slower_than_base"
 # change: a later job inside its history has none. Every other kind is about the test's
 # own latency and holds while its runs do.
 COMPARISON_KINDS = (FINDING_KIND, change_points.KIND)
+# The node's own speed, apart from any project's code: a fixed CPU-bound loop (about
+# 0.2 s of CPU here), timed in every job a gate may compare with. History measured on a
+# node that has since slowed or sped up (another clock, another CPU behind the same model
+# name, a throttled virtual machine) would turn each test's run into a regression or an
+# improvement; a project's change cannot move it. Its CPU time is compared, not its wall
+# time: a busy neighbour delays the loop but does not make its work larger (neighbours
+# are screen.py's disturbed runs).
+CALIBRATION = ("python3", "-c", "n = 0\nfor i in range(1_500_000):\n    n += i % 7\n")
+DRIFT_REFERENCE = 3
+
+
+class GateDeclined(Exception):
+    """The gate cannot judge this job against history (the reason, as the job's note says
+    it): every configuration is screened instead, as a matrix job would."""
+
+
 # The sentence a carried finding's detail ends its prose with (``_carry``).
 CARRIED = re.compile(r" \(measured in job (\d+); this gate's runs of it .*\)$")
 
@@ -165,13 +181,15 @@ def run_gate(
     branch: str | None,
     progress: Callable[[str], None],
     checkpoint: Callable[[], None],
-) -> GateResult | None:
-    """The gate's runs and verdicts; None where it cannot judge (not a pytest command, every
-    configuration under a quota, or a run that reported no test): the matrix screens the
-    whole suite as it would without a gate."""
+) -> GateResult:
+    """The gate's runs and verdicts; GateDeclined where it cannot judge (not a pytest
+    command, every configuration under a quota, a node unlike its history's, or a run that
+    reported no test): the matrix then screens the whole suite as it would without a gate."""
     config = gate_config(job)
-    if config is None or not pytest_command.is_pytest(job.command):
-        return None
+    if config is None:
+        raise GateDeclined("every configuration has a CPU quota; the gate runs without one")
+    if not pytest_command.is_pytest(job.command):
+        raise GateDeclined("not a pytest command, whose tests it could compare one by one")
     rule = rule_of(thresholds)
     node = NodeClass.of_job(job)
     scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-gate{job.id}-"))
@@ -210,9 +228,10 @@ def run_gate(
                 thresholds=thresholds,
             )
 
+        _check_drift(session, job, config, branch, node, thresholds)
         screened = measure(job.command, 0)
         if not screened:
-            return None
+            raise GateDeclined("its run reported no test")
         histories = history_in(config, list(screened))
         result = GateResult(config.label, branch, min_stored(rule))
         judged: dict[str, GateTest] = {}
@@ -242,6 +261,55 @@ def run_gate(
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def calibrate(session: Session, job: Job, executor: Executor, *, workdir: Path) -> None:
+    """Time the calibration loop once in the gate configuration, in every job a gate could
+    compare with (a matrix job's run is the history's record of the node as much as a gate's)."""
+    config = gate_config(job)
+    if config is None or not pytest_command.is_pytest(job.command):
+        return  # no gate will ever read it
+    run_dir = Path(tempfile.mkdtemp(prefix=f"lagtrace-calibration{job.id}-"))
+    try:
+        run_once(
+            session,
+            executor,
+            config,
+            command=list(CALIBRATION),
+            workdir=workdir,
+            run_dir=run_dir,
+            timeout_s=60.0,
+            kind=RunKind.calibration,
+            repetition=0,
+        )
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _check_drift(
+    session: Session, job: Job, config: JobConfig, branch: str | None, node: NodeClass, thresholds: Thresholds
+) -> None:
+    """Decline where this job's calibration run took beyond ``gate_drift_ratio`` of the
+    median of the history's (at least DRIFT_REFERENCE of them: the loop varies a few
+    per cent, where a test's run may vary by its whole duration)."""
+    fresh = next((run for run in config.runs if run.kind is RunKind.calibration), None)
+    if fresh is None or fresh.exit_code != 0 or fresh.timed_out:
+        return  # not timed (no python3 where the command runs): nothing learnt of the node
+    jobs = reference_jobs(
+        session, project_id=job.project_id, command=list(job.command), branch=branch, node=node, thresholds=thresholds
+    )
+    stored = calibrations(session, jobs, config.label)
+    if len(stored.durations) < DRIFT_REFERENCE:
+        return
+    median = statistics.median(stored.durations)
+    cpu_s = fresh.user_s + fresh.sys_s
+    ratio = cpu_s / median if median > 0 else 1.0
+    if not 1 / thresholds.gate_drift_ratio <= ratio <= thresholds.gate_drift_ratio:
+        raise GateDeclined(
+            f"this node ran the calibration loop on {format_seconds(cpu_s)} of CPU, {ratio:.2f}x the "
+            f"{format_seconds(median)} it took in the {len(stored.job_ids)} jobs of the history "
+            f"(beyond {thresholds.gate_drift_ratio:g}x either way): the node is not the one the history measured"
+        )
 
 
 def _check_flagged(

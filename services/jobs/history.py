@@ -140,3 +140,26 @@ def stored_runs(
         if not history.job_ids or history.job_ids[-1] != job_id:
             history.job_ids.append(job_id)
     return dict(histories)
+
+
+def calibrations(session: Session, jobs: list[int], config_label: str) -> History:
+    """The calibration loop's CPU times (user and system) in ``config_label`` in ``jobs``
+    (reference_jobs), newest first: what the node took when the history was measured."""
+    if not jobs:
+        return History()
+    order = {job_id: position for position, job_id in enumerate(jobs)}
+    rows = sorted(
+        session.execute(
+            select(JobConfig.job_id, Run.user_s + Run.sys_s)
+            .join(Run, Run.config_id == JobConfig.id)
+            .where(
+                JobConfig.job_id.in_(jobs),
+                JobConfig.label == config_label,
+                Run.kind == RunKind.calibration,
+                Run.exit_code == 0,
+                Run.timed_out.is_(False),
+            )
+        ).all(),
+        key=lambda row: order[row[0]],
+    )
+    return History(durations=[cpu_s for _job, cpu_s in rows], job_ids=list(dict.fromkeys(job for job, _cpu in rows)))

@@ -4,12 +4,15 @@ moved measured in every configuration (services/jobs/gate.py)."""
 
 from __future__ import annotations
 
+import re
 import sys
+
+from sqlalchemy import select
 
 from services.db import make_engine, make_session_factory
 from services.diagnose.findings import fingerprint
 from services.diagnose.metrics import ConfigMedian, CpuSensitivityMetrics
-from services.models import Finding, Job
+from services.models import Finding, Job, Run, RunKind
 from services.settings import Settings
 from tests.conftest import run_cli
 from tests.web.conftest import build_dashboard
@@ -99,6 +102,21 @@ def found_before(sqlite_url: str, job_id: int, test_id: str) -> None:
         engine.dispose()
 
 
+def calibrations_halved(sqlite_url: str) -> int:
+    """The stored calibration runs made to say the node did the loop's work in half the CPU
+    time it takes now (no node can be slowed on purpose here); how many there were."""
+    engine = make_engine(Settings(database_url=sqlite_url))
+    try:
+        with make_session_factory(engine)() as session:
+            runs = session.scalars(select(Run).where(Run.kind == RunKind.calibration)).all()
+            for run in runs:
+                run.user_s, run.sys_s = run.user_s / 2, run.sys_s / 2
+            session.commit()
+            return len(runs)
+    finally:
+        engine.dispose()
+
+
 def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sqlite_url, tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -175,3 +193,14 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     assert all(jobs[test] == [*gates, *stored_jobs] for test in (*STEADY, TARGET)), jobs
     stored = {test["test"]: test["stored"] for test in again["gate"]["tests"]}
     assert stored[TARGET] >= stored[STEADY[0]] + 5, stored  # the matrix's runs of what went on
+    assert again["gate"] is not None  # the node held: 4 stored calibration runs, this one beside them
+
+    # The history's node did the calibration loop in half the CPU time: this node is not
+    # that one, and its tests' runs say nothing against that history.
+    assert calibrations_halved(sqlite_url) == 5  # each job timed the loop once
+    drifted = lagtrace_run(sqlite_url, suite, tmp_path / "drifted.json", "gate")
+    assert drifted["gate"] is None
+    [note] = [note for note in drifted["notes"] if note.startswith("the gate did not judge against history")]
+    assert "calibration loop" in note and "every configuration was screened" in note, note
+    assert 1.6 < float(re.search(r"of CPU, ([0-9.]+)x the", note)[1]) < 2.5, note
+    assert ran_in(drifted, "cpuset=0") == {*STEADY, TARGET, "test_added.py::test_added"}
