@@ -76,6 +76,13 @@ def test_the_screen_lets_through_only_runs_outside_the_history():
     assert goes_on(stored, 0.05, RULE)  # far faster: judged too (improved)
 
 
+def test_a_run_a_scheduler_tick_from_its_history_stops_at_the_screen_however_extreme_its_rank():
+    stored = around(0.004, 20, seed=7)
+    assert goes_on(stored, 0.013, RULE) is False  # the slowest of 21, 9 ms from the median
+    assert judge(stored, [0.013, 0.013], RULE).verdict == SAME  # what the looks would conclude
+    assert goes_on(stored, 0.016, RULE)  # 12 ms: a move judge can call DIFFERENT
+
+
 def test_the_shift_interval_has_no_bound_where_runs_are_too_few_for_its_level():
     ratio, low, high = shift_interval([0.2], around(0.1, 20), alpha=0.01)
     assert 1.8 < ratio < 2.2 and low is None and high is None
