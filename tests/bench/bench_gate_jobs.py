@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,18 @@ def _job(folder: Path, database: Path, out: Path, kind: str, drill: bool) -> dic
     return json.loads(out.read_text())
 
 
+def _spent(database: Path, job_id: int) -> str:
+    """Where a job's seconds went: its runs' wall time per kind (the gate's own runs,
+    the calibration loop, the matrix's, the drill's), summed over configurations."""
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute(
+            "SELECT r.kind, round(sum(r.wall_s), 1), count(*) FROM runs r JOIN job_configs c ON r.config_id = c.id "
+            "WHERE c.job_id = ? GROUP BY r.kind ORDER BY sum(r.wall_s) DESC",
+            (job_id,),
+        ).fetchall()
+    return ", ".join(f"{kind} {seconds} s in {count} runs" for kind, seconds, count in rows)
+
+
 def _healthy_flagged(report: dict) -> list[str]:
     return [
         f"{f['kind']} {f['test']}"
@@ -77,7 +90,7 @@ def run(quick: bool = True, seconds: float | None = None) -> dict[str, object]:
             went_on = sum(test["went_on"] for test in gates[-1]["gate"]["tests"])
             print(
                 f"gate {number + 1}: {went_on} of {tests} tests went on ({verdicts.count('new')} new), "
-                f"{gates[-1]['budget']['cost_ratio']}x the suite",
+                f"{gates[-1]['budget']['cost_ratio']}x the suite ({_spent(database, gates[-1]['job']['id'])})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -91,6 +104,14 @@ def run(quick: bool = True, seconds: float | None = None) -> dict[str, object]:
         value, _, tail = rest.partition(")")
         part.write_text(f"{head}def test_00001():\n    _wait({float(value) * 10:.4f}){tail}")
         slowed = _job(folder, database, scratch / "slowed.json", "gate", drill)
+        print(
+            f"slowed gate: {slowed['budget']['cost_ratio']}x the suite ({_spent(database, slowed['job']['id'])})",
+            file=sys.stderr,
+        )
+        print(
+            f"matrix job: {matrix['budget']['cost_ratio']}x the suite ({_spent(database, matrix['job']['id'])})",
+            file=sys.stderr,
+        )
     verdicts = {test["test"]: test["verdict"] for test in slowed["gate"]["tests"]}
     print(
         f"slowed gate: {target} {[t for t in slowed['gate']['tests'] if t['test'] == target]}",
