@@ -10,6 +10,7 @@ from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER
+from services.diagnose.report_parts import ReportFinding
 from services.jobs import pull_requests
 from services.jobs.report_schema import SCHEMA_ID, validated
 from services.measure import budget as job_budget
@@ -250,7 +251,12 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         "evidence": evidence,
         "findings": finding_dicts,
         # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
-        "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
+        "diagnoses": [
+            story.model_dump(mode="json", exclude_unset=True)
+            for story in stories.build_diagnoses(
+                [ReportFinding.model_validate(f) for f in finding_dicts], {e.id: e.kind for e in job.evidence}
+            )
+        ],
         # A pull request's job: each test head against base (services/jobs/pull_requests.py).
         "base_comparison": pull_requests.comparison_view(job),
         "survey": surveyed,

@@ -10,6 +10,7 @@ from typing import Any
 from services import evidence as evidence_models
 from services.diagnose import diagnoses as stories
 from services.diagnose.findings import format_seconds
+from services.diagnose.report_parts import Diagnosis
 from services.evidence import (
     AsyncioLoopContent,
     CensusContent,
@@ -154,7 +155,7 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         # A job that did not finish concluded nothing: that comes first, not a clean-looking
         # "Findings: none" with the reason only on stderr.
         out += [*_unfinished(report["job"]), ""]
-    out += stories.render(report.get("diagnoses", []))
+    out += stories.render([Diagnosis.model_validate(story) for story in report.get("diagnoses", [])])
     findings = report["findings"]
     if findings:
         out.append(f"Findings ({len(findings)})")
