@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import lifecycle, summaries
 from services.jobs.report import build_report
+from services.jobs.report_schema import report_json
 from services.models import JobSource, JobTask, TaskState, database_now
 from services.settings import Settings
 
@@ -26,7 +27,7 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
         task.state = TaskState.done
         return
     report = (
-        (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
+        (summaries.stored_report(session, job) or report_json(build_report(job, settings.thresholds)))
         if job.status in lifecycle.FINISHED
         else None
     )

@@ -302,10 +302,17 @@ class Report(_Part):
     gate: ReportGate | None = None
 
 
-def validated(report: dict[str, Any]) -> dict[str, Any]:
-    """The report checked against the contract; raises pydantic.ValidationError if it breaks it."""
-    Report.model_validate(report)
-    return report
+def parse_report(data: dict[str, Any]) -> Report:
+    """A report read as JSON (stored, or an API's answer) as the model; raises
+    pydantic.ValidationError if it breaks the contract."""
+    return Report.model_validate(data)
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The report as JSON, at the edges: the API's answers, ``--json``, the stored report, the
+    check run. The keys are those it was built or read with: a field never set is left
+    out (``exclude_unset``), as the dict it was built as before did; ``schema`` by its alias."""
+    return report.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def json_schema() -> dict[str, Any]:

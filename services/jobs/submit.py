@@ -21,6 +21,7 @@ from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
+from services.jobs.report_schema import report_json
 from services.jobs.sources import SHA, check_archive, check_ref, check_repository_url
 from services.jobs.spec import JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
@@ -497,7 +498,7 @@ def finished_report(
         .where(JobConfig.job_id == job.id)
         .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
     ).all()
-    report = build_report(job, thresholds)
+    report = report_json(build_report(job, thresholds))
     return summaries.page_digest(report) if page else report
 
 

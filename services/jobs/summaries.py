@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, inbox
 from services.jobs.report import build_report
+from services.jobs.report_schema import report_json
 from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
@@ -80,7 +81,7 @@ def lock_projects(session: Session, project_ids: list[int]) -> None:
 def store_report(session: Session, job: Job, thresholds: Thresholds) -> JobReport:
     """Build ``job``'s report and store it with its page digest (again if stored before:
     a later job's change point adds a finding to an earlier one)."""
-    report = build_report(job, thresholds)
+    report = report_json(build_report(job, thresholds))
     stored = session.get(JobReport, job.id)
     if stored is None:
         stored = JobReport(job_id=job.id)
