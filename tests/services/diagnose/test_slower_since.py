@@ -13,7 +13,6 @@ from services.diagnose.change_points import KIND
 from services.github.client import check_run_body
 from services.jobs import engine
 from services.jobs.report import build_report
-from services.jobs.report_schema import report_json
 from services.models import Finding, JobSource, JobTask, TriageStatus
 from services.settings import Settings
 from tests.support.branch_history import CONFIG, STEP_AT, STEPPED, commit, push
@@ -50,8 +49,8 @@ def test_a_planted_step_gets_one_finding_on_its_push_and_flat_tests_none(db_sess
     # The push's check run is sent again, now with the finding.
     tasks = session.scalars(select(JobTask.name).where(JobTask.job_id == jobs[STEP_AT].id)).all()
     assert f"notify:slower_since:{finding.fingerprint[:16]}" in tasks
-    report = report_json(build_report(jobs[STEP_AT], settings.thresholds))
-    assert [f["kind"] for f in report["findings"]] == [KIND]
+    report = build_report(jobs[STEP_AT], settings.thresholds)
+    assert [f.kind for f in report.findings] == [KIND]
     source = session.get(JobSource, jobs[STEP_AT].id)
     body = check_run_body(settings, jobs[STEP_AT], source, report)
     assert "slower on main since" in body["output"]["summary"]
