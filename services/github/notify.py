@@ -14,8 +14,7 @@ from sqlalchemy.orm import Session
 from services.github.client import GitHubClient, GitHubError, check_run_body
 from services.jobs import lifecycle, summaries
 from services.jobs.report import build_report
-from services.jobs.report_schema import Report, parse_report
-from services.models import Job, JobSource, JobTask, TaskState, database_now
+from services.models import JobSource, JobTask, TaskState, database_now
 from services.settings import Settings
 
 
@@ -27,7 +26,9 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
         task.state = TaskState.done
         return
     report = (
-        (_stored(session, job) or build_report(job, settings.thresholds)) if job.status in lifecycle.FINISHED else None
+        (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
+        if job.status in lifecycle.FINISHED
+        else None
     )
     body = check_run_body(settings, job, source, report)
     client = GitHubClient(settings)
@@ -47,9 +48,3 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
             task.lease_expires_at = database_now(session) + dt.timedelta(seconds=30 * task.attempts)
         return
     task.state = TaskState.done
-
-
-def _stored(session: Session, job: Job) -> Report | None:
-    """The report stored when the job finished, read back into the model."""
-    stored = summaries.stored_report(session, job)
-    return parse_report(stored) if stored is not None else None
