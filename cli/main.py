@@ -9,12 +9,16 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from pydantic import ValidationError
 
 from services.errors import BadInput, LagtraceError, ServiceUnreachable
 from services.settings import Settings
+
+if TYPE_CHECKING:
+    from services.jobs.report_schema import Report
 
 
 def _load_settings() -> Settings:
@@ -205,6 +209,7 @@ def run(
 ) -> None:
     """Screen COMMAND (given after --) under a matrix of CPU configurations."""
     from cli.run import JobFailed, run_job
+    from services.jobs.report_schema import report_json
     from services.jobs.report_text import render_text
 
     settings = _load_settings()
@@ -240,14 +245,14 @@ def run(
         if isinstance(exc, JobFailed) and exc.report is not None:
             # The failed job's report, which says first that it failed and why.
             if json_path is not None:
-                json_path.write_text(json.dumps(exc.report, indent=2) + "\n")
+                json_path.write_text(json.dumps(report_json(exc.report), indent=2) + "\n")
             click.echo(render_text(exc.report, all_tests=all_tests), nl=False)
         why = str(exc) if isinstance(exc, JobFailed) else f"{type(exc).__name__}: {exc}"
         click.echo(f"lagtrace: failed: {why} (LAGTRACE_DEBUG=1 shows where)", err=True)
         sys.exit(1)
 
     if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        json_path.write_text(json.dumps(report_json(report), indent=2) + "\n")
         _progress(f"report written to {json_path}")
     click.echo(render_text(report, all_tests=all_tests), nl=False)
 
@@ -654,6 +659,7 @@ def submit(
 ) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
     from cli.submit import ApiClient, ApiError, submit_and_wait
+    from services.jobs.report_schema import parse_report
     from services.jobs.report_text import render_text
     from services.measure.drill import parse_evidence
 
@@ -691,10 +697,11 @@ def submit(
     if not wait:
         click.echo(json.dumps({"id": job["id"], "status": job["status"], "url": client.page_url(job["id"])}))
         return
-    report = job["report"]
+    # The server's JSON is written as it came; read, it is validated into the model here.
     if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        json_path.write_text(json.dumps(job["report"], indent=2) + "\n")
         _progress(f"report written to {json_path}")
+    report = parse_report(job["report"])
     click.echo(render_text(report, all_tests=all_tests), nl=False)
     if job["status"] != "done":
         click.echo(f"lagtrace: job {job['id']} {job['status']}: {job['error']}", err=True)
@@ -705,16 +712,16 @@ def submit(
         sys.exit(1)
 
 
-def _failed_everywhere(report: dict) -> str | None:
+def _failed_everywhere(report: Report) -> str | None:
     """Why nothing was measured, when the command failed in every run of every configuration.
 
     Such a job is done (its report says what happened) but measured nothing: a script
     that submits and checks the exit status must not read it as a clean result."""
-    for finding in report.get("findings", []):
-        if finding["kind"] == "command_failed" and finding["config"] is None:
-            tail = (finding.get("metrics") or {}).get("output_tail") or ""
+    for finding in report.findings:
+        if finding.kind == "command_failed" and finding.config is None:
+            tail = finding.metrics.get("output_tail") or ""
             last = tail.strip().splitlines()[-1:] if tail.strip() else []
-            return finding["title"] + (f"; last output: {last[0]}" if last else "")
+            return finding.title + (f"; last output: {last[0]}" if last else "")
     return None
 
 

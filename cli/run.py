@@ -15,6 +15,7 @@ from services.jobs.engine import Progress, execute_job
 from services.jobs.lifecycle import create_job
 from services.jobs.plan import plan_job
 from services.jobs.report import build_report
+from services.jobs.report_schema import Report
 from services.measure.executors import make_executor
 from services.models import Job, JobKind
 from services.settings import Settings
@@ -36,7 +37,7 @@ def run_job(
     kind: str = JobKind.matrix.value,
     project: str,
     progress: Progress,
-) -> dict:
+) -> Report:
     executor = make_executor(executor_name, settings, image=image, progress=progress)
     plan = plan_job(
         executor,
@@ -89,13 +90,13 @@ def run_job(
 class JobFailed(Exception):
     """The job failed while it ran: ``report`` is its report (None where even that failed)."""
 
-    def __init__(self, report: dict | None, cause: Exception):
+    def __init__(self, report: Report | None, cause: Exception):
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.report = report
         self.cause = cause
 
 
-def _report_of_failed(job: Job, settings: Settings) -> dict | None:
+def _report_of_failed(job: Job, settings: Settings) -> Report | None:
     try:
         return build_report(job, settings.thresholds)
     except Exception:  # a report cannot be made of what it stored: stderr still says why

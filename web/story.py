@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
-from services.jobs.submit import finished_report
+from services.jobs.submit import finished_page
 from services.measure import hostload
 from services.measure.samples import collect
 from services.models import COMMAND_KINDS, Evidence, Finding, Job, JobConfig, Run
@@ -181,7 +181,7 @@ def finding_story(
     if slow == fast:
         fast = None if len(medians) < 2 else fast
     report = (
-        finished_report(session, job, thresholds, page=True)
+        finished_page(session, job, thresholds)
         if job.status.value in ("done", "failed", "cancelled")
         else {"diagnoses": []}
     )

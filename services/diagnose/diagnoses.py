@@ -4,15 +4,16 @@ A user reading five findings on one test (cpu_sensitivity, latency_flaky, futex_
 gil_contention, stall) has to assemble the story alone. A diagnosis does it: the
 symptom (which configurations, how much slower, or how it varies), the cause (the
 evidence-backed kind that explains it), the evidence, and what to do. It is built from
-the report's findings (plain dicts), so the report, the API and the dashboard tell the
-same story.
+the report's findings (services/diagnose/report_parts.py), so the report, the API and
+the dashboard tell the same story.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.diagnose.report_parts import Diagnosis, DiagnosisCause, DiagnosisEvidence, DiagnosisSymptom, ReportFinding
 
 # What a user sees first: how the latency misbehaves.
 SYMPTOMS = ("cpu_sensitivity", "slower_since", "latency_flaky", "stall", "command_failed")
@@ -94,18 +95,18 @@ UNEXPLAINED = {
 }
 
 
-def _symptom(finding: dict[str, Any]) -> str:
+def _symptom(finding: ReportFinding) -> str:
     # Report findings' metrics are read by key, not parsed (services/diagnose/metrics.py
     # metrics_of): the story is told from whatever part of a kind's numbers a finding
-    # holds, and test_diagnoses.py builds findings with a few keys alone.
-    metrics = finding.get("metrics") or {}
-    if finding["kind"] == "cpu_sensitivity" and "slow" in metrics:
+    # holds, and test_diagnoses.py builds findings with a few metrics alone.
+    metrics = finding.metrics
+    if finding.kind == "cpu_sensitivity" and "slow" in metrics:
         slow, fast = metrics["slow"], metrics["fast"]
         return (
             f"{metrics['ratio']:.1f}x slower with {slow['config']} than with {fast['config']} "
             f"({format_seconds(slow['median'])} vs {format_seconds(fast['median'])} median)"
         )
-    return str(finding["title"])
+    return finding.title
 
 
 # Causes a finding of another kind explains: the GIL is a futex, so threads queueing for it
@@ -115,15 +116,15 @@ EXPLAINED_BY = {"futex_storm": "gil_contention"}
 FALLBACKS = ("hot_path", "off_cpu_wait", "stall")
 
 
-def accounts_s(finding: dict[str, Any]) -> float | None:
+def accounts_s(finding: ReportFinding) -> float | None:
     """The seconds a cause's mechanism accounts for: what differs between the slow and the
     fast configuration's evidence where the rule compared a pair (zero or less: nothing
     differs), else what the mechanism takes of one run; None where it was not measured."""
-    value = (finding.get("metrics") or {}).get("accounts_s")
+    value = finding.metrics.get("accounts_s")
     return float(value) if isinstance(value, int | float) else None
 
 
-def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+def choose_cause(causes: list[ReportFinding]) -> tuple[ReportFinding | None, str | None]:
     """The cause, and why none is named when evidence was compared and nothing differed.
 
     A forensic expert weighs what each mechanism costs: the cause is what accounts for
@@ -132,14 +133,14 @@ def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, s
     slow and the fast configuration that accounts for nothing is no cause. Causes that
     state no seconds come after, evidence first, in CAUSES' order.
     """
-    kinds = {f["kind"] for f in causes}
-    causes = [f for f in causes if EXPLAINED_BY.get(f["kind"]) not in kinds]
+    kinds = {f.kind for f in causes}
+    causes = [f for f in causes if EXPLAINED_BY.get(f.kind) not in kinds]
     # Where the CPU time goes (and that it waits, or stood still) is the answer only when
     # no mechanism (a lock, a wait, a poll, a quota) is found: a thread that computes for
     # as long as the others queue behind the GIL grows in the profile too, as a consequence.
     for group in (
-        [f for f in causes if f["kind"] not in FALLBACKS],
-        [f for f in causes if f["kind"] in FALLBACKS],
+        [f for f in causes if f.kind not in FALLBACKS],
+        [f for f in causes if f.kind in FALLBACKS],
     ):
         cause, _ = _choose(group)
         if cause is not None:
@@ -147,118 +148,116 @@ def choose_cause(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, s
     return None, _choose(causes)[1]
 
 
-def _choose(causes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, str | None]:
+def _choose(causes: list[ReportFinding]) -> tuple[ReportFinding | None, str | None]:
     measured = [f for f in causes if accounts_s(f) is not None]
     differing = [f for f in measured if (accounts_s(f) or 0.0) > 0.0]
     if differing:
-        return max(
-            differing, key=lambda f: (accounts_s(f) or 0.0, bool(f.get("evidence")), -CAUSES.index(f["kind"]))
-        ), None
+        return max(differing, key=lambda f: (accounts_s(f) or 0.0, bool(f.evidence), -CAUSES.index(f.kind))), None
     unmeasured = sorted(
         (f for f in causes if accounts_s(f) is None),
-        key=lambda f: (not f.get("evidence"), CAUSES.index(f["kind"])),
+        key=lambda f: (not f.evidence, CAUSES.index(f.kind)),
     )
     if unmeasured:
         return unmeasured[0], None
     if measured:
-        compared = ", ".join(sorted({f["kind"] for f in measured}))
+        compared = ", ".join(sorted({f.kind for f in measured}))
         return None, f"the slow and the fast configuration's evidence do not differ ({compared})"
     return None, None
 
 
-def build_diagnoses(findings: list[dict[str, Any]], evidence: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Group report findings by test (None: the whole command) into diagnoses, worst first."""
-    kinds_of = {e["id"]: e["kind"] for e in evidence}
-    groups: dict[str | None, list[dict[str, Any]]] = {}
+def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[int, str]) -> list[Diagnosis]:
+    """Group report findings by test (None: the whole command) into diagnoses, worst first;
+    ``evidence_kinds``: each evidence entry's kind by its id."""
+    groups: dict[str | None, list[ReportFinding]] = {}
     for finding in findings:
-        groups.setdefault(finding["test"], []).append(finding)
+        groups.setdefault(finding.test, []).append(finding)
     # Only a cause that acts on every test of a configuration's runs is a test's cause by
     # being found on the whole command in that configuration: a quota that throttles the
     # process throttles each of its tests. Another finding of the command (a failing
     # test, a hot path, a wait) says nothing of this test's latency unless its evidence
     # names the test, and then the rule attributed it to the test already.
-    command_causes = [f for f in groups.get(None, []) if f["kind"] in CONFIGURATION_CAUSES and f.get("config")]
+    command_causes = [f for f in groups.get(None, []) if f.kind in CONFIGURATION_CAUSES and f.config]
     diagnoses = []
     for test, members in groups.items():
         # The symptom a user recognises first: a CPU-configuration slowdown before a spread.
-        symptoms = sorted((f for f in members if f["kind"] in SYMPTOMS), key=lambda f: SYMPTOMS.index(f["kind"]))
-        cause, not_established = choose_cause([f for f in members if f["kind"] in CAUSES])
+        symptoms = sorted((f for f in members if f.kind in SYMPTOMS), key=lambda f: SYMPTOMS.index(f.kind))
+        cause, not_established = choose_cause([f for f in members if f.kind in CAUSES])
         inherited = False
         if cause is None and not_established is None and test is not None and symptoms:
             # A test slower in a configuration where the whole command is throttled (or
             # otherwise diagnosed) most likely shares that cause.
-            slow_configs = {f.get("config") for f in symptoms}
-            matching = [f for f in command_causes if f.get("config") in slow_configs]
+            slow_configs = {f.config for f in symptoms}
+            matching = [f for f in command_causes if f.config in slow_configs]
             if matching:
                 cause, inherited = matching[0], True
         symptom = symptoms[0] if symptoms else cause or members[0]
-        evidence_ids = list(dict.fromkeys(i for f in members for i in f.get("evidence") or []))
-        advice = ADVICE.get(cause["kind"], "") if cause is not None else UNEXPLAINED.get(symptom["kind"], "")
-        worst = min(members, key=lambda f: SEVERITY_ORDER.get(f["severity"], 9))
-        metrics = (cause.get("metrics") or {}) if cause is not None else {}
+        evidence_ids = list(dict.fromkeys(i for f in members for i in f.evidence))
+        advice = ADVICE.get(cause.kind, "") if cause is not None else UNEXPLAINED.get(symptom.kind, "")
+        worst = min(members, key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
+        compared = cause.metrics.get("slow_vs_fast") if cause is not None else None
+        # Every field is given, defaults too: the JSON holds each key (services/jobs/report_schema.py
+        # report_json leaves out what was never set).
         diagnoses.append(
-            {
-                "test": test,
-                "severity": worst["severity"],
-                "symptom": {
-                    "kind": symptom["kind"],
-                    "configs": sorted({f["config"] for f in symptoms if f.get("config")}),
-                    "text": _symptom(symptom),
-                    "ratio": (symptom.get("metrics") or {}).get("ratio"),
-                    "finding": symptom["id"],
-                },
-                "cause": (
-                    {
-                        "kind": cause["kind"],
-                        "text": cause["title"],
-                        "finding": cause["id"],
-                        "evidence_backed": bool(cause.get("evidence")) or cause["kind"] in MEASURED_CAUSES,
-                        "from_command": inherited,
-                        "accounts_s": accounts_s(cause),
-                        "slow_vs_fast": metrics.get("slow_vs_fast")
-                        if isinstance(metrics.get("slow_vs_fast"), str)
-                        else None,
-                    }
+            Diagnosis(
+                test=test,
+                severity=worst.severity,
+                symptom=DiagnosisSymptom(
+                    kind=symptom.kind,
+                    configs=sorted({f.config for f in symptoms if f.config}),
+                    text=_symptom(symptom),
+                    ratio=symptom.metrics.get("ratio"),
+                    finding=symptom.id,
+                ),
+                cause=(
+                    DiagnosisCause(
+                        kind=cause.kind,
+                        text=cause.title,
+                        finding=cause.id,
+                        evidence_backed=bool(cause.evidence) or cause.kind in MEASURED_CAUSES,
+                        from_command=inherited,
+                        accounts_s=accounts_s(cause),
+                        slow_vs_fast=compared if isinstance(compared, str) else None,
+                    )
                     if cause is not None
                     else None
                 ),
-                "not_established": not_established,
-                "evidence": [{"id": i, "kind": kinds_of.get(i, "evidence")} for i in evidence_ids],
-                "advice": advice,
-                "findings": [f["id"] for f in members],
-                "kinds": [f["kind"] for f in members],
-            }
+                not_established=not_established,
+                evidence=[DiagnosisEvidence(id=i, kind=evidence_kinds.get(i, "evidence")) for i in evidence_ids],
+                advice=advice,
+                findings=[f.id for f in members],
+                kinds=[f.kind for f in members],
+            )
         )
-    diagnoses.sort(key=lambda d: (SEVERITY_ORDER.get(d["severity"], 9), -float(d["symptom"]["ratio"] or 0)))
+    diagnoses.sort(key=lambda d: (SEVERITY_ORDER.get(d.severity, 9), -float(d.symptom.ratio or 0)))
     return diagnoses
 
 
-def render(diagnoses: list[dict[str, Any]]) -> list[str]:
+def render(diagnoses: list[Diagnosis]) -> list[str]:
     """The text report's section: one block per test."""
     if not diagnoses:
         return []
     out = [f"Diagnoses ({len(diagnoses)}: one per test with findings)"]
     for d in diagnoses:
-        cause = d["cause"]
-        out.append(f"  {d['severity'].upper():6} {d['test'] or 'the whole command'}")
-        if cause and cause["finding"] == d["symptom"].get("finding"):
+        cause = d.cause
+        out.append(f"  {d.severity.upper():6} {d.test or 'the whole command'}")
+        if cause and cause.finding == d.symptom.finding:
             # One finding is both what is wrong and why (a failing command): say it once.
-            out.append(f"         found:    {cause['kind']}: {cause['text']}")
+            out.append(f"         found:    {cause.kind}: {cause.text}")
         else:
-            out.append(f"         symptom:  {d['symptom']['text']}")
+            out.append(f"         symptom:  {d.symptom.text}")
             if cause:
-                origin = " (found on the whole command)" if cause["from_command"] else ""
-                out.append(f"         cause:    {cause['kind']}{origin}: {cause['text']}")
-            elif d.get("not_established"):
-                out.append(f"         cause:    not established: {d['not_established']}")
+                origin = " (found on the whole command)" if cause.from_command else ""
+                out.append(f"         cause:    {cause.kind}{origin}: {cause.text}")
+            elif d.not_established:
+                out.append(f"         cause:    not established: {d.not_established}")
             else:
                 out.append("         cause:    not established by evidence")
-        if cause and cause.get("slow_vs_fast"):
-            share = f" (accounts for {format_seconds(cause['accounts_s'])})" if cause.get("accounts_s") else ""
-            out.append(f"         compared: {cause['slow_vs_fast']}{share}")
-        if d["evidence"]:
-            out.append("         evidence: " + ", ".join(f"{e['kind']} #{e['id']}" for e in d["evidence"]))
-        if d["advice"]:
-            out.append(f"         do:       {d['advice']}")
+        if cause and cause.slow_vs_fast:
+            share = f" (accounts for {format_seconds(cause.accounts_s)})" if cause.accounts_s else ""
+            out.append(f"         compared: {cause.slow_vs_fast}{share}")
+        if d.evidence:
+            out.append("         evidence: " + ", ".join(f"{e.kind} #{e.id}" for e in d.evidence))
+        if d.advice:
+            out.append(f"         do:       {d.advice}")
     out.append("")
     return out

@@ -19,8 +19,10 @@ import urllib.request
 from typing import Any
 
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.diagnose.report_parts import ReportFinding
 from services.errors import LagtraceError
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
+from services.jobs.report_schema import BaseChange, Report, ReportGate
 from services.jobs.spec import DEFAULT_FAIL_ON
 from services.models import Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
@@ -99,28 +101,28 @@ def policy(source: JobSource | None) -> list[str]:
     return list(source.fail_on) if source is not None and source.fail_on is not None else list(DEFAULT_FAIL_ON)
 
 
-def is_open(finding: dict[str, Any]) -> bool:
+def is_open(finding: ReportFinding) -> bool:
     """Triaged problems (acknowledged, muted, fixed) do not count against a check run."""
-    return finding["status"] == "new"
+    return finding.status == "new"
 
 
-def failing(report: dict[str, Any] | None, fail_on: list[str]) -> list[dict[str, Any]]:
+def failing(report: Report | None, fail_on: list[str]) -> list[ReportFinding]:
     """The open findings that ``fail_on`` makes fail the check run."""
     if not report:
         return []
     ranks = [SEVERITY_ORDER[name] for name in fail_on if name in SEVERITY_ORDER]
     worst_allowed = max(ranks) if ranks else -1
     chosen = []
-    for finding in report["findings"]:
+    for finding in report.findings:
         if not is_open(finding):
             continue
-        regression = finding["kind"] == SLOWER_THAN_BASE or finding["regression"]
-        if ("regression" in fail_on and regression) or SEVERITY_ORDER.get(finding["severity"], 9) <= worst_allowed:
+        regression = finding.kind == SLOWER_THAN_BASE or finding.regression
+        if ("regression" in fail_on and regression) or SEVERITY_ORDER.get(finding.severity, 9) <= worst_allowed:
             chosen.append(finding)
     return chosen
 
 
-def conclusion(job: Job, report: dict[str, Any] | None, fail_on: list[str] | None = None) -> str:
+def conclusion(job: Job, report: Report | None, fail_on: list[str] | None = None) -> str:
     """failure when the project's policy says so; neutral for open findings it lets pass."""
     if job.status is JobStatus.cancelled:
         return "cancelled"
@@ -128,10 +130,11 @@ def conclusion(job: Job, report: dict[str, Any] | None, fail_on: list[str] | Non
         return "failure"
     if failing(report, DEFAULT_FAIL_ON if fail_on is None else fail_on):
         return "failure"
-    return "neutral" if report and any(is_open(f) for f in report["findings"]) else "success"
+    return "neutral" if report and any(is_open(f) for f in report.findings) else "success"
 
 
-def check_run_body(settings: Settings, job: Job, source: JobSource, report: dict[str, Any] | None) -> dict[str, Any]:
+def check_run_body(settings: Settings, job: Job, source: JobSource, report: Report | None) -> dict[str, Any]:
+    """The check run's payload (the JSON edge: the report is read typed up to here)."""
     body: dict[str, Any] = {
         "name": settings.github_check_name,
         "head_sha": source.github_head_sha,
@@ -170,17 +173,17 @@ def check_run_body(settings: Settings, job: Job, source: JobSource, report: dict
     }
 
 
-def _title(job: Job, report: dict[str, Any] | None) -> str:
+def _title(job: Job, report: Report | None) -> str:
     if job.status is not JobStatus.done:
         return f"lagtrace job {job.id} {job.status.value}"
-    findings = report["findings"] if report else []
-    regressed = [t for t in _compared(report) if t["verdict"] == "regressed" and t["test"] is not None]
+    findings = report.findings if report else []
+    regressed = [t for t in _compared(report) if t.verdict == "regressed" and t.test is not None]
     parts = []
     if regressed:
-        names = list(dict.fromkeys(t["test"] for t in regressed))
+        names = list(dict.fromkeys(t.test for t in regressed))
         parts.append(f"{len(names)} test{'s' if len(names) != 1 else ''} slower than base")
-    gate = report.get("gate") if report else None
-    behind = [t for t in gate["tests"] if t["verdict"] == "regressed"] if gate else []
+    gate = report.gate if report else None
+    behind = [t for t in gate.tests if t.verdict == "regressed"] if gate else []
     if behind:
         parts.append(f"{len(behind)} test{'s' if len(behind) != 1 else ''} slower than history")
     open_count = sum(is_open(f) for f in findings)
@@ -189,19 +192,19 @@ def _title(job: Job, report: dict[str, Any] | None) -> str:
     return "; ".join(parts) if parts else "No latency findings"
 
 
-def _compared(report: dict[str, Any] | None) -> list[dict[str, Any]]:
-    comparison = report.get("base_comparison") if report else None
-    return comparison["tests"] if comparison else []
+def _compared(report: Report | None) -> list[BaseChange]:
+    comparison = report.base_comparison if report else None
+    return comparison.tests if comparison else []
 
 
 def _seconds_or_none(value: float | None) -> str:
     return "-" if value is None else format_seconds(value)
 
 
-def _ratio(row: dict[str, Any]) -> str:
-    if row["ratio"] is None:
+def _ratio(row: BaseChange) -> str:
+    if row.ratio is None:
         return "-"
-    return f"{row['ratio']:.2f}x ({row['ratio_low']:.2f} to {row['ratio_high']:.2f})"
+    return f"{row.ratio:.2f}x ({row.ratio_low or 0:.2f} to {row.ratio_high or 0:.2f})"
 
 
 # The smallest slowdown the comparison finds with 80 % power on a quiet node (2.66 %
@@ -210,9 +213,9 @@ def _ratio(row: dict[str, Any]) -> str:
 POWER_80_QUIET_RATIO = 1.3
 
 
-def _ruled_out(rows: list[dict[str, Any]]) -> list[str]:
+def _ruled_out(rows: list[BaseChange]) -> list[str]:
     """What an "unchanged" verdict rules out: a slowdown beyond its interval's upper end."""
-    highs = sorted(r["ratio_high"] for r in rows if r["verdict"] == "unchanged" and r["ratio_high"] is not None)
+    highs = sorted(r.ratio_high for r in rows if r.verdict == "unchanged" and r.ratio_high is not None)
     if not highs:
         return []
     median = highs[len(highs) // 2]
@@ -224,60 +227,59 @@ def _ruled_out(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on: list[str] | None = None) -> str:
+def summary(settings: Settings, job: Job, report: Report | None, fail_on: list[str] | None = None) -> str:
     fail_on = DEFAULT_FAIL_ON if fail_on is None else fail_on
     lines = [f"**lagtrace job [{job.id}]({dashboard_url(settings, job)})**: {job.status.value}", ""]
     if job.error:
         lines += [f"Error: {_code(job.error[:500], in_table=False)}", ""]
     if not report:
         return "\n".join(lines)
-    comparison = report.get("base_comparison")
+    comparison = report.base_comparison
     if comparison:
-        rows = comparison["tests"]
-        counts = comparison["counts"]
+        rows = comparison.tests
+        counts = comparison.counts
         lines += [
-            f"### Compared with base {_code(comparison['base_commit'][:12], in_table=False)}",
+            f"### Compared with base {_code(comparison.base_commit[:12], in_table=False)}",
             "",
             ", ".join(f"{counts[v]} {v.replace('_', ' ')}" for v in counts) + " (test × configuration)",
             "",
         ]
         lines += _ruled_out(rows)
-        shown = [r for r in rows if r["verdict"] != "unchanged"][:SUMMARY_ROWS]
+        shown = [r for r in rows if r.verdict != "unchanged"][:SUMMARY_ROWS]
         if shown:
             lines += [
                 "| test | configuration | base | head | head/base (95 % interval) | verdict |",
                 "|---|---|---|---|---|---|",
             ]
             for r in shown:
-                test = _code(r["test"] or "(whole command)")
+                test = _code(r.test or "(whole command)")
                 lines.append(
-                    f"| {test} | {_code(r['config'])} | {_seconds_or_none(r['base_median_s'])} "
-                    f"| {format_seconds(r['head_median_s'])} | {_ratio(r)} | **{r['verdict'].replace('_', ' ')}** |"
+                    f"| {test} | {_code(r.config)} | {_seconds_or_none(r.base_median_s)} "
+                    f"| {format_seconds(r.head_median_s)} | {_ratio(r)} | **{r.verdict.replace('_', ' ')}** |"
                 )
             lines.append("")
-    if report.get("gate"):
-        lines += _gate_summary(report["gate"])
-    findings = report["findings"]
+    if report.gate:
+        lines += _gate_summary(report.gate)
+    findings = report.findings
     if findings:
-        blocking = {f["id"] for f in failing(report, fail_on)}
+        blocking = {f.id for f in failing(report, fail_on)}
         lines += ["### Findings", "", "| severity | finding | test | triage |", "|---|---|---|---|"]
         for f in findings[:SUMMARY_FINDINGS]:
-            state = "**fails the check**" if f["id"] in blocking else _text(f["status"])
+            state = "**fails the check**" if f.id in blocking else _text(f.status)
             lines.append(
-                f"| {_text(f['severity'])} | {_code(f['kind'])}: {_text(f['title'])} "
-                f"| {_code(f['test'] or '')} | {state} |"
+                f"| {_text(f.severity)} | {_code(f.kind)}: {_text(f.title)} | {_code(f.test or '')} | {state} |"
             )
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"| | and {len(findings) - SUMMARY_FINDINGS} more on the dashboard | | |")
         lines.append("")
     lines += ["### Configurations", "", "| configuration | runs | median wall |", "|---|---|---|"]
-    for config in report["configs"]:
-        median = config["wall_s"]["median"] if config["wall_s"] else None
+    for config in report.configs:
+        median = config.wall_s.median if config.wall_s else None
         lines.append(
-            f"| {_code(config['label'])} | {len(config['runs'])} | {f'{median:.3f} s' if median is not None else '-'} |"
+            f"| {_code(config.label)} | {len(config.runs)} | {f'{median:.3f} s' if median is not None else '-'} |"
         )
     lines.append("")
-    lines += [f"- Note: {_text(note)}" for note in report["notes"]]
+    lines += [f"- Note: {_text(note)}" for note in report.notes]
     lines.append(
         f"\nFails on: {', '.join(fail_on) or 'nothing'} (`fail_on` in .lagtrace.yml); muted and acknowledged "
         "findings never fail it."
@@ -285,25 +287,25 @@ def summary(settings: Settings, job: Job, report: dict[str, Any] | None, fail_on
     return "\n".join(lines)[:MAX_SUMMARY_CHARS]
 
 
-def _gate_summary(gate: dict[str, Any]) -> list[str]:
+def _gate_summary(gate: ReportGate) -> list[str]:
     """A gate's verdicts against history (services/jobs/gate.py): counts, then the tests that
     did not stay unchanged."""
-    where = f"the {_code(gate['branch'], in_table=False)} branch's history" if gate["branch"] else "history"
+    where = f"the {_code(gate.branch, in_table=False)} branch's history" if gate.branch else "history"
     lines = [
-        f"### Against {where} with {_code(gate['config'], in_table=False)}",
+        f"### Against {where} with {_code(gate.config, in_table=False)}",
         "",
-        ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate["counts"].items())) + " (tests)",
+        ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate.counts.items())) + " (tests)",
         "",
     ]
-    shown = [t for t in gate["tests"] if t["verdict"] != "unchanged"][:SUMMARY_ROWS]
+    shown = [t for t in gate.tests if t.verdict != "unchanged"][:SUMMARY_ROWS]
     if shown:
         lines += ["| test | stored runs | stored median | fresh runs | change | verdict |", "|---|---|---|---|---|---|"]
         for t in shown:
-            change = f"{t['ratio']:.2f}x" if t["ratio"] is not None else "-"
-            fresh = ", ".join(format_seconds(s) for s in t["fresh_s"])
+            change = f"{t.ratio:.2f}x" if t.ratio is not None else "-"
+            fresh = ", ".join(format_seconds(s) for s in t.fresh_s)
             lines.append(
-                f"| {_code(t['test'])} | {t['stored']} | {_seconds_or_none(t['stored_median_s'])} | {fresh} "
-                f"| {change} | **{t['verdict'].replace('_', ' ')}** |"
+                f"| {_code(t.test)} | {t.stored} | {_seconds_or_none(t.stored_median_s)} | {fresh} "
+                f"| {change} | **{t.verdict.replace('_', ' ')}** |"
             )
         lines.append("")
     return lines
@@ -338,25 +340,25 @@ def _code(text: str, *, in_table: bool = True) -> str:
     return f"{fence}{pad}{text.replace('|', chr(92) + '|') if in_table else text}{pad}{fence}"
 
 
-def test_location(report: dict[str, Any], test_id: str | None) -> tuple[str, int] | None:
+def test_location(report: Report, test_id: str | None) -> tuple[str, int] | None:
     """The file (from the node id, as pytest's rootdir names it) and line of a test."""
     if not test_id or "::" not in test_id:
         return None
     path = test_id.split("::", 1)[0]
     if not path.endswith(".py") or path.startswith("/") or ".." in path.split("/"):
         return None
-    lines = {t["id"]: t.get("line") for t in report["tests"]}
+    lines = {t.id: t.line for t in report.tests}
     return path, lines.get(test_id) or 1
 
 
-def check_annotations(report: dict[str, Any] | None, fail_on: list[str]) -> list[dict[str, Any]]:
+def check_annotations(report: Report | None, fail_on: list[str]) -> list[dict[str, Any]]:
     """One annotation per open finding on a test, on the line that defines it."""
     if not report:
         return []
-    blocking = {f["id"] for f in failing(report, fail_on)}
+    blocking = {f.id for f in failing(report, fail_on)}
     annotations = []
-    for finding in report["findings"]:
-        where = test_location(report, finding["test"]) if is_open(finding) else None
+    for finding in report.findings:
+        where = test_location(report, finding.test) if is_open(finding) else None
         if where is None:
             continue
         path, line = where
@@ -365,9 +367,9 @@ def check_annotations(report: dict[str, Any] | None, fail_on: list[str]) -> list
                 "path": path,
                 "start_line": line,
                 "end_line": line,
-                "annotation_level": "failure" if finding["id"] in blocking else "warning",
-                "title": f"{finding['kind']}: {finding['test']}"[:255],
-                "message": f"{finding['title']}\n{finding['detail']}"[:MAX_ANNOTATION_CHARS],
+                "annotation_level": "failure" if finding.id in blocking else "warning",
+                "title": f"{finding.kind}: {finding.test}"[:255],
+                "message": f"{finding.title}\n{finding.detail}"[:MAX_ANNOTATION_CHARS],
             }
         )
     return annotations[:MAX_ANNOTATIONS]

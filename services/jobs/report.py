@@ -4,77 +4,98 @@ services/jobs/report_text.py)."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
 
 from services.diagnose import cpu_sensitivity, observer_effect
 from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER
+from services.diagnose.report_parts import ReportFinding
 from services.jobs import pull_requests
-from services.jobs.report_schema import SCHEMA_ID, validated
+from services.jobs.report_schema import (
+    SCHEMA_ID,
+    BaseComparison,
+    BudgetLeftOut,
+    EvidenceNote,
+    EvidenceRun,
+    FailedRun,
+    Interval,
+    MeasuredOn,
+    Report,
+    ReportBudget,
+    ReportConfig,
+    ReportEvidence,
+    ReportGate,
+    ReportJob,
+    ReportNodeClass,
+    ReportRun,
+    ReportSurvey,
+    ReportTest,
+    TestConfig,
+)
 from services.measure import budget as job_budget
 from services.measure import hostload, nodelock
 from services.measure.samples import collect, surveyed
 from services.measure.stats import Summary, compare
-from services.models import COMMAND_KINDS, Job, RunKind
+from services.models import COMMAND_KINDS, Job, Run, RunKind
 from services.thresholds import Thresholds
 
 SCHEMA = SCHEMA_ID
 
-RUN_FIELDS = (
-    "wall_s",
-    "user_s",
-    "sys_s",
-    "max_rss_kb",
-    "voluntary_ctx_switches",
-    "involuntary_ctx_switches",
-    "exit_code",
-    "timed_out",
-    "nr_periods",
-    "nr_throttled",
-    "throttled_s",
-    "foreign_cpus",
-    "read_syscalls",
-    "read_bytes",
-)
+
+def _interval(summary: Summary | None) -> Interval | None:
+    if summary is None:
+        return None
+    return Interval(
+        median=summary.median,
+        ci_low=summary.ci_low,
+        ci_high=summary.ci_high,
+        n=summary.n,
+        confidence=summary.confidence,
+    )
 
 
-def _summary(summary: Summary | None) -> dict[str, Any] | None:
-    return summary.as_dict() if summary else None
+def _runs(runs: list[Run]) -> list[ReportRun]:
+    return [ReportRun.model_validate(run, from_attributes=True) for run in runs]
 
 
-def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
-    """The v1 report. ``thresholds`` judge the notes on evidence (observer effect)."""
+def _test_config(label: str, summary: Summary | None, runs: list[float]) -> TestConfig:
+    """A test's durations in one configuration, with their interval where there is one (the
+    fields are given only then: report_json leaves unset ones out, as the dict did)."""
+    if summary is None:
+        return TestConfig(label=label, runs=runs)
+    return TestConfig(
+        label=label,
+        median=summary.median,
+        ci_low=summary.ci_low,
+        ci_high=summary.ci_high,
+        n=summary.n,
+        confidence=summary.confidence,
+        runs=runs,
+    )
+
+
+def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
+    """The v1 report, as the model it is read as inside services/ and the CLI (JSON only at
+    the edges: report_schema.report_json). ``thresholds`` judge the notes on evidence
+    (observer effect). Every field the report always holds is given, defaults too:
+    report_json leaves out only what was never set."""
     samples = collect(job)
     wall = samples.wall_summaries()
     configs = []
     for config in job.configs:
-        runs = [run for run in config.runs if run.kind in COMMAND_KINDS]
         configs.append(
-            {
-                "label": config.label,
-                "cpus": config.cpus,
-                "cpuset": config.cpuset,
-                "runs": [{field: getattr(run, field) for field in RUN_FIELDS} for run in runs],
+            ReportConfig(
+                label=config.label,
+                cpus=config.cpus,
+                cpuset=config.cpuset,
+                runs=_runs([run for run in config.runs if run.kind in COMMAND_KINDS]),
                 # Stored for the record, never in a statistic (cold caches, .pyc writes).
-                "warmup_runs": [
-                    {field: getattr(run, field) for field in RUN_FIELDS}
-                    for run in config.runs
-                    if run.kind == RunKind.warmup
-                ],
-                "focus_runs": [
-                    {field: getattr(run, field) for field in RUN_FIELDS}
-                    for run in config.runs
-                    if run.kind == RunKind.focus
-                ],
-                "disturbed_runs": [
-                    {field: getattr(run, field) for field in RUN_FIELDS}
-                    for run in config.runs
-                    if run.kind == RunKind.disturbed
-                ],
+                warmup_runs=_runs([run for run in config.runs if run.kind == RunKind.warmup]),
+                focus_runs=_runs([run for run in config.runs if run.kind == RunKind.focus]),
+                disturbed_runs=_runs([run for run in config.runs if run.kind == RunKind.disturbed]),
                 # Median of the successful runs only (failed and timed-out runs are in runs[]).
-                "wall_s": _summary(wall.get(config.label)),
-            }
+                wall_s=_interval(wall.get(config.label)),
+            )
         )
     # Where each test is defined (JUnit's line attribute): check-run annotations point there.
     lines = {r.test_id: r.line for c in job.configs for run in c.runs for r in run.test_results if r.line}
@@ -82,27 +103,24 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
     for test_id, per_config in samples.tests.items():
         summaries = samples.test_summaries(test_id)
         tests.append(
-            {
-                "id": test_id,
-                "line": lines.get(test_id),
-                "cleared": False,
-                "configs": [
-                    {"label": label, **(_summary(summaries.get(label)) or {}), "runs": values}
-                    for label, values in per_config.items()
-                ],
-            }
+            ReportTest(
+                id=test_id,
+                line=lines.get(test_id),
+                cleared=False,
+                configs=[_test_config(label, summaries.get(label), values) for label, values in per_config.items()],
+            )
         )
     surveyed = survey_view(job)
     if surveyed is not None:
         tests += _cleared_tests(job, set(samples.tests), lines)
     failed = [
-        {
-            "config": config.label,
-            "repetition": run.repetition,
-            "exit_code": run.exit_code,
-            "timed_out": run.timed_out,
-            "output_tail": run.output_tail,
-        }
+        FailedRun(
+            config=config.label,
+            repetition=run.repetition,
+            exit_code=run.exit_code,
+            timed_out=run.timed_out,
+            output_tail=run.output_tail,
+        )
         for config in job.configs
         for run in config.runs
         if run.kind in (*COMMAND_KINDS, RunKind.focus) and (run.exit_code != 0 or run.timed_out)
@@ -111,17 +129,17 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
     limits = thresholds or Thresholds()
     if surveyed is not None:
         notes.append(
-            f"a suite of {surveyed['tests']} tests: the survey ran it whole once per configuration and cleared "
-            f"{surveyed['cleared']} of them there; "
+            f"a suite of {surveyed.tests} tests: the survey ran it whole once per configuration and cleared "
+            f"{surveyed.cleared} of them there; "
             + (
-                f"{len(surveyed['focused'])} were rerun together for their verdicts"
-                if surveyed["focused"]
+                f"{len(surveyed.focused)} were rerun together for their verdicts"
+                if surveyed.focused
                 else "none was rerun"
             )
             + (
-                f"; the budget left {len(surveyed['left_out'])} more out (no verdict: rerun them by name, "
+                f"; the budget left {len(surveyed.left_out)} more out (no verdict: rerun them by name, "
                 "or give a larger --budget)"
-                if surveyed["left_out"]
+                if surveyed.left_out
                 else ""
             )
             + " (the command's own figures rest on the survey's one run per configuration)"
@@ -164,17 +182,17 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
                 durations = [r.duration_s for r in run.test_results if r.test_id == run.test_id]
                 observed = durations[0] if durations else None
             evidence_runs.append(
-                {
-                    "id": run.id,
-                    "config": config.label,
-                    "test": run.test_id,
-                    "probe": run.probe,
-                    "wall_s": run.wall_s,
-                    "observed_s": observed,
-                    "timing_median_s": medians.get(run.test_id),
-                    "exit_code": run.exit_code,
-                    "timed_out": run.timed_out,
-                }
+                EvidenceRun(
+                    id=run.id,
+                    config=config.label,
+                    test=run.test_id,
+                    probe=run.probe,
+                    wall_s=run.wall_s,
+                    observed_s=observed,
+                    timing_median_s=medians.get(run.test_id),
+                    exit_code=run.exit_code,
+                    timed_out=run.timed_out,
+                )
             )
     findings = sorted(job.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
     for candidate in cpu_sensitivity.undecided(samples, limits, seed=job.screen_seed or 0):
@@ -189,114 +207,124 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> dict[str, An
         )
     evidence_notes = observer_effect.notes(RuleContext(job, limits))
     evidence = [
-        {
-            "id": e.id,
-            "config": e.config.label if e.config else None,
-            "test": e.test_id,
-            "kind": e.kind,
-            "run": e.run_id,
-            "content": e.content,
-            "text": e.text,
-            "artifacts": e.artifacts,
+        ReportEvidence(
+            id=e.id,
+            config=e.config.label if e.config else None,
+            test=e.test_id,
+            kind=e.kind,
+            run=e.run_id,
+            content=e.content,
+            text=e.text,
+            artifacts=e.artifacts,
             # How to read it: e.g. the tracer slowed the run 8x (observer_effect).
-            "notes": [evidence_notes[e.id]] if e.id in evidence_notes else [],
-        }
+            notes=[EvidenceNote.model_validate(evidence_notes[e.id])] if e.id in evidence_notes else [],
+        )
         for e in job.evidence
     ]
-    finding_dicts = [
-        {
-            "id": f.id,
-            "kind": f.kind,
-            "severity": f.severity,
-            "title": f.title,
-            "detail": f.detail,
-            "config": f.config_label,
-            "test": f.test_id,
-            "metrics": f.metrics,
-            "evidence": f.evidence_ids,
-            "fingerprint": f.fingerprint,
-            "status": f.status.value,
-            "regression": f.regression,
-        }
+    report_findings = [
+        ReportFinding(
+            id=f.id,
+            kind=f.kind,
+            severity=f.severity,
+            title=f.title,
+            detail=f.detail,
+            config=f.config_label,
+            test=f.test_id,
+            metrics=f.metrics,
+            evidence=f.evidence_ids,
+            fingerprint=f.fingerprint,
+            status=f.status.value,
+            regression=f.regression,
+        )
         for f in findings
     ]
-    report = {
-        "schema": SCHEMA,
-        "job": {
-            "id": job.id,
-            "project": job.project.name,
-            "status": job.status.value,
-            "created_at": job.created_at.isoformat(),
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-            "error": job.error,
+    base = pull_requests.comparison_view(job)
+    return Report(
+        schema=SCHEMA,
+        job=ReportJob(
+            id=job.id,
+            project=job.project.name,
+            status=job.status.value,
+            created_at=job.created_at.isoformat(),
+            finished_at=job.finished_at.isoformat() if job.finished_at else None,
+            error=job.error,
             # Seed of the screen's run order: the same seed replays the same order.
-            "screen_seed": job.screen_seed,
-            "kind": job.kind.value,
-            "node_class": (
-                {"cpu_model": job.cpu_model, "engine_cpus": job.engine_cpus, "runner_image": job.runner_image}
+            screen_seed=job.screen_seed,
+            kind=job.kind.value,
+            node_class=(
+                ReportNodeClass(cpu_model=job.cpu_model, engine_cpus=job.engine_cpus, runner_image=job.runner_image)
                 if job.cpu_model or job.engine_cpus
                 else None
             ),
-        },
-        "command": job.command,
-        "executor": job.executor,
-        "workdir": job.workdir,
-        "repeat": job.repeat,
-        "notes": notes,
-        "configs": configs,
-        "tests": tests,
-        "failed_runs": failed,
-        "evidence_runs": evidence_runs,
-        "evidence": evidence,
-        "findings": finding_dicts,
+        ),
+        command=job.command,
+        executor=job.executor,
+        workdir=job.workdir,
+        repeat=job.repeat,
+        notes=notes,
+        configs=configs,
+        tests=tests,
+        failed_runs=failed,
+        evidence_runs=evidence_runs,
+        evidence=evidence,
+        findings=report_findings,
         # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
-        "diagnoses": stories.build_diagnoses(finding_dicts, evidence),
-        # A pull request's job: each test head against base (services/jobs/pull_requests.py).
-        "base_comparison": pull_requests.comparison_view(job),
-        "survey": surveyed,
-        "budget": budget_view(job, limits),
-        # The node and its measurement lock (services/measure/nodelock.py), per phase.
-        "measured_on": [
-            {**place, "locks": [nodelock.lock_label(lock) for lock in place.get("locks", [])]}
+        diagnoses=stories.build_diagnoses(report_findings, {e.id: e.kind for e in job.evidence}),
+        # A pull request's job: each test head against base (services/jobs/pull_requests.py),
+        # validated here as it leaves the stored comparison rows' JSON.
+        base_comparison=BaseComparison.model_validate(base) if base is not None else None,
+        survey=surveyed,
+        budget=budget_view(job, limits),
+        # The node and its measurement lock (services/measure/nodelock.py), per phase; the
+        # job's measured_on is stored JSON, validated here.
+        measured_on=[
+            MeasuredOn.model_validate(
+                {**place, "locks": [nodelock.lock_label(lock) for lock in place.get("locks", [])]}
+            )
             for place in job.measured_on or []
         ],
-        "thresholds": job.thresholds,
+        thresholds=job.thresholds,
         # A gate job: each test against its stored history (services/jobs/gate.py).
-        "gate": gate_view(job),
-    }
-    return validated(report)
+        gate=gate_view(job),
+    )
 
 
-def gate_view(job: Job) -> dict[str, Any] | None:
-    """A gate's verdicts with their counts (None: not a gate, or it could not judge)."""
+def gate_view(job: Job) -> ReportGate | None:
+    """A gate's verdicts with their counts (None: not a gate, or it could not judge); the
+    job's gate is stored JSON, validated here."""
     if not job.gate:
         return None
-    counts: dict[str, int] = {}
-    for test in job.gate["tests"]:
-        counts[test["verdict"]] = counts.get(test["verdict"], 0) + 1
     # Gates stored before flagged tests were checked in every configuration checked none.
     tests = [{"checked_s": {}, "carried_from": None, **test} for test in job.gate["tests"]]
-    return {**job.gate, "tests": tests, "counts": counts}
+    gate = ReportGate.model_validate({**job.gate, "tests": tests, "counts": {}})
+    for test in gate.tests:
+        gate.counts[test.verdict] = gate.counts.get(test.verdict, 0) + 1
+    return gate
 
 
-def budget_view(job: Job, thresholds: Thresholds) -> dict[str, Any]:
+def budget_view(job: Job, thresholds: Thresholds) -> ReportBudget:
     """The budget's limit, what the runs took, and what it left out."""
     state = job.budget or {}
     limit = job_budget.limit_s(job, thresholds)
     left = state.get("left_out") or {}
     spent = job_budget.spent_s(job)
     suite = job_budget.reference_s(job)
-    return {
-        "limit_s": round(limit, 3) if limit is not None else None,
-        "given": job.budget_s is not None,
-        "spent_s": round(spent, 3),
-        "left_out": {key: list(left.get(key, [])) for key in ("tests", "rounds", "census", "drill")},
-        "suite_s": round(suite, 3) if suite is not None else None,
-        "cost_ratio": round(spent / suite, 2) if suite else None,
-    }
+    return ReportBudget(
+        limit_s=round(limit, 3) if limit is not None else None,
+        given=job.budget_s is not None,
+        spent_s=round(spent, 3),
+        left_out=BudgetLeftOut(
+            tests=list(left.get("tests", [])),
+            rounds=list(left.get("rounds", [])),
+            census=list(left.get("census", [])),
+            drill=list(left.get("drill", [])),
+        ),
+        suite_s=round(suite, 3) if suite is not None else None,
+        cost_ratio=round(spent / suite, 2) if suite else None,
+    )
 
 
-def survey_view(job: Job) -> dict[str, Any] | None:
+def survey_view(job: Job) -> ReportSurvey | None:
     """What the survey of a suite of real size cleared and kept (None: screened whole)."""
     surveyed = [run for config in job.configs for run in config.runs if run.kind == RunKind.survey]
     if not surveyed:
@@ -311,25 +339,25 @@ def survey_view(job: Job) -> dict[str, Any] | None:
     ]
     kept = list(dict.fromkeys(focused))
     left_out = [test for test in ((job.budget or {}).get("left_out") or {}).get("tests", []) if test not in kept]
-    return {
-        "tests": len(tests),
-        "cleared": len(tests - set(kept) - set(left_out)),
-        "focused": kept,
-        "left_out": left_out,
-    }
+    return ReportSurvey(
+        tests=len(tests),
+        cleared=len(tests - set(kept) - set(left_out)),
+        focused=kept,
+        left_out=left_out,
+    )
 
 
-def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[dict[str, Any]]:
+def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[ReportTest]:
     """The tests a survey cleared, with their one duration per configuration."""
     cleared = {test_id: per_config for test_id, per_config in surveyed(job).items() if test_id not in judged}
     left_out = set(((job.budget or {}).get("left_out") or {}).get("tests", []))
     return [
-        {
-            "id": test_id,
-            "line": lines.get(test_id),
-            "cleared": test_id not in left_out,
-            "left_out": test_id in left_out,
-            "configs": [{"label": label, "median": values[0], "runs": values} for label, values in per_config.items()],
-        }
+        ReportTest(
+            id=test_id,
+            line=lines.get(test_id),
+            cleared=test_id not in left_out,
+            left_out=test_id in left_out,
+            configs=[TestConfig(label=label, median=values[0], runs=values) for label, values in per_config.items()],
+        )
         for test_id, per_config in cleared.items()
     ]

@@ -14,7 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services import evidence as evidence_models
-from services.diagnose.findings import Severity
+
+# The findings and diagnoses are the diagnose layer's (it builds them, services/diagnose/diagnoses.py).
+from services.diagnose.report_parts import Diagnosis, Number, ReportFinding
 from services.evidence import EvidenceKind
 
 SCHEMA_ID = "lagtrace.report/v1"
@@ -28,11 +30,11 @@ class _Part(BaseModel):
 class Interval(_Part):
     """A median with its order-statistic confidence interval."""
 
-    median: float
-    ci_low: float
-    ci_high: float
+    median: Number
+    ci_low: Number
+    ci_high: Number
     n: int
-    confidence: float
+    confidence: Number
 
 
 class ReportJob(_Part):
@@ -60,9 +62,9 @@ class ReportNodeClass(_Part):
 
 
 class ReportRun(_Part):
-    wall_s: float
-    user_s: float
-    sys_s: float
+    wall_s: Number
+    user_s: Number
+    sys_s: Number
     max_rss_kb: int
     voluntary_ctx_switches: int
     involuntary_ctx_switches: int
@@ -70,15 +72,15 @@ class ReportRun(_Part):
     timed_out: bool
     nr_periods: int | None
     nr_throttled: int | None
-    throttled_s: float | None
-    foreign_cpus: float
+    throttled_s: Number | None
+    foreign_cpus: Number
     read_syscalls: int | None
     read_bytes: int | None
 
 
 class ReportConfig(_Part):
     label: str
-    cpus: float | None
+    cpus: Number | None
     cpuset: str | None
     runs: list[ReportRun]
     # One per configuration before its timing runs: stored, in no statistic.
@@ -96,12 +98,12 @@ class TestConfig(_Part):
     """One test in one configuration: its durations, and the interval when there are any."""
 
     label: str
-    runs: list[float]
-    median: float | None = None
-    ci_low: float | None = None
-    ci_high: float | None = None
+    runs: list[Number]
+    median: Number | None = None
+    ci_low: Number | None = None
+    ci_high: Number | None = None
     n: int | None = None
-    confidence: float | None = None
+    confidence: Number | None = None
 
 
 class ReportTest(_Part):
@@ -129,11 +131,11 @@ class EvidenceRun(_Part):
     config: str
     test: str | None
     probe: str | None
-    wall_s: float
+    wall_s: Number
     # The test's own duration in a narrowed pytest run (None: not in its JUnit file);
     # the command's wall time otherwise. This, not wall_s, is compared with the median.
-    observed_s: float | None = None
-    timing_median_s: float | None
+    observed_s: Number | None = None
+    timing_median_s: Number | None
     exit_code: int
     timed_out: bool
 
@@ -145,9 +147,9 @@ class EvidenceNote(_Part):
     probe: str
     config: str
     test: str | None
-    ratio: float  # evidence run's wall time / the timing runs' median
-    evidence_wall_s: float
-    timing_median_s: float
+    ratio: Number  # evidence run's wall time / the timing runs' median
+    evidence_wall_s: Number
+    timing_median_s: Number
     text: str
 
 
@@ -168,75 +170,20 @@ class ReportEvidence(_Part):
         return self
 
 
-class ReportFinding(_Part):
-    id: int
-    kind: str
-    severity: Severity
-    title: str
-    detail: str
-    config: str | None
-    test: str | None
-    metrics: dict[str, Any]
-    evidence: list[int]
-    fingerprint: str
-    status: Literal["new", "acknowledged", "muted", "fixed"]
-    regression: bool
-
-
-class DiagnosisSymptom(_Part):
-    kind: str
-    configs: list[str]
-    text: str
-    ratio: float | None
-    finding: int | None = None
-
-
-class DiagnosisCause(_Part):
-    kind: str
-    text: str
-    finding: int
-    evidence_backed: bool
-    from_command: bool  # the cause was found on the whole command, in the test's slow configuration
-    # Seconds of the slowdown the cause accounts for, from the slow configuration's evidence
-    # against the fast one's, and that comparison in words; None where no pair was compared.
-    accounts_s: float | None = None
-    slow_vs_fast: str | None = None
-
-
-class DiagnosisEvidence(_Part):
-    id: int
-    kind: str
-
-
-class Diagnosis(_Part):
-    """One test's findings as one story (services/diagnose/diagnoses.py)."""
-
-    test: str | None
-    severity: Severity
-    symptom: DiagnosisSymptom
-    cause: DiagnosisCause | None
-    # Why no cause is named where the evidence of both configurations was compared.
-    not_established: str | None = None
-    evidence: list[DiagnosisEvidence]
-    advice: str
-    findings: list[int]
-    kinds: list[str]
-
-
 class BaseChange(_Part):
     """One test (None: the whole command) in one configuration, head against base."""
 
     test: str | None
     config: str
-    base_median_s: float | None  # None: a test new on the head (the base has none)
-    head_median_s: float
+    base_median_s: Number | None  # None: a test new on the head (the base has none)
+    head_median_s: Number
     base_n: int
     head_n: int
     # head median / base median with its 95 % bootstrap interval; None when a median is 0.
-    ratio: float | None
-    ratio_low: float | None
-    ratio_high: float | None
-    p_value: float | None  # rank test, base runs against head runs
+    ratio: Number | None
+    ratio_low: Number | None
+    ratio_high: Number | None
+    p_value: Number | None  # rank test, base runs against head runs
     # new: the base commit does not have the test (and the whole command's row leaves it out)
     verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new"]
 
@@ -277,16 +224,16 @@ class ReportBudget(_Part):
     """The job's time budget (services/measure/budget.py): the wall time of all its runs."""
 
     # None: no run measured the suite, so no default could be set.
-    limit_s: float | None
+    limit_s: Number | None
     # Asked for (--budget, budget_s), or the default (a multiple of the suite's own time).
     given: bool
-    spent_s: float
+    spent_s: Number
     left_out: BudgetLeftOut
     # The suite's own time (its first run with the most CPUs; services/measure/budget.py
     # reference_s) and what the job's runs cost against it: the cost model's unit
     # (docs/explanations/cost-model.md). None where no run measured the suite.
-    suite_s: float | None = None
-    cost_ratio: float | None = None
+    suite_s: Number | None = None
+    cost_ratio: Number | None = None
 
 
 class MeasuredOn(_Part):
@@ -309,17 +256,17 @@ class GateTestRow(_Part):
     verdict: Literal["regressed", "improved", "unchanged", "too_noisy", "new", "failed"]
     stored: int  # the stored runs it was compared with
     jobs: list[int]  # the finished jobs they came from, newest first
-    fresh_s: list[float]  # the gate's run of the suite, then each look's
-    stored_median_s: float | None  # None: no stored run
-    ratio: float | None  # fresh over stored (Hodges-Lehmann), where judged on more runs
-    ratio_low: float | None
-    ratio_high: float | None
-    p_slower: float | None  # sequential p-values, valid at any look
-    p_faster: float | None
+    fresh_s: list[Number]  # the gate's run of the suite, then each look's
+    stored_median_s: Number | None  # None: no stored run
+    ratio: Number | None  # fresh over stored (Hodges-Lehmann), where judged on more runs
+    ratio_low: Number | None
+    ratio_high: Number | None
+    p_slower: Number | None  # sequential p-values, valid at any look
+    p_faster: Number | None
     went_on: bool  # measured further in every configuration
     # With findings in the previous job: its one run in each other configuration, and the
     # job whose findings it carries (each run inside its history there), else None.
-    checked_s: dict[str, float]
+    checked_s: dict[str, Number]
     carried_from: int | None
 
 
@@ -354,15 +301,22 @@ class Report(_Part):
     measured_on: list[MeasuredOn] = []
     # The Thresholds fields the rules judged it with (services/thresholds.py, the settings
     # reference in docs/). None: diagnosed before they were stored.
-    thresholds: dict[str, float] | None = None
+    thresholds: dict[str, Number] | None = None
     # A gate job's verdicts against history; None for a matrix, or a gate that could not judge.
     gate: ReportGate | None = None
 
 
-def validated(report: dict[str, Any]) -> dict[str, Any]:
-    """The report checked against the contract; raises pydantic.ValidationError if it breaks it."""
-    Report.model_validate(report)
-    return report
+def parse_report(data: dict[str, Any]) -> Report:
+    """A report read as JSON (stored, or an API's answer) as the model; raises
+    pydantic.ValidationError if it breaks the contract."""
+    return Report.model_validate(data)
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The report as JSON, at the edges: the API's answers, ``--json``, the stored report, the
+    check run. The keys are those it was built or read with: a field never set is left
+    out (``exclude_unset``), as the dict it was built as before did; ``schema`` by its alias."""
+    return report.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def json_schema() -> dict[str, Any]:

@@ -1,11 +1,10 @@
 """The report's text rendering (`lagtrace run`, `lagtrace report`): findings first, then
-configurations, tests, the budget, the gate, evidence; built from the ``lagtrace.report/v1``
-dict that services/jobs/report.py builds."""
+configurations, tests, the budget, the gate, evidence; read from the ``lagtrace.report/v1``
+model (services/jobs/report_schema.py) that services/jobs/report.py builds."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from services import evidence as evidence_models
 from services.diagnose import diagnoses as stories
@@ -23,41 +22,42 @@ from services.evidence import (
     StallContent,
     StraceContent,
 )
+from services.jobs.report_schema import Report, ReportBudget, ReportEvidence, ReportGate, ReportJob, ReportTest
 
 # The text report lists the tests with findings and this many of the slowest others
 # (`--all`: every test; the JSON always holds them all).
 SLOWEST_SHOWN = 5
 
 
-def _slowest(test: dict[str, Any]) -> float:
-    return max((c.get("median") or 0.0 for c in test["configs"]), default=0.0)
+def _slowest(test: ReportTest) -> float:
+    return max((c.median or 0.0 for c in test.configs), default=0.0)
 
 
-def _tests_section(report: dict[str, Any], all_tests: bool) -> list[str]:
+def _tests_section(report: Report, all_tests: bool) -> list[str]:
     """Tests (median duration per configuration): the flagged, then the slowest few, and
     how many more there are."""
-    labels = [c["label"] for c in report["configs"]]
-    flagged_ids = {f["test"] for f in report["findings"] if f["test"]}
-    tests = report["tests"]
-    flagged = [test for test in tests if test["id"] in flagged_ids]
-    others = sorted((test for test in tests if test["id"] not in flagged_ids), key=lambda test: -_slowest(test))
+    labels = [c.label for c in report.configs]
+    flagged_ids = {f.test for f in report.findings if f.test}
+    tests = report.tests
+    flagged = [test for test in tests if test.id in flagged_ids]
+    others = sorted((test for test in tests if test.id not in flagged_ids), key=lambda test: -_slowest(test))
     shown = others if all_tests else others[:SLOWEST_SHOWN]
     rows = []
     for test in [*flagged, *shown]:
-        by_label = {c["label"]: c for c in test["configs"]}
-        medians = [by_label[label].get("median") if label in by_label else None for label in labels]
+        by_label = {c.label: c for c in test.configs}
+        medians = [by_label[label].median if label in by_label else None for label in labels]
         known = [m for m in medians if m]
         ratio = f"{max(known) / min(known):.1f}x" if len(known) > 1 and min(known) > 0 else "-"
-        mark = " (survey only)" if test.get("cleared") else " (left out by the budget)" if test.get("left_out") else ""
-        rows.append([test["id"] + (mark if all_tests else ""), *(_seconds(m) for m in medians), ratio])
+        mark = " (survey only)" if test.cleared else " (left out by the budget)" if test.left_out else ""
+        rows.append([test.id + (mark if all_tests else ""), *(_seconds(m) for m in medians), ratio])
     out = [
         f"Tests (median duration per configuration): {len(flagged)} with findings"
         + ("" if all_tests else f", then the {len(shown)} slowest others"),
         *("  " + line for line in _table(["test", *labels, "max/min"], rows)),
     ]
-    cleared = [test for test in others if not test.get("left_out")]
-    left_out = [test for test in others if test.get("left_out")]
-    survey_only = sum(1 for test in cleared if test.get("cleared"))
+    cleared = [test for test in others if not test.left_out]
+    left_out = [test for test in others if test.left_out]
+    survey_only = sum(1 for test in cleared if test.cleared)
     if all_tests:
         return out
     hidden = len(others) - len(shown)
@@ -76,27 +76,27 @@ def _tests_section(report: dict[str, Any], all_tests: bool) -> list[str]:
     return [*out, summary]
 
 
-def _budget_section(budget: dict[str, Any]) -> list[str]:
-    limit = budget["limit_s"]
+def _budget_section(budget: ReportBudget) -> list[str]:
+    limit = budget.limit_s
     out = [
-        f"Budget: the runs took {budget['spent_s']:.1f} s"
+        f"Budget: the runs took {budget.spent_s:.1f} s"
         + (f" of {limit:.1f} s" if limit is not None else "")
-        + (" (asked for)" if budget["given"] else " (the default: a multiple of the suite's own time)")
+        + (" (asked for)" if budget.given else " (the default: a multiple of the suite's own time)")
         + (
-            f": {budget['cost_ratio']:.1f}x the suite's own time ({budget['suite_s']:.1f} s)"
-            if budget.get("cost_ratio") is not None
+            f": {budget.cost_ratio:.1f}x the suite's own time ({budget.suite_s or 0:.1f} s)"
+            if budget.cost_ratio is not None
             else ""
         )
     ]
-    left = budget["left_out"]
-    if left["tests"]:
-        shown = ", ".join(left["tests"][:5]) + (" ..." if len(left["tests"]) > 5 else "")
-        out.append(f"  left out of the focused screen (least suspicious first): {len(left['tests'])} tests: {shown}")
-    for rounds in left["rounds"]:
+    left = budget.left_out
+    if left.tests:
+        shown = ", ".join(left.tests[:5]) + (" ..." if len(left.tests) > 5 else "")
+        out.append(f"  left out of the focused screen (least suspicious first): {len(left.tests)} tests: {shown}")
+    for rounds in left.rounds:
         out.append(f"  left out of the screen: {rounds}")
-    if left["census"]:
-        out.append(f"  left out: the census (in {', '.join(left['census'])})")
-    for drilled in left["drill"]:
+    if left.census:
+        out.append(f"  left out: the census (in {', '.join(left.census)})")
+    for drilled in left.drill:
         out.append(f"  left out of the drill: {drilled}")
     return out
 
@@ -116,88 +116,84 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
 
 
-def _gate_section(gate: dict[str, Any]) -> list[str]:
+def _gate_section(gate: ReportGate) -> list[str]:
     """The gate's counts, then every test that did not stop at its one run inside its history."""
-    counts = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate["counts"].items()))
-    where = f"the {gate['branch']} branch's" if gate["branch"] else "earlier `lagtrace run` jobs'"
-    lines = [f"Gate: each test run once with {gate['config']}, against {where} stored runs there: {counts}"]
+    counts = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in sorted(gate.counts.items()))
+    where = f"the {gate.branch} branch's" if gate.branch else "earlier `lagtrace run` jobs'"
+    lines = [f"Gate: each test run once with {gate.config}, against {where} stored runs there: {counts}"]
     rows = [
         [
-            test["test"],
-            test["verdict"].replace("_", " "),
-            f"{test['stored']} from {len(test['jobs'])} jobs" if test["stored"] else "none",
-            ", ".join(_seconds(s) for s in test["fresh_s"]),
-            f"{test['ratio']:.2f}x" if test["ratio"] is not None else "-",
-            "yes"
-            if test["went_on"]
-            else f"no: job {test['carried_from']}'s findings carried"
-            if test["carried_from"]
-            else "no",
+            test.test,
+            test.verdict.replace("_", " "),
+            f"{test.stored} from {len(test.jobs)} jobs" if test.stored else "none",
+            ", ".join(_seconds(s) for s in test.fresh_s),
+            f"{test.ratio:.2f}x" if test.ratio is not None else "-",
+            "yes" if test.went_on else f"no: job {test.carried_from}'s findings carried" if test.carried_from else "no",
         ]
-        for test in gate["tests"]
-        if test["verdict"] != "unchanged" or len(test["fresh_s"]) > 1 or test["checked_s"]
+        for test in gate.tests
+        if test.verdict != "unchanged" or len(test.fresh_s) > 1 or test.checked_s
     ]
     if rows:
         lines += [
             "  " + line
             for line in _table(["test", "verdict", "stored runs", "fresh runs", "change", "every config"], rows)
         ]
-    if gate["counts"].get("new"):
+    if gate.counts.get("new"):
         lines.append(
-            f"  new: no history, or fewer than {gate['min_stored']} stored runs (one run cannot stand out of fewer)"
+            f"  new: no history, or fewer than {gate.min_stored} stored runs (one run cannot stand out of fewer)"
         )
     return lines
 
 
-def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
+def render_text(report: Report, all_tests: bool = False) -> str:
     """The human report: findings first, then configurations, then tests (the flagged
     ones and the slowest few; ``all_tests``: every one)."""
-    out = [f"lagtrace job {report['job']['id']}: {shlex.join(report['command'])}  [{report['executor']} executor]", ""]
-    status = report["job"].get("status", "done")
+    out = [f"lagtrace job {report.job.id}: {shlex.join(report.command)}  [{report.executor} executor]", ""]
+    status = report.job.status
     if status != "done":
         # A job that did not finish concluded nothing: that comes first, not a clean-looking
         # "Findings: none" with the reason only on stderr.
-        out += [*_unfinished(report["job"]), ""]
-    out += stories.render(report.get("diagnoses", []))
-    findings = report["findings"]
+        out += [*_unfinished(report.job), ""]
+    out += stories.render(report.diagnoses)
+    findings = report.findings
     if findings:
         out.append(f"Findings ({len(findings)})")
     else:
         out.append("Findings: none" if status == "done" else f"Findings: none (the job {status} before any were made)")
     for finding in findings:
-        where = f" [{finding['test']}]" if finding["test"] else ""
-        if finding["regression"]:
+        where = f" [{finding.test}]" if finding.test else ""
+        if finding.regression:
             where += " REGRESSION (was marked fixed)"
-        elif finding["status"] != "new":
-            where += f" ({finding['status']})"
-        out.append(f"  {finding['severity'].upper():6} {finding['kind']}{where}: {finding['title']}")
+        elif finding.status != "new":
+            where += f" ({finding.status})"
+        out.append(f"  {finding.severity.upper():6} {finding.kind}{where}: {finding.title}")
         # A detail's later lines are output the command printed (an output tail): one per line.
-        prose, *output = finding["detail"].split("\n")
+        prose, *output = finding.detail.split("\n")
         out.append(f"         {prose}")
         out += [f"           {line}" for line in output]
-        if finding["evidence"]:
-            kinds = {e["id"]: e["kind"] for e in report["evidence"]}
-            refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding["evidence"])
+        if finding.evidence:
+            kinds = {e.id: e.kind for e in report.evidence}
+            refs = ", ".join(f"{kinds.get(i, 'evidence')} #{i}" for i in finding.evidence)
             out.append(f"         evidence: {refs} (below, and in the JSON's evidence[])")
     out.append("")
 
-    fastest = min((c["wall_s"]["median"] for c in report["configs"] if c["wall_s"]), default=None)
+    fastest = min((c.wall_s.median for c in report.configs if c.wall_s), default=None)
     rows = []
-    for config in report["configs"]:
-        summary = config["wall_s"]
-        runs = config["runs"]
-        throttled = [r for r in runs if r["nr_periods"]]
+    for config in report.configs:
+        summary = config.wall_s
+        runs = config.runs
+        throttled = [r for r in runs if r.nr_periods]
         rows.append(
             [
-                config["label"],
+                config.label,
                 str(len(runs)),
-                _seconds(summary["median"]) if summary else "-",
-                f"{_seconds(summary['ci_low'])} .. {_seconds(summary['ci_high'])}" if summary else "-",
-                f"{summary['median'] / fastest:.1f}x" if summary and fastest else "-",
-                f"{sum(r['user_s'] + r['sys_s'] for r in runs) / len(runs):.3f} s" if runs else "-",
-                f"{sum(r['voluntary_ctx_switches'] for r in runs) // max(1, len(runs))}",
+                _seconds(summary.median) if summary else "-",
+                f"{_seconds(summary.ci_low)} .. {_seconds(summary.ci_high)}" if summary else "-",
+                f"{summary.median / fastest:.1f}x" if summary and fastest else "-",
+                f"{sum(r.user_s + r.sys_s for r in runs) / len(runs):.3f} s" if runs else "-",
+                f"{sum(r.voluntary_ctx_switches for r in runs) // max(1, len(runs))}",
                 (
-                    f"{sum(r['nr_throttled'] for r in throttled)}/{sum(r['nr_periods'] for r in throttled)}"
+                    f"{sum(r.nr_throttled or 0 for r in throttled)}/{sum(r.nr_periods or 0 for r in throttled)}"
                     if throttled
                     else "-"
                 ),
@@ -211,86 +207,88 @@ def render_text(report: dict[str, Any], all_tests: bool = False) -> str:
         )
     ]
 
-    if report["tests"]:
+    if report.tests:
         out += ["", *_tests_section(report, all_tests)]
-    budget = report.get("budget")
-    if budget and (budget["given"] or any(budget["left_out"].values()) or budget.get("cost_ratio") is not None):
+    budget = report.budget
+    if budget and (budget.given or any(budget.left_out.model_dump().values()) or budget.cost_ratio is not None):
         out += ["", *_budget_section(budget)]
 
-    if report.get("gate"):
-        out += ["", *_gate_section(report["gate"])]
-    comparison = report.get("base_comparison")
+    if report.gate:
+        out += ["", *_gate_section(report.gate)]
+    comparison = report.base_comparison
     if comparison:
-        out += ["", f"Compared with base {comparison['base_commit'][:12]} (head median / base median, 95 % interval)"]
+        out += ["", f"Compared with base {comparison.base_commit[:12]} (head median / base median, 95 % interval)"]
         rows = [
             [
-                row["test"] or "(whole command)",
-                row["config"],
-                _seconds(row["base_median_s"]),
-                _seconds(row["head_median_s"]),
-                f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
-                f"{row['ratio_low']:.2f} .. {row['ratio_high']:.2f}" if row["ratio_low"] is not None else "-",
-                row["verdict"].replace("_", " "),
+                row.test or "(whole command)",
+                row.config,
+                _seconds(row.base_median_s),
+                _seconds(row.head_median_s),
+                f"{row.ratio:.2f}x" if row.ratio is not None else "-",
+                f"{row.ratio_low:.2f} .. {row.ratio_high or 0:.2f}" if row.ratio_low is not None else "-",
+                row.verdict.replace("_", " "),
             ]
-            for row in comparison["tests"]
+            for row in comparison.tests
         ]
         out += [
             "  " + line for line in _table(["test", "config", "base", "head", "change", "interval", "verdict"], rows)
         ]
 
-    if report["failed_runs"]:
+    if report.failed_runs:
         out += [
             "",
-            f"Runs that did not exit 0 ({len(report['failed_runs'])}): the command failed, not lagtrace; "
+            f"Runs that did not exit 0 ({len(report.failed_runs)}): the command failed, not lagtrace; "
             "they are left out of every median",
         ]
-        for failed in report["failed_runs"][:5]:
-            state = "timed out" if failed["timed_out"] else f"exit {failed['exit_code']}"
-            out.append(f"  {failed['config']} run {failed['repetition']}: {state}")
-        tail = next((f["output_tail"] for f in report["failed_runs"] if f["output_tail"]), None)
+        for failed in report.failed_runs[:5]:
+            state = "timed out" if failed.timed_out else f"exit {failed.exit_code}"
+            out.append(f"  {failed.config} run {failed.repetition}: {state}")
+        tail = next((f.output_tail for f in report.failed_runs if f.output_tail), None)
         if tail:
             out += ["  last output:", *("    " + line for line in tail.rstrip().splitlines())]
-    if report["evidence"]:
-        out += ["", f"Evidence ({len(report['evidence'])} entries from {len(report['evidence_runs'])} evidence runs)"]
-        for entry in report["evidence"]:
+    if report.evidence:
+        out += ["", f"Evidence ({len(report.evidence)} entries from {len(report.evidence_runs)} evidence runs)"]
+        for entry in report.evidence:
             out += render_evidence(entry)
-    if report["evidence_runs"]:
+    if report.evidence_runs:
         out += ["", "Evidence runs (the command's, or the test's, time under the probe vs its timing median)"]
         rows = []
-        for run in report["evidence_runs"]:
-            observed, median = run.get("observed_s", run["wall_s"]), run["timing_median_s"]
+        for run in report.evidence_runs:
+            # Reports stored before observed_s existed have the process's wall time alone.
+            observed = run.observed_s if "observed_s" in run.model_fields_set else run.wall_s
+            median = run.timing_median_s
             rows.append(
                 [
-                    run["probe"],
-                    run["config"] + (f" [{run['test']}]" if run["test"] else ""),
-                    _seconds(run["wall_s"]),
+                    str(run.probe),
+                    run.config + (f" [{run.test}]" if run.test else ""),
+                    _seconds(run.wall_s),
                     _seconds(observed),
                     _seconds(median),
                     f"{observed / median:.1f}x" if observed is not None and median else "-",
-                    "timed out" if run["timed_out"] else f"exit {run['exit_code']}",
+                    "timed out" if run.timed_out else f"exit {run.exit_code}",
                 ]
             )
         out += [
             "  " + line
             for line in _table(["probe", "config", "process wall", "observed", "timing median", "ratio", "end"], rows)
         ]
-    for note in report["notes"]:
+    for note in report.notes:
         out += ["", f"Note: {note}"]
-    for place in report.get("measured_on", []):
-        what = f"{place['phase']} of shard {place['shard']}" if place.get("shard") else place["phase"]
-        locks = [lock for lock in place["locks"] if lock != "node"]
+    for place in report.measured_on:
+        what = f"{place.phase} of shard {place.shard}" if place.shard else place.phase
+        locks = [lock for lock in place.locks if lock != "node"]
         held = f"the locks of {', '.join(locks)}" if locks else "the node's measurement lock"
-        out += ["", f"The {what} ran on node {place['node']}, holding {held}"]
+        out += ["", f"The {what} ran on node {place.node}, holding {held}"]
     return "\n".join(out) + "\n"
 
 
-def _unfinished(job: dict[str, Any]) -> list[str]:
+def _unfinished(job: ReportJob) -> list[str]:
     """What a job that did not finish says first: that it did not, and why (its error keeps
     its lines: an installer's or the command's output)."""
-    status = job["status"]
+    status = job.status
     if status in ("queued", "running"):
         return [f"JOB {status.upper()}: not finished yet; what follows is what it measured so far"]
-    prose, *output = (job.get("error") or "no reason was recorded").split("\n")
+    prose, *output = (job.error or "no reason was recorded").split("\n")
     return [
         f"JOB {status.upper()}: {prose}",
         *(f"  {line}" for line in output),
@@ -308,13 +306,13 @@ def _frames(frames: list[PythonFrame]) -> str:
     return " < ".join(shown) + more if shown else "(no Python frames)"
 
 
-def render_evidence(entry: dict[str, Any]) -> list[str]:
+def render_evidence(entry: ReportEvidence) -> list[str]:
     """The key lines of one evidence entry: top syscalls, threads and frames at the stall."""
-    content = evidence_models.parse(entry["kind"], entry["content"])
-    where = entry["config"] or "-"
-    if entry["test"]:
-        where += f" [{entry['test']}]"
-    head = f"  {entry['kind']} ({where})"
+    content = evidence_models.parse(entry.kind, entry.content)
+    where = entry.config or "-"
+    if entry.test:
+        where += f" [{entry.test}]"
+    head = f"  {entry.kind} ({where})"
     if not content.ok:
         return [f"{head}: {content.status}: {content.reason or ''}"]
     lines: list[str] = []
@@ -408,9 +406,10 @@ def render_evidence(entry: dict[str, Any]) -> list[str]:
                 lines.append(f"      {test_id}: {row.sleeps} sleeps" + (f", reads: {reads}" if reads else ""))
         case _:
             lines.append(head)
-    for note in entry.get("notes", []):
-        lines.append(f"      note: {note['text']}")
-    for artifact in entry["artifacts"]:
+    for note in entry.notes:
+        lines.append(f"      note: {note.text}")
+    # Artifacts are references the object store wrote, dicts in the contract too (ReportEvidence).
+    for artifact in entry.artifacts:
         if artifact.get("key"):
             lines.append(
                 f"      artifact {artifact['key']} ({artifact['size']} bytes, {artifact['stored_size']} stored)"

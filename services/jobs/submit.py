@@ -21,6 +21,7 @@ from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
+from services.jobs.report_schema import Report, report_json
 from services.jobs.sources import SHA, check_archive, check_ref, check_repository_url
 from services.jobs.spec import JobSpec, enforce_policy
 from services.measure.configs import CpuConfig, parse_spec
@@ -482,13 +483,10 @@ def _summary(job: Any, project: str, configs: list[str], source: JobSource | Non
     }
 
 
-def finished_report(
-    session: Session, job: Job, thresholds: Thresholds | None = None, *, page: bool = False
-) -> dict[str, Any]:
-    """A finished job's v1 report as stored when it finished (``page``: the job page's
-    digest of it), or, for a job finished without one (a failed or cancelled job, or one
-    from before the store), built now."""
-    stored = summaries.stored_report(session, job, page=page)
+def finished_report(session: Session, job: Job, thresholds: Thresholds | None = None) -> Report:
+    """A finished job's v1 report as stored when it finished, or, for a job finished
+    without one (a failed or cancelled job, or one from before the store), built now."""
+    stored = summaries.stored_report(session, job)
     if stored is not None:
         return stored
     # The report walks every run's test results: read them in two queries, not one per run.
@@ -497,8 +495,16 @@ def finished_report(
         .where(JobConfig.job_id == job.id)
         .options(selectinload(JobConfig.runs).selectinload(Run.test_results))
     ).all()
-    report = build_report(job, thresholds)
-    return summaries.page_digest(report) if page else report
+    return build_report(job, thresholds)
+
+
+def finished_page(session: Session, job: Job, thresholds: Thresholds | None = None) -> dict[str, Any]:
+    """The job page's digest of a finished job's report (summaries.page_digest), as JSON: as
+    stored when it finished, or made now of the report built now."""
+    stored = summaries.stored_page(session, job)
+    if stored is not None:
+        return stored
+    return summaries.page_digest(finished_report(session, job, thresholds))
 
 
 def job_detail(
@@ -525,10 +531,16 @@ def job_detail(
         # Without the report, it is read only for the comparison with the parent, which
         # reads the configurations and findings: the digest has them.
         if with_report or compared:
-            report = finished_report(session, job, thresholds, page=page or not with_report)
+            # The job detail is JSON (the API's answer, the page's data): the report is
+            # serialised here.
+            report = (
+                finished_page(session, job, thresholds)
+                if page or not with_report
+                else report_json(finished_report(session, job, thresholds))
+            )
             detail["report"] = report
             if parent is not None and compared:
-                detail["comparison"] = compare_reports(finished_report(session, parent, thresholds, page=True), report)
+                detail["comparison"] = compare_reports(finished_page(session, parent, thresholds), report)
     if not with_report:
         del detail["report"]
     return detail

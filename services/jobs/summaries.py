@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, inbox
 from services.jobs.report import build_report
+from services.jobs.report_schema import Report, ReportTest, parse_report, report_json
 from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
@@ -85,65 +86,80 @@ def store_report(session: Session, job: Job, thresholds: Thresholds) -> JobRepor
     if stored is None:
         stored = JobReport(job_id=job.id)
         session.add(stored)
-    stored.report = report
+    # The stored JSON is an edge: the model is serialised here, and read back in stored_report.
+    stored.report = report_json(report)
     stored.page = page_digest(report)
-    stored.finding_states = {str(f["id"]): f["status"] for f in report["findings"]}
+    stored.finding_states = {str(f.id): f.status for f in report.findings}
     stored.built_at = utcnow()
     session.flush()
     return stored
 
 
-def _spread(test: dict[str, Any]) -> float:
-    medians = [c["median"] for c in test["configs"] if c.get("median")]
+def _spread(test: ReportTest) -> float:
+    medians = [c.median for c in test.configs if c.median]
     return max(medians) / min(medians) if medians else 0.0
 
 
-def _slowest(test: dict[str, Any]) -> float:
-    return max((c.get("median") or 0.0 for c in test["configs"]), default=0.0)
+def _slowest(test: ReportTest) -> float:
+    return max((c.median or 0.0 for c in test.configs), default=0.0)
 
 
-def page_digest(report: dict[str, Any]) -> dict[str, Any]:
-    """The report as the job page shows it: every section but the tests, of which those
-    with a finding, the widest spreads and the slowest few; ``tests_total``,
-    ``tests_hidden`` and ``tests_cleared`` count them."""
-    tests = report["tests"]
-    flagged = {f["test"] for f in report["findings"] if f["test"]}
-    chosen = [t for t in tests if t["id"] in flagged]
-    rest = [t for t in tests if t["id"] not in flagged]
+def page_digest(report: Report) -> dict[str, Any]:
+    """The report as the job page shows it, as JSON (what the dashboard and the job detail
+    serve): every section but the tests, of which those with a finding, the widest spreads
+    and the slowest few; ``tests_total``, ``tests_hidden`` and ``tests_cleared`` count them."""
+    tests = report.tests
+    flagged = {f.test for f in report.findings if f.test}
+    chosen = [t for t in tests if t.id in flagged]
+    rest = [t for t in tests if t.id not in flagged]
     chosen += sorted(rest, key=lambda t: -_spread(t))[:WIDEST_SHOWN]
-    picked = {t["id"] for t in chosen}
-    chosen += sorted((t for t in rest if t["id"] not in picked), key=lambda t: -_slowest(t))[:SLOWEST_SHOWN]
+    picked = {t.id for t in chosen}
+    chosen += sorted((t for t in rest if t.id not in picked), key=lambda t: -_slowest(t))[:SLOWEST_SHOWN]
     # Each run's duration stays in the full report; the page shows medians.
-    shown = [{**t, "configs": [{k: v for k, v in c.items() if k != "runs"} for c in t["configs"]]} for t in chosen]
+    shown = [t.model_dump(mode="json", exclude_unset=True, exclude={"configs": {"__all__": {"runs"}}}) for t in chosen]
     digest = {
-        **{key: value for key, value in report.items() if key != "tests"},
+        **report.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"tests"}),
         "tests": shown,
         "tests_total": len(tests),
         "tests_hidden": len(tests) - len(shown),
-        "tests_cleared": sum(1 for t in tests if t["cleared"]),
+        "tests_cleared": sum(1 for t in tests if t.cleared),
     }
-    base = report.get("base_comparison")
+    base = report.base_comparison
     if base:
-        changed = [t for t in base["tests"] if t["verdict"] != "unchanged"]
+        changed = [t for t in base.tests if t.verdict != "unchanged"]
         digest["base_comparison"] = {
-            **base,
-            "tests": changed[:COMPARISON_SHOWN],
-            "unchanged_hidden": len(base["tests"]) - len(changed[:COMPARISON_SHOWN]),
+            **base.model_dump(mode="json", exclude_unset=True, exclude={"tests"}),
+            "tests": [t.model_dump(mode="json", exclude_unset=True) for t in changed[:COMPARISON_SHOWN]],
+            "unchanged_hidden": len(base.tests) - len(changed[:COMPARISON_SHOWN]),
         }
     return digest
 
 
-def stored_report(session: Session, job: Job, *, page: bool = False) -> dict[str, Any] | None:
-    """The report stored when ``job`` finished (``page``: its digest), with each finding's
-    triage state as it is now; None if none was stored (a job finished before 0015)."""
-    column = JobReport.page if page else JobReport.report
-    report = session.scalar(select(column).where(JobReport.job_id == job.id))
-    if report is None:
+def stored_report(session: Session, job: Job) -> Report | None:
+    """The report stored when ``job`` finished, validated into the model as it is read (the
+    stored JSON is an edge), with each finding's triage state as it is now; None if none
+    was stored (a job finished before 0015)."""
+    stored = session.scalar(select(JobReport.report).where(JobReport.job_id == job.id))
+    if stored is None:
+        return None
+    report = parse_report(stored)
+    states = _finding_states(session, job)
+    for finding in report.findings:
+        finding.status = states.get(finding.id, finding.status)  # type: ignore[assignment]
+    return report
+
+
+def stored_page(session: Session, job: Job) -> dict[str, Any] | None:
+    """The page digest stored when ``job`` finished (page_digest: JSON the dashboard and the
+    job detail serve as it is), with each finding's triage state as it is now; None if none
+    was stored."""
+    page = session.scalar(select(JobReport.page).where(JobReport.job_id == job.id))
+    if page is None:
         return None
     states = _finding_states(session, job)
-    for finding in report["findings"]:
+    for finding in page["findings"]:
         finding["status"] = states.get(finding["id"], finding["status"])
-    return report
+    return page
 
 
 # Stored reports as text, kept by each serving process (stored_report_text): a 5,000-test

@@ -540,6 +540,7 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
     from services.db import make_engine, make_session_factory
     from services.diagnose.diagnose import diagnose
     from services.jobs.report import build_report
+    from services.jobs.report_schema import report_json
     from services.models import Job
     from services.settings import Settings
 
@@ -559,7 +560,7 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
             else:
                 found = [(f.kind, str(f.severity)) for f in diagnose(session, job, settings.thresholds)]
                 session.flush()
-                report = build_report(job, settings.thresholds)
+                report = report_json(build_report(job, settings.thresholds))  # as `--json` writes it
                 diagnoses = report["diagnoses"]
                 outcomes.append(
                     Outcome(

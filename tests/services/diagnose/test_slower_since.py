@@ -50,7 +50,7 @@ def test_a_planted_step_gets_one_finding_on_its_push_and_flat_tests_none(db_sess
     tasks = session.scalars(select(JobTask.name).where(JobTask.job_id == jobs[STEP_AT].id)).all()
     assert f"notify:slower_since:{finding.fingerprint[:16]}" in tasks
     report = build_report(jobs[STEP_AT], settings.thresholds)
-    assert [f["kind"] for f in report["findings"]] == [KIND]
+    assert [f.kind for f in report.findings] == [KIND]
     source = session.get(JobSource, jobs[STEP_AT].id)
     body = check_run_body(settings, jobs[STEP_AT], source, report)
     assert "slower on main since" in body["output"]["summary"]

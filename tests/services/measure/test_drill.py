@@ -7,6 +7,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from cli.run import run_job
 from services.errors import BadInput
+from services.jobs.report_schema import report_json
 from services.jobs.report_text import render_text
 from services.measure.artifacts import make_artifact_store
 from services.measure.drill import parse_evidence
@@ -49,7 +50,7 @@ def test_narrow_to_test_swaps_test_paths_for_the_node_id(tmp_path):
 def test_run_with_evidence_stores_probes_artifacts_and_observer_data(tmp_path):
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
     messages = []
-    report = run_job(
+    built = run_job(
         settings,
         command=[sys.executable, str(HANDOFF), "10000000"],
         executor_name="local",
@@ -62,6 +63,7 @@ def test_run_with_evidence_stores_probes_artifacts_and_observer_data(tmp_path):
         stall_after_s=0.8,
         progress=messages.append,
     )
+    report = report_json(built)  # read as the JSON `--json` writes
     by_kind = {}
     for entry in report["evidence"]:
         by_kind.setdefault(entry["kind"], []).append(entry)
@@ -91,7 +93,7 @@ def test_run_with_evidence_stores_probes_artifacts_and_observer_data(tmp_path):
     assert store.read_bytes(svg["key"]).lstrip().startswith(b"<?xml")
     assert by_kind["faulthandler"][0]["content"]["status"] == "ok"
 
-    text = render_text(report)
+    text = render_text(built)
     assert "futex holds" in text
     assert "waiting for the GIL (read by gdb" in text
     assert "Evidence runs" in text
@@ -127,18 +129,20 @@ def _pytest_job(tmp_path: Path, suite: str):
     (tmp_path / "conftest.py").write_text(SLOW_STARTUP_CONFTEST)
     (tmp_path / "test_suite.py").write_text(suite)
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
-    return run_job(
-        settings,
-        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"],
-        executor_name="local",
-        specs=["cpuset=0-1"],
-        repeat=1,
-        timeout_s=15,
-        workdir=tmp_path,
-        project="per-test-clock",
-        evidence="core",
-        stall_after_s=1.0,
-        progress=lambda message: None,
+    return report_json(
+        run_job(
+            settings,
+            command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"],
+            executor_name="local",
+            specs=["cpuset=0-1"],
+            repeat=1,
+            timeout_s=15,
+            workdir=tmp_path,
+            project="per-test-clock",
+            evidence="core",
+            stall_after_s=1.0,
+            progress=lambda message: None,
+        )
     )
 
 
@@ -192,18 +196,20 @@ def test_per_test_evidence_runs_the_test_when_pytest_ini_sits_in_a_subfolder(tmp
     (project / "pytest.ini").write_text("[pytest]\n")  # rootdir: service/, not the checkout
     (project / "tests" / "test_cpus.py").write_text(CPU_DEPENDENT_TEST)
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
-    report = run_job(
-        settings,
-        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "service/tests"],
-        executor_name="local",
-        specs=["cpuset=0", "cpuset=0-1"],
-        repeat=5,
-        timeout_s=30,
-        workdir=tmp_path / "checkout",
-        project="subfolder-ini",
-        evidence="strace",
-        stall_after_s=None,
-        progress=lambda message: None,
+    report = report_json(
+        run_job(
+            settings,
+            command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "service/tests"],
+            executor_name="local",
+            specs=["cpuset=0", "cpuset=0-1"],
+            repeat=5,
+            timeout_s=30,
+            workdir=tmp_path / "checkout",
+            project="subfolder-ini",
+            evidence="strace",
+            stall_after_s=None,
+            progress=lambda message: None,
+        )
     )
     test_id = "tests/test_cpus.py::test_depends_on_cpus"
     assert any(f["kind"] == "cpu_sensitivity" and f["test"] == test_id for f in report["findings"]), report["findings"]
@@ -228,18 +234,20 @@ SHORT_COMPUTING_TEST = (
 def test_a_short_test_is_repeated_in_its_evidence_runs_so_the_profile_sees_it(tmp_path):
     (tmp_path / "test_short.py").write_text(SHORT_COMPUTING_TEST)
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", artifact_dir=tmp_path / "artifacts")
-    report = run_job(
-        settings,
-        command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_short.py"],
-        executor_name="local",
-        specs=["cpuset=0", "cpuset=0-1"],
-        repeat=5,
-        timeout_s=60,
-        workdir=tmp_path,
-        project="amplified",
-        evidence="pyspy",
-        stall_after_s=None,
-        progress=lambda message: None,
+    report = report_json(
+        run_job(
+            settings,
+            command=[sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_short.py"],
+            executor_name="local",
+            specs=["cpuset=0", "cpuset=0-1"],
+            repeat=5,
+            timeout_s=60,
+            workdir=tmp_path,
+            project="amplified",
+            evidence="pyspy",
+            stall_after_s=None,
+            progress=lambda message: None,
+        )
     )
     test_id = "test_short.py::test_short"
     profiles = [e for e in report["evidence"] if e["kind"] == "pyspy" and e["test"] == test_id]

@@ -8,8 +8,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from services.github.client import RERUN_OTHER_CPUS, check_run_body, conclusion
+from services.jobs.report_schema import Report, parse_report
 from services.models import Job, JobSource, JobStatus, Project
 from services.settings import Settings
+from tests.unit.services.jobs.test_report_schema import _minimal_report
 
 SETTINGS = Settings(database_url="sqlite://", public_url="http://lagtrace.test")
 SLOW = "tests/test_speed.py::test_slow"
@@ -33,14 +35,33 @@ def finding(id: int, severity: str, status: str = "new", kind: str = "cpu_sensit
     }
 
 
-def report(*findings: dict[str, Any], comparison: dict | None = None) -> dict[str, Any]:
-    return {
+RUN = {
+    "wall_s": 0.5,
+    "user_s": 0.4,
+    "sys_s": 0.1,
+    "max_rss_kb": 10_000,
+    "voluntary_ctx_switches": 10,
+    "involuntary_ctx_switches": 1,
+    "exit_code": 0,
+    "timed_out": False,
+    "nr_periods": None,
+    "nr_throttled": None,
+    "throttled_s": None,
+    "foreign_cpus": 0.0,
+    "read_syscalls": None,
+    "read_bytes": None,
+}
+
+
+def report(*findings: dict[str, Any], comparison: dict | None = None, **changes) -> Report:
+    interval = {"median": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 5, "confidence": 0.94}
+    fields = {
         "findings": list(findings),
         "tests": [{"id": SLOW, "line": 12, "configs": []}],
-        "configs": [{"label": "cpuset=0", "runs": [{}] * 5, "wall_s": {"median": 0.5}}],
-        "notes": [],
+        "configs": [{"label": "cpuset=0", "cpus": None, "cpuset": "0", "runs": [RUN] * 5, "wall_s": interval}],
         "base_comparison": comparison,
     }
+    return parse_report(_minimal_report(**{**fields, **changes}))
 
 
 def done_job() -> Job:
@@ -134,7 +155,7 @@ def test_text_from_the_repository_cannot_break_out_of_the_summarys_markdown():
     note = "**all good** ![n](https://evil.example/n.png)\n### Fake heading"
     error = "exit 1: ``` `code` ``` <script>x</script> | [l](https://evil.example)"
     found = finding(1, "high", test=hostile_test, title=title)
-    hostile = {**report(found), "notes": [note], "tests": [{"id": hostile_test, "line": 3, "configs": []}]}
+    hostile = report(found, notes=[note], tests=[{"id": hostile_test, "line": 3, "configs": []}])
     job = done_job()
     job.status, job.error = JobStatus.failed, error
     summary = check_run_body(SETTINGS, job, source(), hostile)["output"]["summary"]

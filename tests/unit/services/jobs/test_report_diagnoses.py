@@ -45,16 +45,16 @@ def test_report_groups_a_jobs_findings_and_keeps_its_failures_visible():
             regression=False,
         )
     ]
-    report = build_report(built)  # validated against the published v1 schema on the way out
-    assert report["job"]["screen_seed"] == 1234
-    first = report["configs"][0]
-    assert len(first["warmup_runs"]) == 1 and len(first["runs"]) == 5
-    assert first["wall_s"]["median"] == 1.0  # the 9 s warm-up is not in it
-    assert report["configs"][1]["wall_s"] is None  # nor are failed runs
-    [note] = report["evidence"][0]["notes"]
-    assert note["kind"] == "observer_effect" and note["ratio"] == 8.0
-    [story] = report["diagnoses"]
-    assert story["cause"]["kind"] == "command_failed" and story["severity"] == "high"
+    report = build_report(built)  # validated against the published v1 schema as it is built
+    assert report.job.screen_seed == 1234
+    first = report.configs[0]
+    assert len(first.warmup_runs) == 1 and len(first.runs) == 5
+    assert first.wall_s.median == 1.0  # the 9 s warm-up is not in it
+    assert report.configs[1].wall_s is None  # nor are failed runs
+    [note] = report.evidence[0].notes
+    assert note.kind == "observer_effect" and note.ratio == 8.0
+    [story] = report.diagnoses
+    assert story.cause.kind == "command_failed" and story.severity == "high"
     text = render_text(report)
     assert "Findings: none" not in text and "Diagnoses (1" in text
     assert "note: The command ran 8.0x slower under strace" in text

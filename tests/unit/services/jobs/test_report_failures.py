@@ -3,6 +3,7 @@ comes first, and output keeps its lines."""
 
 from __future__ import annotations
 
+from services.jobs.report_schema import parse_report
 from services.jobs.report_text import render_text
 from tests.unit.services.jobs.test_report_schema import _minimal_report
 
@@ -35,7 +36,7 @@ def test_a_failed_job_says_so_and_why_before_anything_else():
         "finished_at": "2026-01-01T00:01:00",
         "error": "installing the dependencies failed (exit 1):\nERROR: No matching distribution found for nope",
     }
-    lines = render_text(_minimal_report(job=job)).splitlines()
+    lines = render_text(parse_report(_minimal_report(job=job))).splitlines()
     assert lines[2] == "JOB FAILED: installing the dependencies failed (exit 1):"
     assert lines[3] == "  ERROR: No matching distribution found for nope"
     assert "Nothing below is a verdict" in lines[4]
@@ -45,13 +46,13 @@ def test_a_failed_job_says_so_and_why_before_anything_else():
 
 
 def test_a_finished_job_without_findings_reads_as_before():
-    lines = render_text(_minimal_report()).splitlines()
+    lines = render_text(parse_report(_minimal_report())).splitlines()
     assert "Findings: none" in lines and not any(line.startswith("JOB ") for line in lines)
 
 
 def test_an_output_tail_in_a_detail_keeps_its_lines():
     detail = "No run succeeded in every configuration (exit 1 (5x)). Last output:\n" + TAIL
-    text = render_text(_minimal_report(findings=[_finding(detail)]))
+    text = render_text(parse_report(_minimal_report(findings=[_finding(detail)])))
     lines = text.splitlines()
     start = lines.index("         No run succeeded in every configuration (exit 1 (5x)). Last output:")
     assert lines[start + 1 : start + 4] == ["           " + line for line in TAIL.splitlines()]

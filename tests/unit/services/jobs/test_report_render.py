@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.jobs.report_schema import ReportEvidence, parse_report
 from services.jobs.report_text import render_evidence
 from services.measure.probes.strace import parse_summary
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-def _entry(kind: str, content: dict, test: str | None = None) -> dict:
-    return {"kind": kind, "config": "cpuset=0-1", "test": test, "content": content, "artifacts": []}
+def _entry(kind: str, content: dict, test: str | None = None) -> ReportEvidence:
+    return ReportEvidence(
+        id=1, kind=kind, config="cpuset=0-1", test=test, run=None, content=content, text=None, artifacts=[]
+    )
 
 
 def test_strace_entry_names_the_top_syscall_and_its_rows():
@@ -98,7 +101,7 @@ def test_evidence_runs_table_compares_the_tests_own_duration_with_its_median():
         "exit_code": 0,
         "timed_out": False,
     }
-    text = render_text(_minimal_report(evidence_runs=[run]))
+    text = render_text(parse_report(_minimal_report(evidence_runs=[run])))
     [row] = [line for line in text.splitlines() if line.strip().startswith("core ")]
     assert "2.0x" in row and "32.0x" not in row, row
 
@@ -112,7 +115,11 @@ def test_a_sharded_screen_names_each_shards_node():
         {"phase": "screen", "node": "node-b", "locks": ["cpu0", "cpu1"], "shard": 2},
         {"phase": "drill", "node": "node-a", "locks": ["node"]},
     ]
-    lines = [line for line in render_text(_minimal_report(measured_on=places)).splitlines() if " ran on node " in line]
+    lines = [
+        line
+        for line in render_text(parse_report(_minimal_report(measured_on=places))).splitlines()
+        if " ran on node " in line
+    ]
     assert lines == [
         "The screen of shard 1 ran on node node-a, holding the node's measurement lock",
         "The screen of shard 2 ran on node node-b, holding the locks of cpu0, cpu1",

@@ -3,7 +3,9 @@ many were cleared, `--all` for every one (the JSON keeps them all regardless).""
 
 from __future__ import annotations
 
+from services.jobs.report_schema import Report, parse_report
 from services.jobs.report_text import SLOWEST_SHOWN, render_text
+from tests.unit.services.jobs.test_report_schema import _minimal_report
 
 LABELS = ("cpuset=0", "cpuset=0-1")
 
@@ -18,7 +20,7 @@ def _test(number: int, seconds: float, **flags) -> dict:
     }
 
 
-def _report(tests: list[dict], flagged: list[str], budget: dict | None = None) -> dict:
+def _report(tests: list[dict], flagged: list[str], budget: dict | None = None) -> Report:
     finding = {
         "id": 1,
         "kind": "cpu_sensitivity",
@@ -32,21 +34,14 @@ def _report(tests: list[dict], flagged: list[str], budget: dict | None = None) -
         "status": "new",
         "regression": False,
     }
-    return {
-        "job": {"id": 7},
-        "command": ["python", "-m", "pytest"],
-        "executor": "local",
-        "diagnoses": [],
-        "findings": [{**finding, "test": test} for test in flagged],
-        "configs": [{"label": label, "wall_s": None, "runs": []} for label in LABELS],
-        "tests": tests,
-        "base_comparison": None,
-        "failed_runs": [],
-        "evidence": [],
-        "evidence_runs": [],
-        "notes": [],
-        "budget": budget,
-    }
+    return parse_report(
+        _minimal_report(
+            findings=[{**finding, "test": test} for test in flagged],
+            configs=[{"label": label, "cpus": None, "cpuset": None, "wall_s": None, "runs": []} for label in LABELS],
+            tests=tests,
+            budget=budget,
+        )
+    )
 
 
 def _listed(text: str) -> list[str]:
