@@ -253,7 +253,7 @@ def run_gate(
             f"gate: {len(screened)} tests run once in {config.label}; {len(judged)} outside their history, "
             f"{sum(t.verdict == NEW for t in result.tests)} new"
         )
-        _judge(judged, histories, rule, thresholds, job, workdir, measure, progress)
+        _judge(judged, _look(list(judged), histories, rule, thresholds, job, workdir, measure, progress))
         for test in result.tests:
             test.went_on = test.verdict in GOES_ON
         flagged = [test for test in result.tests if test.test in flagged_before(session, job) and not test.went_on]
@@ -446,18 +446,8 @@ def _look(
     return looks
 
 
-def _judge(
-    judged: dict[str, GateTest],
-    histories: dict[str, History],
-    rule: SequentialRule,
-    thresholds: Thresholds,
-    job: Job,
-    workdir: Path,
-    measure: Callable[[list[str], int], dict[str, tuple[str, float]]],
-    progress: Callable[[str], None],
-) -> None:
-    """The gate configuration's looks (``_look``), and each test's verdict from them."""
-    looks = _look(list(judged), histories, rule, thresholds, job, workdir, measure, progress)
+def _judge(judged: dict[str, GateTest], looks: Looks) -> None:
+    """Each test's verdict in the gate configuration from its looks."""
     for test_id, test in judged.items():
         test.fresh_s += looks.fresh[test_id]
         test.verdict = looks.verdict(test_id)
