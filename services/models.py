@@ -157,7 +157,8 @@ class Job(Base):
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     source: Mapped[str] = mapped_column(String(32), default="cli")
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind), default=JobKind.matrix, server_default=JobKind.matrix.value)
-    # What started it: push, pull_request, api, dashboard, rerun or cli (None: before 0010).
+    # What started it: push, pull_request, api, dashboard, rerun, confirm, schedule or cli
+    # (None: before 0010).
     trigger: Mapped[str | None] = mapped_column(String(32))
     command: Mapped[list[Any]] = mapped_column()
     executor: Mapped[str] = mapped_column(String(32))
