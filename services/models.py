@@ -161,7 +161,8 @@ class Job(Base):
     status: Mapped[JobStatus] = mapped_column(_enum(JobStatus), default=JobStatus.queued, index=True)
     source: Mapped[str] = mapped_column(String(32), default="cli")
     kind: Mapped[JobKind] = mapped_column(_enum(JobKind), default=JobKind.matrix, server_default=JobKind.matrix.value)
-    # What started it: push, pull_request, api, dashboard, rerun or cli (None: before 0010).
+    # What started it: push, pull_request, api, dashboard, rerun, confirm, schedule or cli
+    # (None: before 0010).
     trigger: Mapped[str | None] = mapped_column(String(32))
     command: Mapped[list[Any]] = mapped_column()
     executor: Mapped[str] = mapped_column(String(32))
@@ -667,3 +668,27 @@ class Worker(Base):
     concurrency: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+
+
+class MatrixSchedule(Base):
+    """How often a branch the project keeps history on gets a matrix job
+    (`.lagtrace.yml` ``matrix_every_h``, as its newest push job read it), and the job whose
+    source the next one is built from: that push, on the branch's latest pushed commit
+    (services/jobs/schedule.py; docs/guides/github.md, scheduled matrix jobs)."""
+
+    __tablename__ = "matrix_schedules"
+    __table_args__ = (UniqueConstraint("project_id", "branch", name="uq_matrix_schedules_project_id_branch"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    branch: Mapped[str] = mapped_column(String(255))
+    # Hours between matrix jobs; None: the newest push's .lagtrace.yml sets none (never).
+    every_h: Mapped[float | None] = mapped_column(Float)
+    # The push job that read it (its command, configurations and commit are the next
+    # scheduled job's); None once that job is deleted, until the next push.
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # When a pass last created (or failed to create) its job, and why it failed: a failure
+    # waits every_h like a success, rather than being retried every pass.
+    attempted_at: Mapped[dt.datetime | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(Text)

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
-from services.jobs import gate, ledger, lifecycle, pull_requests, shards, sources, summaries
+from services.jobs import gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
 from services.jobs.lease import Handler, hold
@@ -359,6 +359,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 job.budget_s = spec.budget_s
                 job.kind = JobKind(spec.kind)
                 source.fail_on = spec.fail_on if isinstance(spec, RepositoryConfig) else None
+                every_h = spec.matrix_every_h if isinstance(spec, RepositoryConfig) else None
                 specs = spec.configs
             else:
                 specs = [config.label for config in job.configs]
@@ -408,6 +409,8 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
     job.probes, job.stall_after_s = plan.probes, plan.stall_after_s
     lifecycle.mark_running(job)
     task.state = TaskState.done
+    if source.from_repository_config:  # a push to a history branch: docs/guides/github.md
+        schedule.record(session, settings, job, source, every_h)
     session.flush()
     if split:
         shards.record(session, settings, job, split)

@@ -40,6 +40,10 @@ def pending(session: Session) -> list[Step]:
 
 @event.listens_for(Session, "after_commit")
 def _send(session: Session) -> None:
+    if session.in_nested_transaction():
+        # A savepoint released (begin_nested) fires after_commit too, while the steps' rows
+        # are still uncommitted: they go with the outermost commit (tests/services/jobs/test_outbox.py).
+        return
     steps: list[Step] = session.info.pop(_OUTBOX, [])
     if not steps:
         return

@@ -1,4 +1,5 @@
-"""The periodic reconciler: steps whose lease expired are sent again, or given up.
+"""The periodic reconciler: steps whose lease expired are sent again, or given up, and the
+due scheduled matrix jobs are created (services/jobs/schedule.py).
 
 The process running a step renews its lease every heartbeat (Settings.heartbeat_interval_s),
 so an expired lease on a running step means its process is gone (killed, OOM, node lost);
@@ -14,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.jobs import ledger
+from services.jobs import ledger, schedule
 from services.jobs.dispatch import NOTIFY, Step
 from services.jobs.lifecycle import FINISHED, fail_job
 from services.models import JobTask, TaskState, database_now
@@ -52,5 +53,8 @@ def reconcile(session: Session, settings: Settings, *, orphaned: bool = False) -
             )
         else:
             steps.append(ledger.resend(session, settings, task))
+    # The beat's pass and `lagtrace serve`'s loop are this one: it also creates the due
+    # scheduled matrix jobs, whose prepare steps are sent like the rest on commit.
+    schedule.create_due(session, settings)
     session.flush()
     return steps

@@ -173,6 +173,14 @@ class RepositoryConfig(JobSpec):
         "or a fixed finding back), and severities (that one or worse) of open findings. Unset: "
         f"{DEFAULT_FAIL_ON}; []: never fails on findings.",
     )
+    matrix_every_h: float | None = Field(
+        None,
+        gt=0,
+        description="How often, in hours, the branch gets a matrix job of this command on its latest pushed "
+        "commit (trigger `schedule`), counted from the last matrix job of it there, however started; read from "
+        "pushes to the branches the server keeps history on (LAGTRACE_CHANGE_POINT_BRANCHES). Its runs are the "
+        "history gates compare with. Unset: never scheduled.",
+    )
 
 
 REPOSITORY_CONFIG_FILE = ".lagtrace.yml"

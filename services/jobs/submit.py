@@ -141,7 +141,7 @@ def submit_job(
 
 
 # What started a job, by the entry point that stored it (a GitHub delivery names its event).
-TRIGGERS = {"api": "api", "web": "dashboard", "cli": "cli", "github": "push"}
+TRIGGERS = {"api": "api", "web": "dashboard", "cli": "cli", "github": "push", "schedule": "schedule"}
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,8 @@ def check_commit(sha: str) -> str:
 
 
 def trigger_of(job: Job) -> str:
-    """push, pull_request, api, dashboard, rerun or cli (jobs stored before triggers were: from their source)."""
+    """push, pull_request, api, dashboard, rerun, confirm, schedule or cli (jobs stored before triggers
+    were: from their source)."""
     return job.trigger or ("rerun" if job.parent_id else TRIGGERS.get(job.source, job.source))
 
 
@@ -193,27 +194,50 @@ def rerun_job(
 ) -> Job:
     """A new job on the parent's code (its resolved commit) under other configurations,
     for the whole command or (``test_id``) one of its tests."""
-    source = session.get(JobSource, parent.id)
+    job = job_on_source_of(
+        session, settings, parent, configs=configs, repeat=repeat, timeout_s=timeout_s, origin=origin, test_id=test_id
+    )
+    job.parent_id = parent.id
+    job.trigger = "rerun"
+    return job
+
+
+def job_on_source_of(
+    session: Session,
+    settings: Settings,
+    earlier: Job,
+    *,
+    configs: list[str],
+    repeat: int | None = None,
+    timeout_s: float | None = None,
+    origin: str,
+    test_id: str | None = None,
+) -> Job:
+    """A queued matrix job of ``earlier``'s command and settings on its source (the same
+    resolved commit, branch and check-run policy), under ``configs`` (empty: its own).
+    A rerun (above) and a scheduled matrix job (services/jobs/schedule.py) are both this;
+    the caller says which (trigger, parent)."""
+    source = session.get(JobSource, earlier.id)
     if source is None:
-        raise Conflict(f"job {parent.id} was run with `lagtrace run`, not through the service: rerun it there")
-    if not parent.command:
-        raise Conflict(f"job {parent.id} has not read its .lagtrace.yml yet: rerun it once it is running")
+        raise Conflict(f"job {earlier.id} was run with `lagtrace run`, not through the service: rerun it there")
+    if not earlier.command:
+        raise Conflict(f"job {earlier.id} has not read its .lagtrace.yml yet: rerun it once it is running")
     spec = JobSpec(
-        command=_rerun_command(session, parent, test_id),
-        configs=configs or [c.label for c in parent.configs],
-        repeat=repeat or parent.repeat,
-        timeout_s=timeout_s or parent.timeout_s,
-        evidence=parent.probes,
-        stall_after_s=parent.stall_after_s,
-        budget_s=parent.budget_s,
-        executor=parent.executor,
+        command=_rerun_command(session, earlier, test_id),
+        configs=configs or [c.label for c in earlier.configs],
+        repeat=repeat or earlier.repeat,
+        timeout_s=timeout_s or earlier.timeout_s,
+        evidence=earlier.probes,
+        stall_after_s=earlier.stall_after_s,
+        budget_s=earlier.budget_s,
+        executor=earlier.executor,
         image=source.image,
     )
-    spec = enforce_policy(spec, settings, parent.project)
+    spec = enforce_policy(spec, settings, earlier.project)
     run_timeout(settings, spec.timeout_s)
     job = create_job(
         session,
-        project=parent.project.name,
+        project=earlier.project.name,
         command=spec.command,
         configs=_check_spec(spec, settings),
         executor=spec.executor,
@@ -224,9 +248,8 @@ def rerun_job(
         probes=spec.evidence,
         stall_after_s=spec.stall_after_s,
         budget_s=spec.budget_s,
+        kind=JobKind.matrix,
     )
-    job.parent_id = parent.id
-    job.trigger = "rerun"
     session.add(
         JobSource(
             job_id=job.id,

@@ -177,3 +177,48 @@ def test_pull_request_and_check_run_rerequested_make_a_linked_rerun(octo, tmp_pa
 
     unknown = {**rerequest, "check_run": {"id": 1, "head_sha": head}}
     assert deliver(api, unknown, "rerun-2", "check_run").get_json()["outcome"] == "ignored: not a lagtrace check run"
+
+
+def test_a_push_with_matrix_every_h_gets_a_scheduled_matrix_job_from_the_reconcilers_pass(octo, tmp_path):
+    """docs/guides/github.md, scheduled matrix jobs: the push stores the schedule; once no
+    matrix job of the command was created on main within it, the reconciler's pass creates
+    one on the pushed commit, which runs like any job and shows its trigger."""
+    import datetime as dt
+
+    from sqlalchemy import select
+
+    from services.jobs.reconcile import reconcile
+    from services.models import MatrixSchedule, utcnow
+
+    api = octo
+    url, head = make_repository(tmp_path / "repo", LAGTRACE_YML + "kind: matrix\nmatrix_every_h: 1\n")
+    register(api.settings, api.session_factory, url)
+    push = api.wait(deliver(api, push_payload(url, head), "push-scheduled").get_json()["job_id"])
+    assert push["status"] == "done", push["error"]
+
+    def scheduled() -> list[dict]:
+        listed = api.get("/api/v1/jobs").get_json()
+        return [job for job in listed["jobs"] if job["trigger"] == "schedule"]
+
+    def pass_() -> None:
+        with api.session_factory() as session:
+            reconcile(session, api.settings)
+            session.commit()  # the outbox sends the new job's prepare step
+
+    pass_()  # the push was itself a matrix job of the command on main: not due for an hour
+    assert scheduled() == []
+    with api.session_factory() as session:
+        assert [(s.branch, s.every_h, s.job_id) for s in session.scalars(select(MatrixSchedule))] == [
+            ("main", 1.0, push["id"])
+        ]
+        session.get(Job, push["id"]).created_at = utcnow() - dt.timedelta(hours=2)
+        session.commit()
+    pass_()
+    [listed] = scheduled()
+    job = api.wait(listed["id"])
+    assert job["status"] == "done", job["error"]
+    assert job["kind"] == "matrix" and job["source"] == "schedule" and job["parent_id"] is None
+    assert job["branch"] == "main" and job["commit"] == head
+    assert job["command"] == ["python3", "steady.py"] and job["configs"] == ["cpuset=0"] and job["repeat"] == 2
+    pass_()  # its own creation reset the clock
+    assert len(scheduled()) == 1

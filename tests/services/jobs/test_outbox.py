@@ -65,6 +65,26 @@ def test_a_step_is_sent_only_once_its_transaction_commits(sessions, received):
         steps.get(timeout=0.3)
 
 
+def test_a_released_savepoint_sends_nothing_before_the_transaction_commits(sessions, received):
+    """SQLAlchemy fires after_commit when a savepoint is released: a step recorded before
+    or inside one still waits for the outermost commit (the finish step's catalogue refresh
+    and the scheduled matrix jobs' pass release savepoints after recording steps)."""
+    factory, settings = sessions
+    _, steps = received
+    with factory() as session:
+        before = submit(session, settings)
+        with session.begin_nested():
+            inside = submit(session, settings)
+        with pytest.raises(queue.Empty):
+            steps.get(timeout=0.3)
+        assert outbox.pending(session) == [Step(PREPARE, before.id, "prepare"), Step(PREPARE, inside.id, "prepare")]
+        session.commit()
+        assert {steps.get(timeout=5), steps.get(timeout=5)} == {
+            Step(PREPARE, before.id, "prepare"),
+            Step(PREPARE, inside.id, "prepare"),
+        }
+
+
 def test_a_rolled_back_step_is_never_sent(sessions, received):
     factory, settings = sessions
     _, steps = received
