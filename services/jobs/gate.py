@@ -369,9 +369,21 @@ def _check_flagged(
             )
             moved |= {test_id for test_id in outside if looks.verdict(test_id) != UNCHANGED}
     previous = previous_job(session, job)
+    # Only findings on a test's own latency carry: a comparison's was about one change.
+    carried = (
+        set(
+            session.scalars(
+                select(Finding.test_id).where(
+                    Finding.job_id == previous.id, Finding.test_id.in_(ids), Finding.kind.not_in(COMPARISON_KINDS)
+                )
+            )
+        )
+        if previous is not None
+        else set()
+    )
     for test in flagged:
         test.went_on = test.test in moved
-        if not test.went_on and previous is not None:
+        if not test.went_on and test.test in carried and previous is not None:
             test.carried_from = previous.id
     progress(
         f"gate: {len(flagged)} tests with findings in the previous job checked in every configuration; "
