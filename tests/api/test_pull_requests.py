@@ -190,13 +190,14 @@ def test_a_test_new_in_the_pull_request_is_new_and_left_out_of_the_whole_command
     verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
     new = verdicts["tests/test_added.py::test_added"]
     assert new["verdict"] == "new" and new["base_median_s"] is None and new["head_median_s"] >= 0.5, new
-    assert verdicts[None]["verdict"] != "regressed", verdicts[None]
     # Had the new test's 0.5 s stayed in, the command would be 0.5 s slower on the head; the
     # bound sits halfway, so a busy neighbour (CI runs this beside other tests) cannot cross it.
+    # The command's verdict is not asserted: the head still collects and imports one more
+    # test file, and beside other tests that alone once made this 0.3 s command `regressed`.
     whole = verdicts[None]
     assert whole["head_median_s"] - whole["base_median_s"] < 0.25, whole
     assert report["base_comparison"]["counts"]["new"] == 1
-    assert not [f for f in report["findings"] if f["kind"] == "slower_than_base"], report["findings"]
+    assert not [f for f in report["findings"] if f["kind"] == "slower_than_base" and f["test"]], report["findings"]
     assert any("new on the head" in note for note in report["notes"]), report["notes"]
 
 

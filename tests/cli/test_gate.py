@@ -194,9 +194,9 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     stored = {test["test"]: test["stored"] for test in again["gate"]["tests"]}
     assert stored[TARGET] >= stored[STEADY[0]] + 5, stored  # the matrix's runs of what went on
     assert again["gate"] is not None  # the node held: 4 stored calibration runs, this one beside them
-    # test_target's finding in `moved` compared it with its history: about one change, not carried.
+    # test_target's finding in `moved` compared it with its history: about one change, not
+    # carried (it may be found again: most of its 20 stored runs still are the old 0.05 s).
     assert next(t for t in again["gate"]["tests"] if t["test"] == TARGET)["carried_from"] is None
-    assert not [f for f in again["findings"] if f["kind"] == "slower_than_base"], again["findings"]
 
     # The history's node did the calibration loop in half the CPU time: this node is not
     # that one, and its tests' runs say nothing against that history.
