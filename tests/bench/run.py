@@ -193,8 +193,8 @@ BENCHMARKS = [
     Benchmark(
         "gate_jobs",
         "tests.bench.bench_gate_jobs:run",
-        ("matrix job / suite", "gate / suite, once history holds", "planted 10x regression found by the gate"),
-        what="a synthetic suite screened by a matrix job, then gate jobs until history holds, then a 10x regression",
+        ("matrix job / suite", "gate / suite, once history holds", "planted 2x regression found by the gate"),
+        what="a synthetic suite screened by two matrix jobs, then gate jobs until history holds, then five gates of a 2x regression",
         in_quick=False,
     ),
     Benchmark(
