@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 from tests.bench.bench_suites import BIMODAL, SENSITIVE, _pytest, build_suite
@@ -80,6 +80,14 @@ def _healthy_flagged(report: dict, slowed: str | None = None) -> list[str]:
         for f in report["findings"]
         if f["test"] and not f["test"].endswith(planted) and f["severity"] in ("medium", "high")
     ]
+
+
+def _copy_database(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite database in WAL mode (services/db.py): the backup API
+    reads the write-ahead log too, which a copy of the main file alone would miss
+    (https://www.sqlite.org/backup.html)."""
+    with closing(sqlite3.connect(source)) as reading, closing(sqlite3.connect(target)) as writing:
+        reading.backup(writing)
 
 
 def _planted_found(reports: list[dict]) -> tuple[bool, bool]:
@@ -137,7 +145,7 @@ def run(quick: bool = True, seconds: float | None = None) -> dict[str, object]:
         slowed: list[dict] = []
         for number in range(SLOWED_JOBS):
             trial = scratch / f"slowed{number}.db"
-            shutil.copyfile(database, trial)
+            _copy_database(database, trial)
             slowed.append(_job(folder, trial, scratch / f"slowed{number}.json", "gate", drill))
             [row] = [t for t in slowed[-1]["gate"]["tests"] if t["test"] == target]
             print(
