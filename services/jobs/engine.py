@@ -43,7 +43,7 @@ from services.jobs.workspace import (
     progress_of,
     stored_source,
 )
-from services.measure import budget, nodelock, pytest_command
+from services.measure import budget, nodelock
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import cpu_config, cpus_touched
 from services.measure.drill import SurveyCensus, Target, drill, no_targets, survey_census
@@ -168,10 +168,7 @@ def gate_phase(
         progress(f"gate: nothing moved against history in {result.config}: no other configuration run")
         return None
     progress(f"gate: {len(going_on)} tests go on to every configuration")
-    if len(going_on) == len(result.tests):
-        return job  # all of them: the whole command, as a matrix runs it
-    ceiling = pytest_command.search_ceiling(job.executor)
-    return shards.narrowed(job, pytest_command.narrow_to_tests(job.command, going_on, workdir, ceiling))
+    return gate.screened(job, workdir)
 
 
 def drill_phase(
@@ -200,6 +197,9 @@ def drill_phase(
     budget.forget(job, budget.DRILL)
     if job.probes == []:
         return 0
+    # After a gate, what its matrix screened: the drill traces the tests that went on,
+    # never the whole suite for one test's move (tests/cli/test_gate.py).
+    job = gate.screened(job, workdir)
     store = make_artifact_store(settings)
 
     def drill_these(targets: list[Target]) -> int:

@@ -48,6 +48,7 @@ from services.diagnose import change_points, triage
 from services.diagnose.findings import fingerprint, format_seconds, graded
 from services.diagnose.metrics import SlowerThanBaseMetrics
 from services.errors import BadInput
+from services.jobs import shards
 from services.jobs.history import History, calibrations, reference_jobs, stored_runs
 from services.jobs.node_class import NodeClass
 from services.measure import budget, pytest_command
@@ -57,7 +58,7 @@ from services.measure.screen import warm_wrapping
 from services.measure.sequential import DIFFERENT, SAME, Judgement, SequentialRule, goes_on, judge
 from services.measure.stats import benjamini_hochberg
 from services.measure.survey import flagged_before, previous_job
-from services.models import Finding, Job, JobConfig, JobSource, RunKind
+from services.models import Finding, Job, JobConfig, JobKind, JobSource, RunKind
 from services.thresholds import Thresholds
 
 REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY, NEW, FAILED = (
@@ -264,6 +265,20 @@ def run_gate(
         return result
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def screened(job: Job, workdir: Path) -> Job:
+    """The job as the matrix after its gate screens it, and so as the drill traces it:
+    narrowed to the tests that went on where only some did, else the job itself (the
+    whole command where all went on or the gate declined). Drilling the whole suite for
+    one test's move would cost the suite's time once per probe, and snapshot tests that
+    never moved."""
+    rows = (job.gate or {}).get("tests") or []
+    going_on = [row["test"] for row in rows if row["went_on"]]
+    if job.kind is not JobKind.gate or not going_on or len(going_on) == len(rows):
+        return job
+    ceiling = pytest_command.search_ceiling(job.executor)
+    return shards.narrowed(job, pytest_command.narrow_to_tests(job.command, going_on, workdir, ceiling))
 
 
 def calibrate(session: Session, job: Job, executor: Executor, *, workdir: Path) -> None:
