@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from services.jobs.report_schema import Report
+from services.jobs.summaries import Page
 
 # Colour bands by slowdown against the row's fastest configuration; 2x is where the
 # cpu_sensitivity rule starts to speak, so the first warm colour begins there.
@@ -51,15 +53,14 @@ def _row(test_id: str | None, medians: dict[str, tuple[float | None, int]], labe
     return Row(test_id, cells)
 
 
-def build_matrix(report: dict[str, Any]) -> tuple[list[str], list[Row]]:
-    """Column labels and rows: the whole command first, then tests, widest spread first."""
-    labels = [c["label"] for c in report["configs"]]
+def build_matrix(report: Report | Page) -> tuple[list[str], list[Row]]:
+    """Column labels and rows: the whole command first, then tests, widest spread first;
+    of the job page's digest (its tests with a finding, the widest and the slowest) or of
+    the whole report (the job's paged test list)."""
+    labels = [c.label for c in report.configs]
     command = _row(
-        None, {c["label"]: ((c["wall_s"] or {}).get("median"), len(c["runs"])) for c in report["configs"]}, labels
+        None, {c.label: (c.wall_s.median if c.wall_s else None, len(c.runs)) for c in report.configs}, labels
     )
-    tests = [
-        _row(t["id"], {c["label"]: (c.get("median"), c.get("n", 0)) for c in t["configs"]}, labels)
-        for t in report["tests"]
-    ]
+    tests = [_row(t.id, {c.label: (c.median, c.n or 0) for c in t.configs}, labels) for t in report.tests]
     tests.sort(key=lambda row: -row.spread)
     return labels, [command, *tests]

@@ -17,8 +17,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.diagnose.report_parts import Diagnosis
 from services.evidence import EvidenceContent, EvidenceKind, EvidenceStatus, StraceContent, parse
 from services.jobs.submit import finished_page
+from services.jobs.summaries import read_page
 from services.measure import hostload
 from services.measure.samples import collect
 from services.models import COMMAND_KINDS, Evidence, Finding, Job, JobConfig, Run
@@ -145,7 +147,7 @@ class Pair:
 @dataclass
 class Story:
     finding: Finding
-    diagnosis: dict[str, Any] | None
+    diagnosis: Diagnosis | None
     samples: dict[str, list[float]]  # configuration -> the test's (or command's) timing runs
     medians: dict[str, float]
     slow: str | None
@@ -180,12 +182,12 @@ def finding_story(
         slow = max(medians, key=lambda label: medians[label])
     if slow == fast:
         fast = None if len(medians) < 2 else fast
-    report = (
-        finished_page(session, job, thresholds)
+    diagnoses = (
+        read_page(finished_page(session, job, thresholds)).diagnoses
         if job.status.value in ("done", "failed", "cancelled")
-        else {"diagnoses": []}
+        else []
     )
-    diagnosis = next((d for d in report.get("diagnoses", []) if finding.id in d["findings"]), None)
+    diagnosis = next((d for d in diagnoses if finding.id in d.findings), None)
 
     cited = {int(i) for i in finding.evidence_ids}
     # The test's evidence in this job (the whole command's too), cited or not.

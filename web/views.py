@@ -33,9 +33,8 @@ from services.diagnose.findings import Severity
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
 from services.evidence import EvidenceKind
-from services.jobs import check_runs, lifecycle
+from services.jobs import check_runs, lifecycle, summaries
 from services.jobs import submit as submissions
-from services.jobs.report_schema import report_json
 from services.jobs.sources import check_ref, check_repository_url, validation_problems
 from services.jobs.spec import JobSpec, RerunSpec, validation_context
 from services.measure.artifacts import make_artifact_store
@@ -518,7 +517,7 @@ def _job_page(found, rerun: dict[str, Any] | None = None, status: int = 200):
     # The digest stored when the job finished: flagged, widest and slowest tests, the rest counted.
     detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True, settings=ctx().settings)
     report = detail["report"]
-    labels, rows = build_matrix(report) if report else ([], [])
+    labels, rows = build_matrix(summaries.read_page(report)) if report else ([], [])
     return render_template(
         "job.html",
         busy=story.busy_machine(found, session=db()),
@@ -543,8 +542,7 @@ def job_tests(job_id: int):
     found = auth.visible_job(job_id)
     if found.status not in lifecycle.FINISHED:
         raise NotFound(f"job {job_id} has not finished: its tests are on its page as they run")
-    # The page's matrix reads the report's JSON (converted here, at the view).
-    labels, rows = build_matrix(report_json(submissions.finished_report(db(), found, ctx().settings.thresholds)))
+    labels, rows = build_matrix(submissions.finished_report(db(), found, ctx().settings.thresholds))
     tests = rows[1:]  # the whole command is on the job's page
     page = _int_arg("page") or 0
     shown = tests[page * TESTS_PER_PAGE : (page + 1) * TESTS_PER_PAGE]

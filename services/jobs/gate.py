@@ -35,7 +35,7 @@ import re
 import shutil
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -51,6 +51,7 @@ from services.errors import BadInput
 from services.jobs import shards
 from services.jobs.history import History, calibrations, reference_jobs, stored_runs
 from services.jobs.node_class import NodeClass
+from services.jobs.report_schema import ReportGate
 from services.measure import budget, pytest_command
 from services.measure.executors import Executor
 from services.measure.runs import run_once
@@ -491,53 +492,67 @@ def _judge(judged: dict[str, GateTest], looks: Looks) -> None:
             test.p_slower, test.p_faster = judgement.p_slower, judgement.p_faster
 
 
+def stored_gate(job: Job) -> ReportGate | None:
+    """The job's gate as stored (``GateResult.as_json``), read into the report's model with
+    each verdict counted; None: not a gate, or one that could not judge. The stored JSON is
+    read here only: the report (services/jobs/report.py) and record_findings take the model."""
+    if not job.gate:
+        return None
+    # Gates stored before flagged tests were checked in every configuration checked none;
+    # the defaults are given, not left to the model, so the report's JSON holds both keys.
+    tests = [{"checked_s": {}, "carried_from": None, **test} for test in job.gate["tests"]]
+    gate = ReportGate.model_validate({**job.gate, "tests": tests, "counts": {}})
+    for test in gate.tests:
+        gate.counts[test.verdict] = gate.counts.get(test.verdict, 0) + 1
+    return gate
+
+
 def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
     """A slower_than_base finding per test the gate found regressed, and the findings the
     tests checked in every configuration carry on (after the rules, which replace the
     job's findings: services/diagnose/diagnose.py)."""
-    if not job.gate:
+    gate = stored_gate(job)
+    if gate is None:
         return
-    for test in job.gate["tests"]:
-        if test.get("carried_from"):
-            _carry(session, job, test["test"], test["carried_from"], test["checked_s"])
-    where = f"the {job.gate['branch']} branch's" if job.gate["branch"] else "earlier `lagtrace run` jobs'"
-    for test in job.gate["tests"]:
-        if test["verdict"] != REGRESSED or test["ratio"] is None or test["stored_median_s"] is None:
+    for test in gate.tests:
+        if test.carried_from:
+            _carry(session, job, test.test, test.carried_from, test.checked_s)
+    where = f"the {gate.branch} branch's" if gate.branch else "earlier `lagtrace run` jobs'"
+    for test in gate.tests:
+        if test.verdict != REGRESSED or test.ratio is None or test.stored_median_s is None:
             continue
-        ratio, fresh = test["ratio"], test["fresh_s"][1:] or test["fresh_s"]
-        interval = (
-            f"interval {test['ratio_low']:.2f} to {test['ratio_high']:.2f}; " if test["ratio_low"] is not None else ""
-        )
+        ratio, fresh = test.ratio, test.fresh_s[1:] or test.fresh_s
+        interval = f"interval {test.ratio_low:.2f} to {test.ratio_high:.2f}; " if test.ratio_low is not None else ""
         finding = Finding(
             job=job,
             kind=FINDING_KIND,
             severity=graded(ratio, thresholds.severity_medium_ratio, thresholds.severity_high_ratio),
-            title=f"{test['test']} is {ratio:.1f}x slower than in {where} stored runs",
+            title=f"{test.test} is {ratio:.1f}x slower than in {where} stored runs",
             detail=(
                 f"median {format_seconds(statistics.median(fresh))} in {len(fresh)} fresh runs against "
-                f"{format_seconds(test['stored_median_s'])} in {test['stored']} stored runs of {len(test['jobs'])} "
-                f"jobs with {job.gate['config']} ({interval}sequential rank test p={test['p_slower']:.2g})"
+                f"{format_seconds(test.stored_median_s)} in {test.stored} stored runs of {len(test.jobs)} "
+                f"jobs with {gate.config} ({interval}sequential rank test p={test.p_slower:.2g})"
             ),
-            config_label=job.gate["config"],
-            test_id=test["test"],
+            config_label=gate.config,
+            test_id=test.test,
             metrics=SlowerThanBaseMetrics(
                 ratio=ratio,
-                ratio_low=test["ratio_low"],
-                ratio_high=test["ratio_high"],
-                base_median_s=test["stored_median_s"],
+                ratio_low=test.ratio_low,
+                ratio_high=test.ratio_high,
+                base_median_s=test.stored_median_s,
                 head_median_s=statistics.median(fresh),
-                p_value=test["p_slower"],
+                p_value=test.p_slower,
                 base_commit=None,
             ).stored(),
             evidence_ids=[],
-            fingerprint=fingerprint(job.project.name, FINDING_KIND, test["test"]),
+            fingerprint=fingerprint(job.project.name, FINDING_KIND, test.test),
         )
         triage.carry(session, finding)
         session.add(finding)
     session.flush()
 
 
-def _carry(session: Session, job: Job, test_id: str, earlier: int, checked_s: dict[str, float]) -> None:
+def _carry(session: Session, job: Job, test_id: str, earlier: int, checked_s: Mapping[str, float]) -> None:
     """The earlier job's findings on the test's own latency, found again here: the same
     problem (fingerprint and triage), its numbers and evidence the earlier job's."""
     runs = ", ".join(f"{format_seconds(seconds)} with {label}" for label, seconds in checked_s.items())

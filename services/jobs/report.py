@@ -11,6 +11,7 @@ from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER
 from services.diagnose.report_parts import ReportFinding
 from services.jobs import pull_requests
+from services.jobs.gate import stored_gate
 from services.jobs.report_schema import (
     SCHEMA_ID,
     BaseComparison,
@@ -24,7 +25,6 @@ from services.jobs.report_schema import (
     ReportBudget,
     ReportConfig,
     ReportEvidence,
-    ReportGate,
     ReportJob,
     ReportNodeClass,
     ReportRun,
@@ -284,22 +284,10 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
             for place in job.measured_on or []
         ],
         thresholds=job.thresholds,
-        # A gate job: each test against its stored history (services/jobs/gate.py).
-        gate=gate_view(job),
+        # A gate job: each test against its stored history (services/jobs/gate.py), read from
+        # the job's stored JSON by stored_gate.
+        gate=stored_gate(job),
     )
-
-
-def gate_view(job: Job) -> ReportGate | None:
-    """A gate's verdicts with their counts (None: not a gate, or it could not judge); the
-    job's gate is stored JSON, validated here."""
-    if not job.gate:
-        return None
-    # Gates stored before flagged tests were checked in every configuration checked none.
-    tests = [{"checked_s": {}, "carried_from": None, **test} for test in job.gate["tests"]]
-    gate = ReportGate.model_validate({**job.gate, "tests": tests, "counts": {}})
-    for test in gate.tests:
-        gate.counts[test.verdict] = gate.counts.get(test.verdict, 0) + 1
-    return gate
 
 
 def budget_view(job: Job, thresholds: Thresholds) -> ReportBudget:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from services.diagnose import change_points
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
+from services.diagnose.report_parts import ReportFinding
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs import shards, summaries, workers
 from services.jobs.dispatch import PREPARE, SCREEN
@@ -556,40 +557,45 @@ def job_detail(
         if with_report or compared:
             # The job detail is JSON (the API's answer, the page's data): the report is
             # serialised here.
-            report = (
-                finished_page(session, job, thresholds)
-                if page or not with_report
-                else report_json(finished_report(session, job, thresholds))
-            )
+            built = None if page or not with_report else finished_report(session, job, thresholds)
+            report = finished_page(session, job, thresholds) if built is None else report_json(built)
             detail["report"] = report
             if parent is not None and compared:
-                detail["comparison"] = compare_reports(finished_page(session, parent, thresholds), report)
+                detail["comparison"] = compare_reports(
+                    summaries.read_page(finished_page(session, parent, thresholds)),
+                    built if built is not None else summaries.read_page(report),
+                )
     if not with_report:
         del detail["report"]
     return detail
 
 
-def compare_reports(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """What changed between a job and its rerun: per-configuration medians, findings."""
+def compare_reports(parent: summaries.Page, child: Report | summaries.Page) -> dict[str, Any]:
+    """What changed between a job and its rerun: per-configuration medians, findings (the
+    parent's page digest against the child's report or digest: both hold these whole)."""
 
-    def medians(report):
-        return {c["label"]: (c["wall_s"] or {}).get("median") for c in report["configs"]}
+    def medians(report: Report | summaries.Page) -> dict[str, float | None]:
+        return {c.label: c.wall_s.median if c.wall_s else None for c in report.configs}
 
     before, after = medians(parent), medians(child)
     configs = []
+    ratios = []
     for label in list(before) + [label for label in after if label not in before]:
         old, new = before.get(label), after.get(label)
-        configs.append(
-            {"label": label, "parent_median_s": old, "median_s": new, "ratio": new / old if old and new else None}
-        )
-    parent_prints = {f["fingerprint"]: f for f in parent["findings"]}
-    child_prints = {f["fingerprint"]: f for f in child["findings"]}
-    kinds = lambda prints: sorted({prints[p]["kind"] for p in prints})  # noqa: E731
-    shared = [c for c in configs if c["ratio"] is not None]
+        ratio = new / old if old and new else None
+        configs.append({"label": label, "parent_median_s": old, "median_s": new, "ratio": ratio})
+        if ratio is not None:
+            ratios.append(ratio)
+    parent_prints = {f.fingerprint: f for f in parent.findings}
+    child_prints = {f.fingerprint: f for f in child.findings}
+
+    def kinds(prints: dict[str, ReportFinding]) -> list[str]:
+        return sorted({finding.kind for finding in prints.values()})
+
     return {
-        "parent_id": parent["job"]["id"],
+        "parent_id": parent.job.id,
         "configs": configs,
-        "median_ratio_shared_configs": statistics.median(c["ratio"] for c in shared) if shared else None,
+        "median_ratio_shared_configs": statistics.median(ratios) if ratios else None,
         "findings": {
             "still": kinds({p: child_prints[p] for p in child_prints if p in parent_prints}),
             "new": kinds({p: child_prints[p] for p in child_prints if p not in parent_prints}),

@@ -16,13 +16,15 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Text, cast, exists, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, inbox
+from services.diagnose.report_parts import Diagnosis, Number, ReportFinding
 from services.jobs.report import build_report
-from services.jobs.report_schema import Report, ReportTest, parse_report, report_json
+from services.jobs.report_schema import Report, ReportConfig, ReportJob, ReportTest, parse_report, report_json
 from services.models import (
     TEST_HISTORY_KINDS,
     CataloguedJob,
@@ -133,6 +135,43 @@ def page_digest(report: Report) -> dict[str, Any]:
             "unchanged_hidden": len(base.tests) - len(changed[:COMPARISON_SHOWN]),
         }
     return digest
+
+
+class _PageRead(BaseModel):
+    # The digest holds every section of the report and its counts; what these models do not
+    # read stays in the JSON, which is served as it is.
+    model_config = ConfigDict(extra="ignore")
+
+
+class PageTestConfig(_PageRead):
+    """A shown test in one configuration: its median, without its runs (page_digest)."""
+
+    label: str
+    median: Number | None = None
+    n: int | None = None
+
+
+class PageTest(_PageRead):
+    id: str
+    configs: list[PageTestConfig]
+
+
+class Page(_PageRead):
+    """The page digest (page_digest's JSON, stored or made now) read by attribute: the
+    sections the comparison with a parent job (services/jobs/submit.py), the job page's
+    matrix (web/matrix.py) and a finding's story (web/story.py) read. The digest dumped
+    them as the report's models, whole but for the shown tests' runs (PageTest)."""
+
+    job: ReportJob
+    configs: list[ReportConfig]
+    tests: list[PageTest]
+    findings: list[ReportFinding]
+    diagnoses: list[Diagnosis] = []
+
+
+def read_page(page: dict[str, Any]) -> Page:
+    """A page digest read back (raises pydantic.ValidationError if it is not one)."""
+    return Page.model_validate(page)
 
 
 def stored_report(session: Session, job: Job) -> Report | None:
