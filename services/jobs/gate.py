@@ -274,9 +274,9 @@ def screened(job: Job, workdir: Path) -> Job:
     whole command where all went on or the gate declined). Drilling the whole suite for
     one test's move would cost the suite's time once per probe, and snapshot tests that
     never moved."""
-    rows = (job.gate or {}).get("tests") or []
-    going_on = [row["test"] for row in rows if row["went_on"]]
-    if job.kind is not JobKind.gate or not going_on or len(going_on) == len(rows):
+    gate = stored_gate(job)
+    going_on = [test.test for test in gate.tests if test.went_on] if gate is not None else []
+    if job.kind is not JobKind.gate or gate is None or not going_on or len(going_on) == len(gate.tests):
         return job
     ceiling = pytest_command.search_ceiling(job.executor)
     return shards.narrowed(job, pytest_command.narrow_to_tests(job.command, going_on, workdir, ceiling))

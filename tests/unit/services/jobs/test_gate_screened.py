@@ -14,8 +14,12 @@ COMMAND = [sys.executable, "-m", "pytest", "-q"]
 
 
 def gate_job(kind: JobKind, went_on: dict[str, bool]) -> Job:
-    rows = [{"test": test, "went_on": on} for test, on in went_on.items()]
-    return Job(kind=kind, command=COMMAND, executor="local", gate={"tests": rows})
+    result = gate.GateResult("cpuset=0-1", "main", 9)
+    for test, on in went_on.items():
+        row = gate.GateTest(test, gate.REGRESSED if on else gate.UNCHANGED, 12, [2, 1], [0.1])
+        row.went_on = on
+        result.tests.append(row)
+    return Job(kind=kind, command=COMMAND, executor="local", gate=result.as_json())
 
 
 def suite(tmp_path: Path) -> Path:
