@@ -561,7 +561,9 @@ def _store_evidence(
         except (ArtifactTooLarge, OSError) as exc:
             artifacts.append({"name": file.name, "media_type": file.media_type, "stored": False, "reason": str(exc)})
     evidence = Evidence(
-        job=job,
+        # The configuration's own job: ``job`` may be the job as a shard or a gate's matrix
+        # narrowed it (services/jobs/shards.py), which the session cannot store.
+        job=job_config.job,
         config=job_config,
         run=run,
         test_id=test_id,
