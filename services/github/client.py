@@ -22,7 +22,7 @@ from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.diagnose.report_parts import ReportFinding
 from services.errors import LagtraceError
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
-from services.jobs.report_schema import BaseChange, Report, ReportGate
+from services.jobs.report_schema import BaseChange, GateTestRow, Report, ReportGate
 from services.jobs.spec import DEFAULT_FAIL_ON
 from services.models import Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
@@ -30,6 +30,7 @@ from services.settings import Settings
 SIGNATURE_PREFIX = "sha256="
 SUMMARY_FINDINGS = 10
 SUMMARY_ROWS = 20
+STORED_JOBS_SHOWN = 3  # the newest; the report lists them all
 # GitHub's limits: 65,535 characters of summary, 50 annotations per request, 64 kB a message.
 MAX_SUMMARY_CHARS = 65_000
 MAX_ANNOTATIONS = 50
@@ -299,16 +300,38 @@ def _gate_summary(gate: ReportGate) -> list[str]:
     ]
     shown = [t for t in gate.tests if t.verdict != "unchanged"][:SUMMARY_ROWS]
     if shown:
-        lines += ["| test | stored runs | stored median | fresh runs | change | verdict |", "|---|---|---|---|---|---|"]
+        lines += [
+            "| test | stored runs (from jobs) | stored median | fresh runs | change (interval) | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
         for t in shown:
-            change = f"{t.ratio:.2f}x" if t.ratio is not None else "-"
             fresh = ", ".join(format_seconds(s) for s in t.fresh_s)
             lines.append(
-                f"| {_code(t.test)} | {t.stored} | {_seconds_or_none(t.stored_median_s)} | {fresh} "
-                f"| {change} | **{t.verdict.replace('_', ' ')}** |"
+                f"| {_code(t.test)} | {_stored_runs(t)} | {_seconds_or_none(t.stored_median_s)} | {fresh} "
+                f"| {_change(t)} | **{t.verdict.replace('_', ' ')}** |"
             )
         lines.append("")
     return lines
+
+
+def _stored_runs(test: GateTestRow) -> str:
+    """How many stored runs, and the jobs that measured them (newest first), so a reader
+    can open the history the verdict stands on."""
+    if not test.jobs:
+        return str(test.stored)
+    shown = ", ".join(f"#{job}" for job in test.jobs[:STORED_JOBS_SHOWN])
+    more = f" and {len(test.jobs) - STORED_JOBS_SHOWN} more" if len(test.jobs) > STORED_JOBS_SHOWN else ""
+    return f"{test.stored} ({shown}{more})"
+
+
+def _change(test: GateTestRow) -> str:
+    """Fresh over stored, with the interval the sequential rule stopped on
+    (services/measure/sequential.py shift_interval)."""
+    if test.ratio is None:
+        return "-"
+    if test.ratio_low is None or test.ratio_high is None:
+        return f"{test.ratio:.2f}x"
+    return f"{test.ratio:.2f}x ({test.ratio_low:.2f}x to {test.ratio_high:.2f}x)"
 
 
 # Test ids, titles, notes and errors come from the repository's code: what they hold must

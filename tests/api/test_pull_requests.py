@@ -247,10 +247,10 @@ def test_a_pull_request_with_a_base_that_is_no_commit_id_is_refused(sqlite_api, 
 def test_a_gates_pull_request_is_judged_against_the_base_branchs_history(api, tmp_path, github_server):
     # kind: gate everywhere. The pushes to main measure their new tests in every
     # configuration, which is main's history from then on; the pull request that makes
-    # test_target 10x slower is then judged against that history, and its base commit is
+    # test_target 2x slower is then judged against that history, and its base commit is
     # never screened.
     api.token = api.new_token("octo/demo")
-    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML + "kind: gate\n", base_s=0.03, head_s=0.3)
+    repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML + "kind: gate\n", base_s=0.1, head_s=0.2)
     register(api.settings, api.session_factory, repository.url)
     pushed = []
     for n in range(2):
@@ -284,4 +284,12 @@ def test_a_gates_pull_request_is_judged_against_the_base_branchs_history(api, tm
     check = completed_check_run(github_server, job["id"])
     assert check.body["conclusion"] == "failure"
     assert check.body["output"]["title"].startswith("1 test slower than history"), check.body["output"]
-    assert "Against the `main` branch's history" in check.body["output"]["summary"]
+    summary = check.body["output"]["summary"]
+    assert "Against the `main` branch's history" in summary
+    # The regressed row names the stored runs and the jobs they came from, and the
+    # change with the interval the rule stopped on.
+    [row] = [line for line in summary.splitlines() if line.startswith(f"| `{TARGET}` |")]
+    assert f"12 (#{pushed[1]['id']}, #{pushed[0]['id']})" in row, row
+    low, high = target["ratio_low"], target["ratio_high"]
+    assert 1.2 < low <= target["ratio"] <= high, target
+    assert f"{target['ratio']:.2f}x ({low:.2f}x to {high:.2f}x)" in row, row
