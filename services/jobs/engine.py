@@ -198,7 +198,7 @@ def drill_phase(
     if job.probes == []:
         return 0
     # After a gate, what its matrix screened: the drill traces the tests that went on,
-    # never the whole suite for one test's move (tests/cli/test_gate.py).
+    # never the whole suite for one test's move (tests/unit/services/jobs/test_gate_screened.py).
     job = gate.screened(job, workdir)
     store = make_artifact_store(settings)
 
