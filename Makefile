@@ -97,7 +97,7 @@ chaos: install-test
 # The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
 # high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.
 accuracy: install-test
-	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(REJUDGE),--rejudge $(REJUDGE))
+	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PREPARE),--prepare) $(if $(REJUDGE),--rejudge $(REJUDGE))
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run that fails only on a

@@ -14,7 +14,7 @@ a wheelhouse downloaded on the host, which lagtrace's prepare step installs with
 network into the cached ``lagtrace-deps`` image that every timing run starts from
 (timing and evidence runs have no network either).
 
-    .venv/bin/python tests/accuracy/corpus.py [--quick] [--case NAME ...] [--executor local|docker]
+    .venv/bin/python tests/accuracy/corpus.py [--quick] [--case NAME ...] [--executor local|docker] [--prepare]
 """
 
 from __future__ import annotations
@@ -430,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", default=[], help="run only this case (repeatable)")
     parser.add_argument("--executor", default="local", choices=["local", "docker"])
     parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only install what the chosen cases need (virtual environments, wheels, images) and run none: "
+        "no measurement, so it may run beside other work",
+    )
+    parser.add_argument(
         "--rejudge",
         metavar="RUN_DIR",
         type=Path,
@@ -461,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
                 python_for(side)
     if args.executor == "docker":
         prepare_images([side for name in chosen for side in cases[name][1]])
+    if args.prepare:
+        print(f"accuracy: prepared {len(chosen)} cases for the {args.executor} executor; none run", file=sys.stderr)
+        return 0
     outcomes = []
     pending = list(chosen)
     while pending:
