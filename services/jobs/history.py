@@ -143,7 +143,8 @@ def stored_runs(
 
 
 def calibrations(session: Session, jobs: list[int], config_label: str) -> History:
-    """The calibration loop's CPU times (user and system) in ``config_label`` in ``jobs``
+    """Each job's calibration in ``config_label`` (the least CPU time, user and system, of
+    its runs of the loop: services/jobs/gate.py CALIBRATION_RUNS) in ``jobs``
     (reference_jobs), newest first: what the node took when the history was measured."""
     if not jobs:
         return History()
@@ -162,4 +163,7 @@ def calibrations(session: Session, jobs: list[int], config_label: str) -> Histor
         ).all(),
         key=lambda row: order[row[0]],
     )
-    return History(durations=[cpu_s for _job, cpu_s in rows], job_ids=list(dict.fromkeys(job for job, _cpu in rows)))
+    least: dict[int, float] = {}
+    for job_id, cpu_s in rows:
+        least[job_id] = min(cpu_s, least.get(job_id, cpu_s))
+    return History(durations=list(least.values()), job_ids=list(least))

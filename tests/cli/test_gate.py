@@ -12,6 +12,7 @@ from sqlalchemy import select
 from services.db import make_engine, make_session_factory
 from services.diagnose.findings import fingerprint
 from services.diagnose.metrics import ConfigMedian, CpuSensitivityMetrics
+from services.jobs import gate
 from services.models import Finding, Job, Run, RunKind
 from services.settings import Settings
 from tests.conftest import run_cli
@@ -188,19 +189,20 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     # the next gate compares test_target with its new normal too.
     again = lagtrace_run(sqlite_url, suite, tmp_path / "again.json", "gate")
     # Each gate's one run of the whole suite is history too; its later runs are not.
+    # The node held: 4 jobs' stored calibrations, this one beside them.
+    assert again["gate"] is not None, again["notes"]
     jobs = {test["test"]: test["jobs"] for test in again["gate"]["tests"]}
     gates = [moved["job"]["id"], calm["job"]["id"]]
     assert all(jobs[test] == [*gates, *stored_jobs] for test in (*STEADY, TARGET)), jobs
     stored = {test["test"]: test["stored"] for test in again["gate"]["tests"]}
     assert stored[TARGET] >= stored[STEADY[0]] + 5, stored  # the matrix's runs of what went on
-    assert again["gate"] is not None  # the node held: 4 stored calibration runs, this one beside them
     # test_target's finding in `moved` compared it with its history: about one change, not
     # carried (it may be found again: most of its 20 stored runs still are the old 0.05 s).
     assert next(t for t in again["gate"]["tests"] if t["test"] == TARGET)["carried_from"] is None
 
     # The history's node did the calibration loop in half the CPU time: this node is not
     # that one, and its tests' runs say nothing against that history.
-    assert calibrations_halved(sqlite_url) == 5  # each job timed the loop once
+    assert calibrations_halved(sqlite_url) == 5 * gate.CALIBRATION_RUNS  # each job timed the loop thrice
     drifted = lagtrace_run(sqlite_url, suite, tmp_path / "drifted.json", "gate")
     assert drifted["gate"] is None
     [note] = [note for note in drifted["notes"] if note.startswith("the gate did not judge against history")]
