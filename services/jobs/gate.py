@@ -102,7 +102,7 @@ class GateDeclined(Exception):
 
 
 # The sentence a carried finding's detail ends its prose with (``_carry``).
-CARRIED = re.compile(r" \(measured in job (\d+); this gate's runs of it .*\)$")
+CARRIED = re.compile(r" \(measured in job (\d+); .*\)$")
 
 
 @dataclass
@@ -525,9 +525,16 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
     gate = stored_gate(job)
     if gate is None:
         return
+    # A test sent on that the budget then left out of the matrix has no verdict here; what
+    # an earlier job measured of it still stands, or it would vanish from every later
+    # gate, which carries from this job (tests/services/jobs/test_gate_carry.py).
+    left_out = set(budget.left_out_tests(job))
+    previous = previous_job(session, job) if left_out else None
     for test in gate.tests:
         if test.carried_from:
-            _carry(session, job, test.test, test.carried_from, test.checked_s)
+            _carry(session, job, test.test, test.carried_from, _sat_inside(test.checked_s))
+        elif test.went_on and test.test in left_out and previous is not None:
+            _carry(session, job, test.test, previous.id, LEFT_OUT)
     where = f"the {gate.branch} branch's" if gate.branch else "earlier `lagtrace run` jobs'"
     for test in gate.tests:
         if test.verdict != REGRESSED or test.ratio is None or test.stored_median_s is None:
@@ -563,14 +570,23 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
     session.flush()
 
 
-def _carry(session: Session, job: Job, test_id: str, earlier: int, checked_s: Mapping[str, float]) -> None:
-    """The earlier job's findings on the test's own latency, found again here: the same
-    problem (fingerprint and triage), its numbers and evidence the earlier job's."""
+LEFT_OUT = "this gate sent it on, but the budget left it out of the reruns, so it was not measured again"
+
+
+def _sat_inside(checked_s: Mapping[str, float]) -> str:
     runs = ", ".join(f"{format_seconds(seconds)} with {label}" for label, seconds in checked_s.items())
+    return f"this gate's runs of it ({runs}) sat inside its history in every configuration: not measured again"
+
+
+def _carry(session: Session, job: Job, test_id: str, earlier: int, why: str) -> None:
+    """The earlier job's findings on the test's own latency, found again here: the same
+    problem (fingerprint and triage), its numbers and evidence the earlier job's. ``why``
+    says why this job did not measure it; a kind this job's rules found anew is not carried."""
+    found_here = set(session.scalars(select(Finding.kind).where(Finding.job_id == job.id, Finding.test_id == test_id)))
     for found in session.scalars(
         select(Finding).where(Finding.job_id == earlier, Finding.test_id == test_id).order_by(Finding.id)
     ):
-        if found.kind in COMPARISON_KINDS:
+        if found.kind in COMPARISON_KINDS or found.kind in found_here:
             continue
         prose, *output = found.detail.split("\n")
         # Carried again and again, a finding names the job that measured it.
@@ -584,8 +600,7 @@ def _carry(session: Session, job: Job, test_id: str, earlier: int, checked_s: Ma
             title=found.title,
             detail="\n".join(
                 [
-                    f"{prose} (measured in job {measured_in}; this gate's runs of it ({runs}) sat inside "
-                    "its history in every configuration, so it was not measured again)",
+                    f"{prose} (measured in job {measured_in}; {why})",
                     *output,
                 ]
             ),

@@ -326,7 +326,7 @@ def survey_view(job: Job) -> ReportSurvey | None:
         for result in run.test_results
     ]
     kept = list(dict.fromkeys(focused))
-    left_out = [test for test in ((job.budget or {}).get("left_out") or {}).get("tests", []) if test not in kept]
+    left_out = [test for test in job_budget.left_out_tests(job) if test not in kept]
     return ReportSurvey(
         tests=len(tests),
         cleared=len(tests - set(kept) - set(left_out)),
@@ -338,7 +338,7 @@ def survey_view(job: Job) -> ReportSurvey | None:
 def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[ReportTest]:
     """The tests a survey cleared, with their one duration per configuration."""
     cleared = {test_id: per_config for test_id, per_config in surveyed(job).items() if test_id not in judged}
-    left_out = set(((job.budget or {}).get("left_out") or {}).get("tests", []))
+    left_out = set(job_budget.left_out_tests(job))
     return [
         ReportTest(
             id=test_id,

@@ -106,6 +106,12 @@ def leave_out(job: Job, thresholds: Thresholds, what: str, items: list[str]) -> 
     job.budget = {**state, "left_out": left}
 
 
+def left_out_tests(job: Job) -> list[str]:
+    """The tests the budget left out of the focused screen (``leave_out`` with TESTS)."""
+    left = (job.budget or {}).get("left_out") or {}
+    return list(left.get(TESTS, []))
+
+
 def record(job: Job, thresholds: Thresholds) -> dict[str, Any]:
     """The budget as stored on the job (limit and whether it was given), brought up to date."""
     state = dict(job.budget or {})
