@@ -365,26 +365,39 @@ def _check_flagged(
 ) -> None:
     """The tests with findings in the previous job, run once in each other configuration:
     a test whose run sits inside its history in every one, or whose looks there find it
-    unchanged, carries its findings on (what made them has not moved); one that moved,
-    failed, or has too short a history there goes on. Its one run is history, like the
+    unchanged, carries its findings on (what made them has not moved); one that moved or
+    failed goes on, and one with too short a history in any goes on without a run. Its one run is history, like the
     gate's run of the suite: a test is chosen for this run by its past, never by this
     run's duration; the looks' runs are not."""
     ceiling = pytest_command.search_ceiling(job.executor)
     ids = [test.test for test in flagged]
-    moved: set[str] = set()
-    for where in [other for other in job.configs if other.id != config.id]:
-        histories = history_in(where, ids)
+    others = [other for other in job.configs if other.id != config.id]
+    histories_in = {where.id: history_in(where, ids) for where in others}
+    # A test with too short a history in any configuration goes on whatever its runs show:
+    # it is not run to learn that (its matrix runs are history from then on). Nor is one
+    # that moved in an earlier configuration run in the later ones.
+    moved = {
+        test_id
+        for test_id in ids
+        if any(len(histories_in[where.id].get(test_id, History()).durations) < min_stored(rule) for where in others)
+    }
+    for where in others:
+        histories = histories_in[where.id]
+        checked = [test for test in flagged if test.test not in moved]
+        if not checked:
+            break
         # Warmed, as the focused runs most of its history there come from: a cold run left
         # that history and cost five looks (tests/bench/bench_gate_jobs.py: 9.3x the suite
         # against 3.55x warmed, one run each).
-        ran = measure(pytest_command.narrow_to_tests(job.command, ids, workdir, ceiling), 0, where, True)
+        narrowed = pytest_command.narrow_to_tests(job.command, [test.test for test in checked], workdir, ceiling)
+        ran = measure(narrowed, 0, where, True)
         outside: list[str] = []
-        for test in flagged:
+        for test in checked:
             outcome, seconds = ran.get(test.test, ("missing", 0.0))
             history = histories.get(test.test, History())
             if outcome == "passed":
                 test.checked_s[where.label] = seconds
-            if outcome != "passed" or len(history.durations) < min_stored(rule):
+            if outcome != "passed":
                 moved.add(test.test)
             elif goes_on(history.durations, seconds, rule, seed=job.screen_seed or 0):
                 outside.append(test.test)

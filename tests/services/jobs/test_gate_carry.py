@@ -9,11 +9,13 @@ vanished from that gate and every later one, which carry from their previous job
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from services.diagnose.findings import fingerprint
 from services.jobs import gate, lifecycle
 from services.measure import budget
 from services.measure.configs import CpuConfig
-from services.models import Finding, Job, JobKind, JobStatus
+from services.models import Finding, Job, JobConfig, JobKind, JobStatus
 from services.thresholds import Thresholds
 
 COMMAND = ["python3", "-m", "pytest", "-q"]
@@ -116,3 +118,47 @@ def test_a_test_the_budget_left_out_that_did_not_go_on_carries_nothing_new(db_se
     gate.record_findings(session, job, Thresholds())
     session.flush()
     assert session.query(Finding).filter_by(job_id=job.id).count() == 0
+
+
+def test_a_flagged_test_is_checked_only_where_a_run_can_tell_and_only_until_it_moved(db_session):
+    """A flagged test with too short a history in some configuration goes on whatever a run
+    shows, so it costs no check run; one that moved in one configuration is not run in the
+    next; one inside its history everywhere is run once in each and carries its findings."""
+    session = db_session
+    matrix = a_job(session, JobKind.matrix)
+    session.add_all([cpu_sensitivity(matrix, test, "measured") for test in (HAND_OFF, REFOUND, HEALTHY)])
+    lifecycle.mark_finished(matrix, JobStatus.done)
+    job = a_job(session, JobKind.gate)
+    job.configs.append(JobConfig(label="cpuset=0", cpuset="0", position=2))
+    session.flush()
+    wide, quota, narrow = job.configs
+    stored = [1.0 + i / 100 for i in range(12)]
+    histories = {
+        quota.id: {HAND_OFF: gate.History(stored), REFOUND: gate.History(stored), HEALTHY: gate.History(stored)},
+        # HEALTHY has too short a history with cpuset=0 (under min_stored).
+        narrow.id: {HAND_OFF: gate.History(stored), REFOUND: gate.History(stored), HEALTHY: gate.History(stored[:3])},
+    }
+    ran: list[tuple[str, list[str]]] = []
+
+    def measure(command, look, where, warm=False):
+        tests = [word for word in command if "::" in word]
+        ran.append((where.label, tests))
+        # REFOUND failed with cpus=0.5: it moved there.
+        return {t: ("failed" if t == REFOUND and where is quota else "passed", 1.05) for t in tests}
+
+    flagged = [gate.GateTest(test, gate.UNCHANGED, 12, [matrix.id], [1.0]) for test in (HAND_OFF, REFOUND, HEALTHY)]
+    gate._check_flagged(
+        session,
+        job,
+        wide,
+        flagged,
+        gate.rule_of(Thresholds()),
+        Thresholds(),
+        Path("/nonexistent"),
+        measure,
+        lambda where, ids: histories[where.id],
+        lambda message: None,
+    )
+    assert ran == [("cpus=0.5", [HAND_OFF, REFOUND]), ("cpuset=0", [HAND_OFF])], ran
+    went_on = {test.test: (test.went_on, test.carried_from) for test in flagged}
+    assert went_on == {HAND_OFF: (False, matrix.id), REFOUND: (True, None), HEALTHY: (True, None)}
