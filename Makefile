@@ -96,6 +96,7 @@ chaos: install-test
 
 # The diagnosis corpus (examples/corpus/): every pathology named with its kind, no medium or
 # high finding on a healthy twin; precision and recall per kind. QUICK=1: the CI subset.
+# PREPARE=1: only install what the chosen cases need, run none (CI does it beside the tests).
 accuracy: install-test
 	$(VENV)/bin/python tests/accuracy/corpus.py $(if $(QUICK),--quick) $(foreach c,$(CASES),--case $(c)) $(if $(EXECUTOR),--executor $(EXECUTOR)) $(if $(PREPARE),--prepare) $(if $(REJUDGE),--rejudge $(REJUDGE))
 
