@@ -89,9 +89,10 @@ COMPARISON_KINDS = (FINDING_KIND, change_points.KIND)
 # are screen.py's disturbed runs).
 CALIBRATION = ("python3", "-c", "n = 0\nfor i in range(1_500_000):\n    n += i % 7\n")
 # Runs of the loop per job, of which the least CPU time counts: interference only adds
-# time. One run's CPU time varied 0.25-0.41 s on a quiet 2-core VM here (15 runs), so a
-# single run beyond the drift ratio declined about one gate in five on an unchanged node
-# (tests/cli/test_gate.py failed 3 times in 7); the least of three rarely lands in that tail.
+# time. One run's CPU time varied 0.24-0.44 s on a quiet 2-core VM here (45 runs, 20 %
+# beyond the drift ratio), so a single run declined about one gate in five on an unchanged
+# node (tests/cli/test_gate.py failed 3 times in 9); the least of three stayed in
+# 0.24-0.29 s (15 triples).
 CALIBRATION_RUNS = 3
 DRIFT_REFERENCE = 3
 
@@ -366,9 +367,9 @@ def _check_flagged(
     """The tests with findings in the previous job, run once in each other configuration:
     a test whose run sits inside its history in every one, or whose looks there find it
     unchanged, carries its findings on (what made them has not moved); one that moved or
-    failed goes on, and one with too short a history in any goes on without a run. Its one run is history, like the
-    gate's run of the suite: a test is chosen for this run by its past, never by this
-    run's duration; the looks' runs are not."""
+    failed goes on, and one with too short a history in any goes on without a run. Its
+    one run is history, like the gate's run of the suite: a test is chosen for this run
+    by its past, never by this run's duration; the looks' runs are not."""
     ceiling = pytest_command.search_ceiling(job.executor)
     ids = [test.test for test in flagged]
     others = [other for other in job.configs if other.id != config.id]
