@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
+from services.diagnose.metrics import CpuSensitivityMetrics, accounts_s_of, metrics_of, ratio_of, slow_vs_fast_of
 from services.diagnose.report_parts import Diagnosis, DiagnosisCause, DiagnosisEvidence, DiagnosisSymptom, ReportFinding
 
 # What a user sees first: how the latency misbehaves.
@@ -96,15 +97,12 @@ UNEXPLAINED = {
 
 
 def _symptom(finding: ReportFinding) -> str:
-    # Report findings' metrics are read by key, not parsed (services/diagnose/metrics.py
-    # metrics_of): the story is told from whatever part of a kind's numbers a finding
-    # holds, and test_diagnoses.py builds findings with a few metrics alone.
-    metrics = finding.metrics
-    if finding.kind == "cpu_sensitivity" and "slow" in metrics:
-        slow, fast = metrics["slow"], metrics["fast"]
+    measured = metrics_of(finding.kind, finding.metrics)
+    if isinstance(measured, CpuSensitivityMetrics):
+        slow, fast = measured.slow, measured.fast
         return (
-            f"{metrics['ratio']:.1f}x slower with {slow['config']} than with {fast['config']} "
-            f"({format_seconds(slow['median'])} vs {format_seconds(fast['median'])} median)"
+            f"{measured.ratio:.1f}x slower with {slow.config} than with {fast.config} "
+            f"({format_seconds(slow.median)} vs {format_seconds(fast.median)} median)"
         )
     return finding.title
 
@@ -120,8 +118,7 @@ def accounts_s(finding: ReportFinding) -> float | None:
     """The seconds a cause's mechanism accounts for: what differs between the slow and the
     fast configuration's evidence where the rule compared a pair (zero or less: nothing
     differs), else what the mechanism takes of one run; None where it was not measured."""
-    value = finding.metrics.get("accounts_s")
-    return float(value) if isinstance(value, int | float) else None
+    return accounts_s_of(metrics_of(finding.kind, finding.metrics))
 
 
 def choose_cause(causes: list[ReportFinding]) -> tuple[ReportFinding | None, str | None]:
@@ -194,7 +191,7 @@ def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[i
         evidence_ids = list(dict.fromkeys(i for f in members for i in f.evidence))
         advice = ADVICE.get(cause.kind, "") if cause is not None else UNEXPLAINED.get(symptom.kind, "")
         worst = min(members, key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
-        compared = cause.metrics.get("slow_vs_fast") if cause is not None else None
+        compared = slow_vs_fast_of(metrics_of(cause.kind, cause.metrics)) if cause is not None else None
         # Every field is given, defaults too: the JSON holds each key (services/jobs/report_schema.py
         # report_json leaves out what was never set).
         diagnoses.append(
@@ -205,7 +202,7 @@ def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[i
                     kind=symptom.kind,
                     configs=sorted({f.config for f in symptoms if f.config}),
                     text=_symptom(symptom),
-                    ratio=symptom.metrics.get("ratio"),
+                    ratio=ratio_of(metrics_of(symptom.kind, symptom.metrics)),
                     finding=symptom.id,
                 ),
                 cause=(

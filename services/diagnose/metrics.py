@@ -404,3 +404,25 @@ def ratio_of(metrics: Metrics) -> float | None:
         except (TypeError, ValueError):
             return None
     return None
+
+
+def _stated(metrics: Metrics, name: str) -> object:
+    """A field a finding's metrics state where its kind's model declares it; a shape kept
+    as stored is read by its key, as ratio_of reads it."""
+    if isinstance(metrics, StoredMetrics):
+        return (metrics.model_extra or {}).get(name)
+    return getattr(metrics, name) if name in type(metrics).model_fields else None
+
+
+def accounts_s_of(metrics: Metrics) -> float | None:
+    """The seconds a cause's mechanism accounts for (services/diagnose/diagnoses.py
+    choose_cause), or None where its kind states none or did not measure them."""
+    value = _stated(metrics, "accounts_s")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def slow_vs_fast_of(metrics: Metrics) -> str | None:
+    """Which comparison of the slow and the fast configuration a cause's seconds came
+    from, where its kind says."""
+    value = _stated(metrics, "slow_vs_fast")
+    return value if isinstance(value, str) else None
