@@ -11,11 +11,11 @@ from sqlalchemy import select
 
 from services.db import make_engine, make_session_factory
 from services.diagnose.findings import fingerprint
-from services.diagnose.metrics import ConfigMedian, CpuSensitivityMetrics
 from services.jobs import gate
 from services.models import Finding, Job, Run, RunKind
 from services.settings import Settings
 from tests.conftest import run_cli
+from tests.metrics_support import cpu_sensitivity
 from tests.web.conftest import build_dashboard
 
 SUITE = """\
@@ -65,20 +65,7 @@ def found_before(sqlite_url: str, job_id: int, test_id: str) -> None:
     """The finding a matrix job makes on a CPU-sensitive test, stored on ``job_id`` (these
     sleeping tests have none of their own: what the gate does with one is what is tested)."""
 
-    def median(label: str, seconds: float) -> ConfigMedian:
-        return ConfigMedian(config=label, median=seconds, ci_low=seconds, ci_high=seconds, n=5, confidence=0.95)
-
-    metrics = CpuSensitivityMetrics(
-        ratio=4.0,
-        slower_by_s=0.15,
-        slow=median("cpuset=0", 0.2),
-        fast=median("cpuset=0-1", 0.05),
-        medians={"cpuset=0": 0.2, "cpuset=0-1": 0.05},
-        p_value=0.008,
-        fdr=0.05,
-        family_size=3,
-        method="Mann-Whitney U, Benjamini-Hochberg",
-    )
+    metrics = cpu_sensitivity(("cpuset=0", 0.2), ("cpuset=0-1", 0.05), family_size=3)
     engine = make_engine(Settings(database_url=sqlite_url))
     try:
         with make_session_factory(engine)() as session:

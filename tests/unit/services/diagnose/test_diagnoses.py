@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from services.diagnose.diagnoses import build_diagnoses, render
 from services.diagnose.report_parts import DiagnosisEvidence, ReportFinding
+from tests.metrics_support import cpu_sensitivity
 
 
 def finding(id, kind, severity, test=None, config=None, evidence=(), **metrics):
@@ -23,30 +24,9 @@ def finding(id, kind, severity, test=None, config=None, evidence=(), **metrics):
     )
 
 
-def _median(config: str, median: float) -> dict:
-    return {
-        "config": config,
-        "median": median,
-        "ci_low": median * 0.9,
-        "ci_high": median * 1.1,
-        "n": 5,
-        "confidence": 0.95,
-    }
-
-
-# cpu_sensitivity's metrics whole (services/diagnose/metrics.py CpuSensitivityMetrics): a
-# partial shape is kept as stored, and its story falls back to the finding's title.
-SENSITIVE = dict(
-    ratio=12.0,
-    slower_by_s=4.95,
-    slow=_median("cpuset=0-1", 5.4),
-    fast=_median("cpuset=0", 0.45),
-    medians={"cpuset=0-1": 5.4, "cpuset=0": 0.45},
-    p_value=0.0079,
-    fdr=0.05,
-    family_size=1,
-    method="mann-whitney",
-)
+# cpu_sensitivity's metrics whole: a partial shape is kept as stored, and its story falls
+# back to the finding's title.
+SENSITIVE = cpu_sensitivity(("cpuset=0-1", 5.4), ("cpuset=0", 0.45)).stored()
 
 
 def test_a_tests_findings_become_one_story_with_the_evidence_backed_cause():
