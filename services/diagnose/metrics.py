@@ -387,25 +387,6 @@ def metrics_of(kind: str, stored: Any) -> Metrics:
     return StoredMetrics.model_validate(found)
 
 
-# Kinds whose metrics state a slowdown ratio.
-_RATIOED = (CpuSensitivityMetrics, LatencyFlakyModesMetrics, SlowerSinceMetrics, SlowerThanBaseMetrics)
-
-
-def ratio_of(metrics: Metrics) -> float | None:
-    """The slowdown ratio a finding states, or None where its kind states none. A shape
-    kept as stored is read by its ``ratio`` key as before (the inbox's ratio, services/
-    diagnose/inbox.py, ranks findings stored before their kind's model existed)."""
-    if isinstance(metrics, _RATIOED):
-        return metrics.ratio
-    if isinstance(metrics, StoredMetrics):
-        value = (metrics.model_extra or {}).get("ratio")
-        try:
-            return float(value) if value is not None else None
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
 def _stated(metrics: Metrics, name: str) -> object:
     """A field a finding's metrics state where its kind's model declares it; a shape kept
     as stored is read by its key, as ratio_of reads it."""
@@ -426,3 +407,14 @@ def slow_vs_fast_of(metrics: Metrics) -> str | None:
     from, where its kind says."""
     value = _stated(metrics, "slow_vs_fast")
     return value if isinstance(value, str) else None
+
+
+def ratio_of(metrics: Metrics) -> float | None:
+    """The slowdown ratio a finding states, or None where its kind states none. A shape
+    kept as stored is read by its ``ratio`` key as before (the inbox's ratio, services/
+    diagnose/inbox.py, ranks findings stored before their kind's model existed)."""
+    value = _stated(metrics, "ratio")
+    try:
+        return float(value) if isinstance(value, int | float | str) else None
+    except (TypeError, ValueError):
+        return None
