@@ -10,6 +10,12 @@ PYTHON ?= python3
 # test or check it add the test extra (pytest, Playwright, moto, ruff, mypy, ...).
 install: $(VENV)/.installed
 
+# uv installs the versions pip would (the same `pip freeze` here) in about a sixth of the
+# time: the test extra took 50 s with pip and 8-17 s with uv (warm and empty caches).
+# uv reads no pip.conf: behind a mirror, set UV_INDEX_URL
+# (https://docs.astral.sh/uv/reference/environment/#uv_index_url).
+UV_PIP = $(VENV)/bin/uv pip install -q --compile-bytecode --python $(VENV)/bin/python
+
 install-test: $(VENV)/.installed-test
 
 $(VENV)/.installed: pyproject.toml
@@ -18,12 +24,13 @@ $(VENV)/.installed: pyproject.toml
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq python3-venv >/dev/null && \
 		rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e .
+	$(VENV)/bin/pip install -q uv
+	$(UV_PIP) -e .
 	@touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[test]'
+	@[ -x $(VENV)/bin/uv ] || $(VENV)/bin/pip install -q uv  # a .venv made before uv
+	$(UV_PIP) -e '.[test]'
 	@touch $@
 
 # The main job: one core vs all cores vs half a core, on threads that hand work to

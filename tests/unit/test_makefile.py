@@ -11,8 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
-INSTALL_RUNTIME = "pip install -q -e .\n"
-INSTALL_TEST = "pip install -q -e '.[test]'"
+INSTALL_RUNTIME = "/bin/python -e .\n"  # the end of uv's install line (`--python <venv>/bin/python`)
+INSTALL_TEST = "/bin/python -e '.[test]'"
 
 
 def _planned(target: str, tmp_path) -> str:
