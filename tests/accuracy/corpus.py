@@ -245,7 +245,7 @@ def python_for(side: Side) -> str:
             # uv, as `make install` does: pip's versions, a fraction of its CPU (this runs
             # beside the parallel tier in CI). Compiled as pip would, so a case's first
             # start-up does not pay for its bytecode.
-            uv = [str(UV), "pip", "install", "-q", "--compile-bytecode", "--python", str(python)]
+            uv = [str(UV), "pip", "install", "-q", "--system-certs", "--compile-bytecode", "--python", str(python)]
             subprocess.run([*uv, "-r", str(side.requirements)], check=True)
         (venv / ".ready").touch()
     return str(python)
