@@ -1,6 +1,6 @@
 """`make bench`: every benchmark in one run, a table of figures with targets, and bench.json.
 
-    .venv/bin/python -m tests.bench.run [--quick] [--only NAME ...] [--json bench.json]
+    .venv/bin/python -m tests.bench.run [--quick] [--only NAME ...] [--simulated only|none] [--json bench.json]
 
 Each benchmark is a function ``run(quick: bool) -> dict`` registered below. Its dict
 holds ``figures``: a list of tests.bench.figures.Figure (or dicts with the same keys),
@@ -10,7 +10,10 @@ raised, or a figure it promises is missing or not a number), never because a tar
 was missed: a slow machine is a finding, not a failure.
 
 Hold the shared CPU lock around it on a machine where others work:
-``flock /tmp/lagtrace-cpu.lock make bench``.
+``flock /tmp/lagtrace-cpu.lock make bench``. The simulations (``simulated=True``) time
+nothing: they replay the statistics on drawn durations, so their figures hold on a busy
+machine too, and CI runs them beside its parallel tier (``--simulated only``), the rest
+alone afterwards (``--simulated none``).
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ class Benchmark:
     adapt: Callable[[dict], list[Figure]] | None = None
     what: str = ""
     in_quick: bool = True  # part of `--quick` without --only (the smoke run CI makes)
+    simulated: bool = False  # draws its durations, measures none: a busy machine changes no figure
 
     def load(self) -> Callable[..., dict]:
         module, _, function = self.target.partition(":")
@@ -183,12 +187,14 @@ BENCHMARKS = [
         "tests.bench.bench_pr_power:run",
         ("smallest regression found, 80 % power", "false 'regressed' per unchanged test"),
         what="a pull request's base-against-head comparison, simulated with the real statistics",
+        simulated=True,
     ),
     Benchmark(
         "gate",
         "tests.bench.bench_gate:run",
         ("false 'regressed' per unchanged test, sequential against history", "power at 2x", "gate runs per test"),
         what="a test's fresh runs judged sequentially against 20 stored runs, simulated suites of 500 tests",
+        simulated=True,
     ),
     Benchmark(
         "gate_jobs",
@@ -203,12 +209,14 @@ BENCHMARKS = [
         ("false cpu_sensitivity per test",),
         adapt=_from_false_positives,
         what="cpu_sensitivity on simulated identical configurations",
+        simulated=True,
     ),
     Benchmark(
         "change_points",
         "tests.bench.bench_change_points:run",
         ("false slower_since per test",),
         what="slower_since on simulated 60-push branch histories, searched after every push",
+        simulated=True,
     ),
 ]
 
@@ -317,11 +325,18 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="a smoke run, about 4 minutes here: few rounds, small data"
     )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these benchmarks only")
+    parser.add_argument(
+        "--simulated",
+        choices=["only", "none"],
+        help="only the simulations (which time nothing), or none of them",
+    )
     parser.add_argument("--json", type=Path, default=REPO / "bench.json", help="where to write the figures")
     args = parser.parse_args(argv)
     chosen = [b for b in BENCHMARKS if (b.name in args.only if args.only else b.in_quick or not args.quick)]
     if args.only and len(chosen) != len(args.only):
         parser.error(f"known benchmarks: {', '.join(b.name for b in BENCHMARKS)}")
+    if args.simulated:
+        chosen = [b for b in chosen if b.simulated == (args.simulated == "only")]
     for left in (b for b in BENCHMARKS if args.quick and not args.only and not b.in_quick):
         print(f"bench: {left.name} is not part of the quick run (--only {left.name} runs it)", file=sys.stderr)
     started = time.perf_counter()

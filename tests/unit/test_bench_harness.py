@@ -144,3 +144,25 @@ def test_the_stall_benchmark_reads_as_percentages_and_no_snapshot_at_all_is_brok
     stall = next(b for b in harness.BENCHMARKS if b.name == "stall")
     problems = harness._problems(stall, harness._from_stall({"local": _stall_result(witnessed=0, snapshots=0)}))
     assert "figure 'deadline to freeze, local' has no value" in problems
+
+
+def test_the_simulations_and_the_measurements_split_into_two_runs_that_cover_all(registry, tmp_path):
+    """CI runs the simulations beside its parallel tier and the rest alone: together, every
+    benchmark of the quick run, none twice."""
+    registry(
+        harness.Benchmark("measured", f"{__name__}:slow_but_working", ("p95",)),
+        harness.Benchmark("drawn", f"{__name__}:plain_numbers", simulated=True),
+    )
+    ran = {}
+    for which in ("only", "none"):
+        out = tmp_path / f"{which}.json"
+        assert harness.main(["--quick", "--simulated", which, "--json", str(out)]) == 0
+        ran[which] = [b["name"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert ran == {"only": ["drawn"], "none": ["measured"]}
+
+
+def test_the_registered_simulations_time_nothing():
+    """Only benchmarks that draw their durations may run beside other work."""
+    simulated = {b.name for b in harness.BENCHMARKS if b.simulated}
+    assert simulated == {"pr_power", "gate", "false_positives", "change_points"}
+    assert all(b.in_quick for b in harness.BENCHMARKS if b.simulated)
