@@ -20,8 +20,9 @@ same command, the base branch, the same node class). Per test:
 
 The tests that regressed, are new or failed go on to the matrix: every configuration,
 narrowed to them, with the screen, the drill and the rules of a matrix job. A test with a
-finding in the previous job is checked first: one run in each other configuration, each
-against its history there. Where every run sits inside, nothing about it changed: its
+finding in the previous job is checked first: one run in each other configuration its
+findings name, each against its history there. Where every run sits inside, nothing
+about it changed: its
 findings on its own latency are carried over (the evidence stays the earlier job's) and it
 is not screened or drilled again; where one does not, it goes on. tests/bench/bench_gate.py
 measures the rule's false alarms, power and runs per test; tests/bench/bench_gate_jobs.py a
@@ -59,7 +60,7 @@ from services.measure.screen import warm_wrapping
 from services.measure.sequential import DIFFERENT, SAME, Judgement, SequentialRule, goes_on, judge
 from services.measure.stats import benjamini_hochberg
 from services.measure.survey import flagged_before, previous_job
-from services.models import Finding, Job, JobConfig, JobKind, JobSource, RunKind
+from services.models import Evidence, Finding, Job, JobConfig, JobKind, JobSource, RunKind
 from services.thresholds import Thresholds
 
 REGRESSED, IMPROVED, UNCHANGED, TOO_NOISY, NEW, FAILED = (
@@ -364,29 +365,36 @@ def _check_flagged(
     history_in: Callable[[JobConfig, list[str]], dict[str, History]],
     progress: Callable[[str], None],
 ) -> None:
-    """The tests with findings in the previous job, run once in each other configuration:
-    a test whose run sits inside its history in every one, or whose looks there find it
-    unchanged, carries its findings on (what made them has not moved); one that moved or
-    failed goes on, and one with too short a history in any goes on without a run. Its
-    one run is history, like the gate's run of the suite: a test is chosen for this run
-    by its past, never by this run's duration; the looks' runs are not."""
+    """The tests with findings in the previous job, run once in each other configuration
+    those findings name (``named_configs``): a test whose run sits inside its history in
+    every one, or whose looks there find it unchanged, carries its findings on (what made
+    them has not moved); one that moved or failed goes on, and one with too short a
+    history in any goes on without a run. Its one run is history, like the gate's run of
+    the suite: a test is chosen for this run by its past, never by this run's duration;
+    the looks' runs are not."""
     ceiling = pytest_command.search_ceiling(job.executor)
     ids = [test.test for test in flagged]
+    previous = previous_job(session, job)
     others = [other for other in job.configs if other.id != config.id]
+    named = named_configs(session, previous, ids, [where.label for where in job.configs])
     histories_in = {where.id: history_in(where, ids) for where in others}
-    # A test with too short a history in any configuration goes on whatever its runs show:
-    # it is not run to learn that (its matrix runs are history from then on). Nor is one
-    # that moved in an earlier configuration run in the later ones.
+    # A test with too short a history in a configuration it is checked in goes on whatever
+    # its runs show: it is not run to learn that (its matrix runs are history from then
+    # on). Nor is one that moved in an earlier configuration run in the later ones.
     moved = {
         test_id
         for test_id in ids
-        if any(len(histories_in[where.id].get(test_id, History()).durations) < min_stored(rule) for where in others)
+        if any(
+            len(histories_in[where.id].get(test_id, History()).durations) < min_stored(rule)
+            for where in others
+            if where.label in named[test_id]
+        )
     }
     for where in others:
         histories = histories_in[where.id]
-        checked = [test for test in flagged if test.test not in moved]
+        checked = [test for test in flagged if test.test not in moved and where.label in named[test.test]]
         if not checked:
-            break
+            continue
         # Warmed, as the focused runs most of its history there come from: a cold run left
         # that history and cost five looks (tests/bench/bench_gate_jobs.py: 9.3x the suite
         # against 3.55x warmed, one run each).
@@ -416,7 +424,6 @@ def _check_flagged(
                 progress,
             )
             moved |= {test_id for test_id in outside if looks.verdict(test_id) != UNCHANGED}
-    previous = previous_job(session, job)
     # Only findings on a test's own latency carry: a comparison's was about one change.
     carried = (
         set(
@@ -434,9 +441,41 @@ def _check_flagged(
         if not test.went_on and test.test in carried and previous is not None:
             test.carried_from = previous.id
     progress(
-        f"gate: {len(flagged)} tests with findings in the previous job checked in every configuration; "
-        f"{len(moved)} moved and go on"
+        f"gate: {len(flagged)} tests with findings in the previous job checked in the configurations those "
+        f"findings name; {len(moved)} moved and go on"
     )
+
+
+def named_configs(
+    session: Session, previous: Job | None, test_ids: list[str], labels: list[str]
+) -> dict[str, set[str]]:
+    """Per test, the configurations its findings in the previous job rest on: each
+    finding's own, the slow and the fast configuration a comparison names (cpu_sensitivity's
+    metrics, services/diagnose/metrics.py ConfigMedian), and those its evidence ran in (a
+    cause rule compares the slow side's evidence with the fast side's). A run elsewhere
+    tells nothing about them: a test flagged for its spread with cpuset=0 needs no run
+    with cpus=0.5, where a CPU-bound test takes twice as long. A finding that names no
+    configuration of this job rests on all of them."""
+    named: dict[str, set[str]] = {test_id: set() for test_id in test_ids}
+    if previous is None:
+        return {test_id: set(labels) for test_id in test_ids}
+    findings = session.scalars(select(Finding).where(Finding.job_id == previous.id, Finding.test_id.in_(test_ids)))
+    for finding in findings:
+        rests_on: set[str | None] = {finding.config_label} | {
+            side["config"]
+            for side in (finding.metrics.get("slow"), finding.metrics.get("fast"))
+            if isinstance(side, dict) and isinstance(side.get("config"), str)
+        }
+        evidence_ids = [item for item in finding.evidence_ids if isinstance(item, int)]
+        if evidence_ids:
+            rests_on |= {
+                evidence.config.label
+                for evidence in session.scalars(select(Evidence).where(Evidence.id.in_(evidence_ids)))
+                if evidence.config is not None
+            }
+        if finding.test_id in named:
+            named[finding.test_id] |= {label for label in labels if label in rests_on} or set(labels)
+    return {test_id: found or set(labels) for test_id, found in named.items()}
 
 
 @dataclass
@@ -546,7 +585,7 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
     previous = previous_job(session, job) if left_out else None
     for test in gate.tests:
         if test.carried_from:
-            _carry(session, job, test.test, test.carried_from, _sat_inside(test.checked_s))
+            _carry(session, job, test.test, test.carried_from, _sat_inside(gate.config, test.fresh_s, test.checked_s))
         elif test.went_on and test.test in left_out and previous is not None:
             _carry(session, job, test.test, previous.id, LEFT_OUT)
     where = f"the {gate.branch} branch's" if gate.branch else "earlier `lagtrace run` jobs'"
@@ -587,9 +626,13 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
 LEFT_OUT = "this gate sent it on, but the budget left it out of the reruns, so it was not measured again"
 
 
-def _sat_inside(checked_s: Mapping[str, float]) -> str:
-    runs = ", ".join(f"{format_seconds(seconds)} with {label}" for label, seconds in checked_s.items())
-    return f"this gate's runs of it ({runs}) sat inside its history in every configuration: not measured again"
+def _sat_inside(config: str, fresh_s: list[float], checked_s: Mapping[str, float]) -> str:
+    runs = {config: fresh_s[0], **checked_s} if fresh_s else dict(checked_s)
+    listed = ", ".join(f"{format_seconds(seconds)} with {label}" for label, seconds in runs.items())
+    return (
+        f"this gate's runs of it ({listed}) sat inside its history in each configuration its findings name: "
+        "not measured again"
+    )
 
 
 def _carry(session: Session, job: Job, test_id: str, earlier: int, why: str) -> None:
