@@ -243,6 +243,10 @@ def test_a_pull_request_with_a_base_that_is_no_commit_id_is_refused(sqlite_api, 
     assert sqlite_api.count(Job) == 0
 
 
+# Latency: it asserts a 2x slower test `regressed` with cpuset=0, a core the parallel
+# tier's workers share; beside them its gate once found it `unchanged` (a clean clone,
+# 29 Nov 2026). Serially, in the latency tier.
+@pytest.mark.latency
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_gates_pull_request_is_judged_against_the_base_branchs_history(api, tmp_path, github_server):
     # kind: gate everywhere. The pushes to main measure their new tests in every
