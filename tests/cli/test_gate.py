@@ -106,6 +106,17 @@ def calibrations_halved(sqlite_url: str) -> int:
         engine.dispose()
 
 
+def calibration_runs(sqlite_url: str, job_id: int) -> int:
+    engine = make_engine(Settings(database_url=sqlite_url))
+    try:
+        with make_session_factory(engine)() as session:
+            job = session.get(Job, job_id)
+            assert job is not None
+            return sum(run.kind is RunKind.calibration for config in job.configs for run in config.runs)
+    finally:
+        engine.dispose()
+
+
 # Latency: its healthy tests must stay unchanged, and beside the parallel tier's CPU work
 # a matrix job once found one of them flaky with cpuset=0 (one core shared with the
 # tier), so the gate rightly checked it again.
@@ -197,6 +208,8 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     assert calibrations_halved(sqlite_url) == 5 * gate.CALIBRATION_RUNS  # each job timed the loop thrice
     drifted = lagtrace_run(sqlite_url, suite, tmp_path / "drifted.json", "gate")
     assert drifted["gate"] is None
+    # Outside the ratio, the loop was timed three more times before the gate declined.
+    assert calibration_runs(sqlite_url, drifted["job"]["id"]) == 2 * gate.CALIBRATION_RUNS
     [note] = [note for note in drifted["notes"] if note.startswith("the gate did not judge against history")]
     assert "calibration loop" in note and "every configuration was screened" in note, note
     assert 1.6 < float(re.search(r"of CPU, ([0-9.]+)x the", note)[1]) < 2.5, note
