@@ -19,7 +19,7 @@ import random
 import statistics
 import time
 
-from services.diagnose.change_points import slower_steps
+from services.diagnose.change_points import Step, slower_steps
 from services.thresholds import Thresholds
 from tests.bench.figures import Figure
 
@@ -40,10 +40,25 @@ def history(seed: int, noise_busy: float, factor: float = 1.0) -> list[float]:
     return values
 
 
-def first_report(series: list[float], thresholds: Thresholds) -> tuple[int, int] | None:
-    """(prefix length, step index) of the first prefix that reports a step, or None."""
+def first_report(
+    series: list[float], thresholds: Thresholds, seen: dict[tuple[float, ...], list[Step]] | None = None
+) -> tuple[int, int] | None:
+    """(prefix length, step index) of the first prefix that reports a step, or None.
+
+    ``seen``: the steps of the prefixes searched before, by their exact values. One seed's
+    histories share their pushes before STEP_AT whatever the factor, and those before its
+    first busy job whatever the noise (``history`` draws the same numbers for both), and
+    slower_steps is a function of the series alone (Otava's t-test splits draw nothing):
+    a prefix searched once gives the same steps again, so it is not searched again."""
     for end in range(FIRST_PREFIX, len(series) + 1):
-        steps = slower_steps(series[:end], thresholds)
+        prefix = series[:end]
+        if seen is None:
+            steps = slower_steps(prefix, thresholds)
+        else:
+            key = tuple(prefix)
+            if key not in seen:
+                seen[key] = slower_steps(prefix, thresholds)
+            steps = seen[key]
         if steps:
             return end, steps[0].index
     return None
@@ -55,8 +70,9 @@ def run(quick: bool = False) -> dict:
     figures: list[Figure] = []
     rows = []
     started = time.monotonic()
+    seen: dict[tuple[float, ...], list[Step]] = {}  # prefixes already searched: first_report
     for name, busy in NOISES.items():
-        alarms = sum(first_report(history(10_000 + s, busy), thresholds) is not None for s in range(flat_n))
+        alarms = sum(first_report(history(10_000 + s, busy), thresholds, seen) is not None for s in range(flat_n))
         figures.append(
             Figure(
                 f"false slower_since per test, 60 pushes, {name}",
@@ -70,7 +86,7 @@ def run(quick: bool = False) -> dict:
         )
         rows.append({"noise": name, "false_alarms": alarms, "histories": flat_n})
         for factor in (1.2, 1.5, 2.0):
-            reports = [first_report(history(s, busy, factor), thresholds) for s in range(step_n)]
+            reports = [first_report(history(s, busy, factor), thresholds, seen) for s in range(step_n)]
             found = [r for r in reports if r is not None]
             exact = sum(index == STEP_AT for _, index in found)
             delays = [end - STEP_AT for end, index in found if index == STEP_AT]

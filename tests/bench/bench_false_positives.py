@@ -127,8 +127,13 @@ def simulate_job(
             ran = {f"t{i:02d}": duration for i, duration in enumerate(durations) if f"t{i:02d}" not in cleared}
             for test_id, duration in ran.items():
                 tests[test_id][label].append(duration)
-            this_round[label] = make_run(wall, user_s=wall, tests=ran, kind=RunKind.focus, repetition=repetition)
-        rounds.append(this_round)
+            if repetition <= futility:
+                # Only the futility stop below reads ``rounds``, once, after ``futility`` rounds:
+                # a Run (an ORM object, most of a job's simulation time) built for a later round
+                # or without the stop is never read, and building it draws no randomness.
+                this_round[label] = make_run(wall, user_s=wall, tests=ran, kind=RunKind.focus, repetition=repetition)
+        if repetition <= futility:
+            rounds.append(this_round)
         if futility and repetition == futility:
             cleared |= set(cleared_in_rounds(rounds, FOCUS_CONFIGS, thresholds, list(tests)))
             samples.cleared = cleared
