@@ -22,6 +22,10 @@ class DrillPair:
 
     slow: str
     fast: str
+    # False: no symptom compares the two (a program slow everywhere, or one only a tracer
+    # can judge): the drill's strace runs, whose counts do not depend on the configuration,
+    # take one side (services/measure/drill.py).
+    compared: bool = True
 
     @property
     def labels(self) -> list[str]:

@@ -59,7 +59,7 @@ def choose(
     # slowest configuration without a quota beside the fastest, or the fastest alone.
     unquoted_labels = [label for label in summaries if label not in quotas] or list(summaries)
     slowest = max(unquoted_labels, key=lambda label: summaries[label].median)
-    return DrillPair(slowest, fastest)
+    return DrillPair(slowest, fastest, compared=False)
 
 
 def _fast_side(summaries: dict[str, Summary], quotas: dict[str, float], exclude: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from services.diagnose import pairs
-from services.diagnose.context import RuleContext
+from services.diagnose.context import DrillPair, RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.measure import pytest_command
@@ -72,7 +72,7 @@ def drill_targets(
     found: list[Target] = []
     if job.probes is not None or hung or stalled or command_flagged:
         pair = pairs.choose(samples, settings.thresholds, None, wall, flagged, seed)
-        found.append(Target(None, list(job.command), wall, (pair.slow, pair.fast) if pair else None))
+        found.append(_target(None, list(job.command), wall, pair))
     for test_id in flagged_tests:
         narrowed = pytest_command.narrow_to_test(
             job.command, test_id, workdir, ceiling=pytest_command.search_ceiling(job.executor)
@@ -81,8 +81,14 @@ def drill_targets(
         if not summaries:
             continue
         pair = pairs.choose(samples, settings.thresholds, test_id, summaries, flagged, seed)
-        found.append(Target(test_id, narrowed, summaries, (pair.slow, pair.fast) if pair else None))
+        found.append(_target(test_id, narrowed, summaries, pair))
     return found
+
+
+def _target(test_id: str | None, command: list[str], summaries: dict[str, Summary], pair: DrillPair | None) -> Target:
+    if pair is None:
+        return Target(test_id, command, summaries)
+    return Target(test_id, command, summaries, (pair.slow, pair.fast), compared=pair.compared)
 
 
 def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:

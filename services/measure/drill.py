@@ -33,6 +33,7 @@ from services.evidence import (
 )
 from services.measure import budget, pytest_command
 from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
+from services.measure.configs import cpu_config
 from services.measure.executors.base import Executor
 from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
@@ -95,6 +96,9 @@ class Target:
     # (slow, fast) configuration labels the evidence compares; None: the slowest and the
     # fastest by median (a caller that knows no symptom)
     configs: tuple[str, str] | None = None
+    # False: no symptom compares the two (services/diagnose/pairs.py), and the strace
+    # probes take only one of them (_one_side)
+    compared: bool = True
 
     def pair(self) -> tuple[str, str]:
         if self.configs is not None:
@@ -192,7 +196,17 @@ def _needless(job: Job, job_config: JobConfig, target: Target, name: str) -> str
     """Why a test's evidence run of this probe would add nothing any rule reads, given the
     evidence the job already holds (None: it may). A suite's tests are drilled one by
     one, each probe in two configurations: a run that adds nothing costs the test's time
-    again (its slow side: seconds). The whole command, drilled once, gets every probe."""
+    again (its slow side: seconds). The whole command, drilled once, gets every probe,
+    but strace on one side only where no symptom compares the two."""
+    if not target.compared and name in STRACE_PROBES:
+        traced = _one_side(job, target)
+        if job_config.label != traced:
+            # strace's counts (syscalls, read sizes) are the program's, whatever its
+            # CPUs; where nothing compares the two sides, one count is the evidence. Its
+            # ptrace stops cost 3-5x more across two cores than on one: a 0.29 s program
+            # of recv(1) traced 27.7 s on cpuset=0-1, 5.2 s on cpuset=0
+            # (docs/explanations/cost-model.md, the drill).
+            return f"no symptom compares the two configurations, strace traced it in {traced} alone"
     if target.test_id is None:
         return None
     if name == "imports":
@@ -229,6 +243,20 @@ def _needless(job: Job, job_config: JobConfig, target: Target, name: str) -> str
     return None
 
 
+def _one_side(job: Job, target: Target) -> str:
+    """Of a target's two configurations, the one its strace probes take when nothing
+    compares them: without a quota (a throttled tracer stretches the run), on the fewest
+    CPUs (tracer and traced take turns on one core), the slow side on a tie."""
+    slow, fast = target.pair()
+    by_label = {config.label: config for config in job.configs}
+
+    def cost(label: str) -> tuple[bool, float, bool]:
+        cpus = cpu_config(by_label[label])
+        return cpus.cpus is not None, cpus.effective_cpus, label != slow
+
+    return min(dict.fromkeys([slow, fast]), key=cost)
+
+
 def survey_census(job: Job) -> list[Evidence]:
     """The census evidence the survey took (SurveyCensus): one per traced survey run, so
     one per shard of a suite screened in shards, each on its shard's node."""
@@ -254,6 +282,9 @@ def _census_cleared_reads(job: Job, test_id: str) -> bool:
         return False
     return not any(test_id in (content.suspects or []) for content in complete)
 
+
+# The probes that run the command under strace (probes/strace.py, probes/reads.py).
+STRACE_PROBES = ("strace", "reads")
 
 # An evidence run's start-up beside its test, until one of the target's runs says better.
 START_UP_GUESS_S = 1.0

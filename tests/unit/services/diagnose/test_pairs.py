@@ -67,3 +67,16 @@ def test_a_flagged_test_of_a_suite_is_drilled_alone_in_its_own_pair():
     assert [t.test_id for t in targets] == ["t.py::test_handoff"]
     assert targets[0].configs == ("cpuset=0-1", "cpuset=0")
     assert targets[0].command[-1].endswith("test_handoff")
+
+
+def test_only_a_pair_a_symptom_chose_is_compared():
+    # The drill's strace probes take one side of a pair nothing compares
+    # (services/measure/drill.py _one_side); a slowdown's pair keeps both.
+    slowdown = _job({"cpuset=0": _five(0.06), "cpuset=0-1": _five(3.0), "cpus=0.5": _five(6.0)})
+    alike = _job({"cpuset=0": _five(0.29), "cpuset=0-1": _five(0.29), "cpus=0.5": _five(0.58)}, cpu_share=1.0)
+    assert _pair(slowdown).compared
+    pair = _pair(alike)
+    assert pair is not None and not pair.compared
+    # A fifth of its time in the kernel: the whole command is drilled, for a tracer to judge.
+    [target] = drill_targets(alike, Settings(), Path("."))
+    assert target.test_id is None and not target.compared

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.measure.drill import Target, _needless
@@ -30,6 +32,25 @@ def test_the_whole_command_gets_every_probe():
     built, config, target = _job()
     whole = Target(None, list(built.command), target.summaries)
     assert all(_needless(built, config, whole, name) is None for name in ("imports", "faulthandler", "reads"))
+
+
+def test_strace_takes_one_side_where_nothing_compares_the_two():
+    # A program only a tracer can judge (recv(1) in a loop, alike everywhere): strace's
+    # counts are the same on either side, and cost 5x more traced across two cores.
+    built, _, target = _job()
+    for config in built.configs:
+        config.cpuset = config.label.removeprefix("cpuset=") if config.label.startswith("cpuset=") else None
+    one_core, two_cores = (next(c for c in built.configs if c.label == label) for label in ("cpuset=0", "cpuset=0-1"))
+    alike = Target(None, list(built.command), target.summaries, ("cpuset=0-1", "cpuset=0"), compared=False)
+    for name in ("strace", "reads"):
+        assert _needless(built, one_core, alike, name) is None
+        assert "cpuset=0 alone" in (_needless(built, two_cores, alike, name) or "")
+    assert _needless(built, two_cores, alike, "pyspy") is None
+    # A test's pair too; but where a symptom compares the two, both sides are traced.
+    assert _needless(built, two_cores, replace(target, compared=False), "strace") is not None
+    compared = Target(None, list(built.command), target.summaries, ("cpuset=0-1", "cpuset=0"))
+    assert _needless(built, two_cores, compared, "strace") is None
+    assert _needless(built, two_cores, target, "strace") is None
 
 
 def test_import_times_are_the_whole_commands_not_a_tests():
