@@ -88,10 +88,15 @@ def check(context: RuleContext) -> list[FindingDraft]:
                 config_label=config.label,
                 test_id=evidence.test_id,
                 metrics=BusyPollingMetrics(
-                    # The polling syscalls' system time (strace -c) per run of the subject,
-                    # no more than the untraced run lasts: what waking up to check costs.
-                    # The wait itself is the peer's (a child, a socket): polling does not make it.
-                    accounts_s=min(polled_s / times, wall),
+                    # What waking up to check costs: the polling syscalls' system time
+                    # (strace -c) per run of the subject, and the lateness of the wait's
+                    # end, half a poll interval on average (what it waits for happens
+                    # while it sleeps: Popen.wait(timeout) sleeps up to 50 ms, and its
+                    # nanosleeps took 0.000 s of system time on one core,
+                    # tests/unit/services/diagnose/test_busy_polling.py); no more than the
+                    # untraced run lasts. The wait itself is the peer's (a child, a
+                    # socket): polling does not make it.
+                    accounts_s=min(polled_s / times + (run.wall_s / sleeps / 2 if sleeps else 0.0), wall),
                     polling_calls=calls,
                     polling_calls_per_s=calls_per_s,
                     voluntary_switches_per_s=switches_per_s,
