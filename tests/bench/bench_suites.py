@@ -13,7 +13,8 @@ was found, and the medium or high findings on healthy tests (target: none).
 Target (docs/measurements/suites.md): at most 4x for suites of 60 s and more; through the service, two
 workers (shards, services/jobs/shards.py) at most 0.6 of one worker's time. The quick run screens a
 suite of about 2 s without the drill (a smoke run); the full run about 10 s and 60 s
-(LAGTRACE_BENCH_LONG=1 adds 300 s).
+(LAGTRACE_BENCH_LONG=1 adds 300 s). The quick run screens two configurations (cpuset=0
+and cpuset=0-1), the full run the default matrix.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def _screen(scratch: Path, seconds: float, drill: bool) -> dict:
     # The smoke run (no drill) plants a hand-off a fifth as long: its focused runs, 4 s each
     # on two cores, were most of the smoke run's time, and the smoke run asserts no figure.
     tests = build_suite(folder, seconds, round_trips=1000 if drill else 200)
+    # ... and it screens the two configurations both planted tests show in (the hand-off is
+    # slower on two cores than on one), not cpus=0.5 too: its focused runs were 49 s of the
+    # smoke run's 63 s (a clean clone, 30 Nov 2026), a third of them under the quota.
+    configs = [] if drill else ["--config", "cpuset=0", "--config", "cpuset=0-1"]
     started = time.perf_counter()
     plain = subprocess.run(_pytest(folder), cwd=folder, capture_output=True, text=True)
     own_s = time.perf_counter() - started
@@ -123,6 +128,7 @@ def _screen(scratch: Path, seconds: float, drill: bool) -> dict:
             "--json",
             str(out),
             *([] if drill else ["--evidence", "none"]),
+            *configs,
             "--",
             *_pytest(folder),
         ],
