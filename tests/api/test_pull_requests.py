@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 
 import pytest
@@ -190,12 +191,15 @@ def test_a_test_new_in_the_pull_request_is_new_and_left_out_of_the_whole_command
     verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
     new = verdicts["tests/test_added.py::test_added"]
     assert new["verdict"] == "new" and new["base_median_s"] is None and new["head_median_s"] >= 0.5, new
-    # Had the new test's 0.5 s stayed in, the command would be 0.5 s slower on the head; the
-    # bound sits halfway, so a busy neighbour (CI runs this beside other tests) cannot cross it.
-    # The command's verdict is not asserted: the head still collects and imports one more
-    # test file, and beside other tests that alone once made this 0.3 s command `regressed`.
+    # The whole command is compared with the new test's time taken out of each head run: its
+    # head median is the head runs' median less the new test's 0.5 s, within noise far below
+    # 0.5 s. Neither the verdict nor the gap to the base is asserted: beside other tests
+    # pinned to the same core (CI's parallel tier) the rest of a head run took 0.43-0.60 s
+    # against the base's 0.18-0.36 s, and five runs a side once stopped on a 0.55 s gap.
     whole = verdicts[None]
-    assert whole["head_median_s"] - whole["base_median_s"] < 0.25, whole
+    [config] = report["configs"]
+    raw = statistics.median(run["wall_s"] for run in config["runs"] if run["exit_code"] == 0 and not run["timed_out"])
+    assert abs(raw - new["head_median_s"] - whole["head_median_s"]) < 0.1, (raw, new, whole)
     assert report["base_comparison"]["counts"]["new"] == 1
     assert not [f for f in report["findings"] if f["kind"] == "slower_than_base" and f["test"]], report["findings"]
     assert any("new on the head" in note for note in report["notes"]), report["notes"]
