@@ -84,7 +84,10 @@ def test_the_reaper_removes_only_its_own_installations_containers(engine_client)
     try:
         removed = reap_orphans(engine_client, mine)
         assert made[mine].name in removed and made[theirs].name not in removed
-        left = {c.id for c in engine_client.containers.list(all=True, filters={"label": OWNER_LABEL})}
+        # ignore_removed: the list inspects each container, and another test's run removed
+        # between the list and its inspection was a 404 here (docker-py's ContainerCollection.list).
+        listed = engine_client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
+        left = {c.id for c in listed}
         assert made[theirs].id in left and made[mine].id not in left
     finally:
         for container in made.values():

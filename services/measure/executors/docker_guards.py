@@ -229,7 +229,10 @@ def reap_orphans(client: docker.DockerClient, installation: str) -> list[str]:
     host = socket.gethostname()
     removed = []
     mine: dict[str, str | list[str] | bool] = {"label": [OWNER_LABEL, f"{INSTALLATION_LABEL}={installation}"]}
-    for container in client.containers.list(all=True, filters=mine):
+    # ignore_removed: the list inspects each container, and one a run of this installation
+    # removes in between is no longer there (a 404 that is not the engine's trouble):
+    # https://docker-py.readthedocs.io/en/stable/containers.html (ContainerCollection.list)
+    for container in client.containers.list(all=True, filters=mine, ignore_removed=True):
         owner_host, _, process = container.labels.get(OWNER_LABEL, "").partition(":")
         pid, _, start_time = process.partition(":")
         if owner_host != host or not pid.isdigit():
@@ -251,7 +254,7 @@ def stop_job_containers(settings: Settings, job_id: int) -> list[str]:
     labels = [f"{JOB_LABEL}={job_id}", f"{INSTALLATION_LABEL}={settings.installation}"]
     stopped = []
     try:
-        for container in client.containers.list(filters={"label": labels, "status": "running"}):
+        for container in client.containers.list(filters={"label": labels, "status": "running"}, ignore_removed=True):
             kill_container(container)
             stopped.append(container_name(container))
     except (DockerException, requests.RequestException):
@@ -269,7 +272,7 @@ def remove_own_containers(settings: Settings, job_id: int) -> list[str]:
     try:
         client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
         try:
-            for container in client.containers.list(all=True, filters={"label": labels}):
+            for container in client.containers.list(all=True, filters={"label": labels}, ignore_removed=True):
                 remove_container(container)
                 removed.append(container_name(container))
         finally:

@@ -40,7 +40,10 @@ def engine():
     require(problem is None, f"no usable Docker engine: {problem}")
     client = docker.from_env()
     # Other modules' stacks (their workers killed at teardown) are not this module's to judge.
-    before = {container.id for container in client.containers.list(all=True, filters={"label": OWNER_LABEL})}
+    # ignore_removed: another worker's container removed between the list and its
+    # inspection is a 404 otherwise (docker-py's ContainerCollection.list).
+    listed = client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
+    before = {container.id for container in listed}
     yield client
     # Whatever these tests started, and whatever a lagtrace they killed left, must be gone.
     assert leftovers(client, before) == []
@@ -52,7 +55,7 @@ def leftovers(client, before: set[str]) -> list[str]:
     processes it started that are gone (another xdist worker's are its own to judge)."""
     mine = docker_guards.owner_id()
     found = []
-    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True):
         if container.id in before:
             continue
         owner = container.labels[OWNER_LABEL]
