@@ -120,7 +120,7 @@ def test_cli_rejects_bad_evidence_options(tmp_path):
 SLOW_STARTUP_CONFTEST = "import time\ntime.sleep(2.0)\n"
 QUICK_TEST = "import time\n\n\ndef test_quick():\n    time.sleep(0.03)\n"
 STALLING_TEST = (
-    "import time\n\n\ndef hold_up():\n    time.sleep(4.0)\n\n\n"
+    "import time\n\n\ndef hold_up():\n    time.sleep(2.5)\n\n\n"
     "def test_quick():\n    time.sleep(0.03)\n\n\ndef test_stalls():\n    hold_up()\n"
 )
 
