@@ -545,7 +545,7 @@ def test_evidence_probes_work_inside_the_container(tmp_path):
             "--timeout",
             "15",
         ],
-        ["python3", "examples/handoff.py", "30000"],
+        ["python3", "examples/handoff.py", "1000"],
         tmp_path,
     )
     evidence = {e["kind"]: e for e in report["evidence"]}
