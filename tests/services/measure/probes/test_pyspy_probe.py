@@ -31,7 +31,7 @@ time.sleep(30)
 @pytest.mark.latency
 def test_record_gives_an_svg_flame_graph_and_a_speedscope_profile(executor, tmp_path):
     require_tool(executor, "py-spy")
-    _, _result, drafts = run_probe(executor, "pyspy", handoff(1500), tmp_path / "run", timeout_s=30)
+    _, _result, drafts = run_probe(executor, "pyspy", handoff(400), tmp_path / "run", timeout_s=30)
     evidence = drafts["pyspy"]
     assert evidence.status == "ok", stored(evidence.content)
     files = {f.name: f for f in evidence.files}
