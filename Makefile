@@ -69,9 +69,9 @@ unit: install-test
 #             one worker's run of long tests no longer ends the tier alone;
 #   latency   the `latency`-marked tests, one at a time, with nothing else running.
 # Either tier failing (or selecting no test: exit 5) fails the target; both always run.
-# Measured on this 2-core machine alone, on clean clones (27-28 Nov 2026): the parallel tier
-# 869-1,429 s for 1,162 tests on 4 workers (both cores busy throughout), the latency tier
-# 1,148-1,536 s for 55 tests.
+# Measured on this 2-core machine alone, on clean clones (30 Nov 2026): the parallel tier
+# 651-655 s for 1,256 tests on 4 workers (both cores busy throughout), the latency tier
+# 796-864 s for 57 tests.
 # QUIET_LOCK: a lock file other CPU work holds (flock) while it runs; the latency tier
 # waits for it (.ci/run's checks run beside the parallel tier and hold one).
 TEST_WORKERS ?= 4
@@ -112,8 +112,9 @@ accuracy: install-test
 
 # The benchmarks (tests/bench/run.py): a table of figures, each with its interval and
 # target, and bench.json. Under 15 minutes; QUICK=1 is a smoke run that fails only on a
-# broken benchmark, never on a slow machine: about 4 minutes on a 2-core machine (240 s
-# on a clean clone alone; suites 66 s, false_positives 50 s, the rest under 35 s each). Measure on a quiet machine.
+# broken benchmark, never on a slow machine: about 3 minutes on a 2-core machine (182 s
+# on a clean clone, 30 Nov 2026: false_positives 40 s, service 28 s, suites 27 s, the rest
+# under 20 s each). Measure on a quiet machine.
 bench: install-test
 	.ci/provision.sh
 	. .state/test.env && $(VENV)/bin/python -m tests.bench.run $(if $(QUICK),--quick) $(BENCH_ARGS)

@@ -322,7 +322,7 @@ def machine() -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--quick", action="store_true", help="a smoke run, about 4 minutes here: few rounds, small data"
+        "--quick", action="store_true", help="a smoke run, about 3 minutes here: few rounds, small data"
     )
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these benchmarks only")
     parser.add_argument(
