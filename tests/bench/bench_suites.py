@@ -12,9 +12,8 @@ was found, and the medium or high findings on healthy tests (target: none).
 
 Target (docs/measurements/suites.md): at most 4x for suites of 60 s and more; through the service, two
 workers (shards, services/jobs/shards.py) at most 0.6 of one worker's time. The quick run screens a
-suite of about 2 s without the drill (a smoke run); the full run about 10 s and 60 s
-(LAGTRACE_BENCH_LONG=1 adds 300 s). The quick run screens two configurations (cpuset=0
-and cpuset=0-1), the full run the default matrix.
+suite of about 2 s in cpuset=0 and cpuset=0-1, without the drill (a smoke run); the full run
+suites of about 10 s and 60 s in the default matrix (LAGTRACE_BENCH_LONG=1 adds 300 s).
 """
 
 from __future__ import annotations
