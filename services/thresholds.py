@@ -182,10 +182,17 @@ class Thresholds(BaseModel):
     tiny_reads_min_cost_s: float = Field(0.02, ge=0)
     tiny_reads_min_share: float = Field(0.1, ge=0, le=1)
 
-    # event_loop_blocked: asyncio callbacks that each ran >= 20 ms (the asyncio_loop probe)
-    # add up to this share of the traced run and at least event_loop_blocked_min_s.
+    # event_loop_blocked: the time asyncio callbacks held the loop, each callback counted
+    # from event_loop_blocked_floor_s (the asyncio_loop probe), adds up to this share of
+    # the traced run and at least event_loop_blocked_min_s. What the loop lost is the sum:
+    # 120 callbacks of 15 ms block it 1.8 s, though none is long.
     event_loop_blocked_share: float = Field(0.1, gt=0, le=1)
     event_loop_blocked_min_s: float = Field(0.1, ge=0)
+    # A healthy loop's callbacks take microseconds to about 1 ms; 5 ms is five times that,
+    # and one GIL switch interval (sys.getswitchinterval()): a short callback that waits
+    # once for the GIL another thread holds grows by up to that much, no fault of its own.
+    # Read by the probe when it runs (docs/explanations/evidence.md, asyncio_loop).
+    event_loop_blocked_floor_s: float = Field(0.005, gt=0)
 
     # hot_path: the functions that hold a drilled command's or test's py-spy samples; a
     # function is named when it holds this share of the samples (own or cumulative).
