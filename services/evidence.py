@@ -378,15 +378,56 @@ class TaskBlocking(_Model):
     functions: list[str] = []
 
 
+class DurationBucket(_Model):
+    """Callbacks (or heartbeat lags) up to ``upper_s`` and over the bucket below's."""
+
+    upper_s: float | None  # None: the last bucket, everything longer
+    count: int
+    total_s: float
+
+
+class CallbackTime(_Model):
+    """The callbacks of one description that each held the loop from the floor on."""
+
+    callback: str  # "Task handle (/path/app.py:12)": a task's own name left out
+    count: int
+    total_s: float
+    max_s: float
+    # The heartbeat's lag from the floor on when this was the longest callback since the
+    # beat before: the delay it made every other coroutine wait.
+    lag_s: float = 0.0
+
+
+class HeartbeatLag(_Model):
+    """A timer the probe schedules on each loop every ``period_s``: how late it fired is
+    the loop's lag as any coroutine sleeping on it experiences it."""
+
+    period_s: float
+    beats: int
+    lag_total_s: float
+    lag_max_s: float
+    late_beats: int  # beats that fired at least the floor late
+    lags: list[DurationBucket] = []
+
+
 class AsyncioLoopContent(EvidenceContent):
-    threshold_s: float | None = None
+    threshold_s: float | None = None  # from here a callback's stack is taken (slow_callbacks)
     wall_s: float | None = None
     processes: int | None = None
     callbacks: int | None = None
     slow_callbacks: int | None = None
-    blocked_s: float | None = None
+    blocked_s: float | None = None  # the slow callbacks' time in all
     blocking_calls: list[BlockingCall] | None = None
     tasks: list[TaskBlocking] | None = None  # None: recorded before tasks were told apart
+    # The loop's blocked time in all: every callback from the floor on (the slow ones
+    # included), by description, and every callback's duration by bucket. None: recorded
+    # when only the slow callbacks were kept.
+    floor_s: float | None = None
+    held_callbacks: int | None = None
+    held_s: float | None = None
+    callers: list[CallbackTime] | None = None
+    durations: list[DurationBucket] | None = None
+    heartbeat: HeartbeatLag | None = None
 
 
 # --- the census: a suite's sleeps and reads, per test ------------------------------

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from services.evidence import BlockingCall, ImportTiming, ProfiledFunction
+from services.evidence import BlockingCall, CallbackTime, ImportTiming, ProfiledFunction
 
 
 def _is_none(value: object) -> bool:
@@ -197,14 +197,25 @@ class CpuThrottlingMetrics(Metrics):
 
 
 class EventLoopBlockedMetrics(Metrics):
-    blocked_s: float  # slow callbacks' time in all, in the evidence run
+    # The time callbacks held the loop in all, in the evidence run: every callback from
+    # floor_s on (before the floor was measured: the slow callbacks' alone).
+    blocked_s: float
     # What the mechanism takes of one run (per run of a test repeated in its evidence run).
     accounts_s: float
-    slow_callbacks: int
+    slow_callbacks: int  # callbacks over the probe's stack threshold (20 ms)
     callbacks: int | None  # callbacks the loop ran; None: not counted
-    blocking_calls: list[BlockingCall]
+    blocking_calls: list[BlockingCall]  # named from the stacks of the slow callbacks
     # Only where the test's share was read from the whole command's drill.
     attributed_from: str | None = omitted_when_none()
+    # The fields below only where the probe measured every callback from the floor on.
+    floor_s: float | None = omitted_when_none()
+    held_callbacks: int | None = omitted_when_none()  # callbacks from the floor on
+    # The callbacks that held the loop most, by description (the short ones included).
+    busiest_callbacks: list[CallbackTime] | None = omitted_when_none()
+    # How late the probe's heartbeat fired behind these callbacks, in all, and at most
+    # (the whole run's loop; None for a test's share read from a whole command's drill).
+    heartbeat_lag_s: float | None = omitted_when_none()
+    heartbeat_lag_max_s: float | None = omitted_when_none()
 
 
 class FutexStormMetrics(Metrics):
