@@ -255,8 +255,9 @@ class Run(Base):
     read_bytes: Mapped[int | None] = mapped_column(BigInteger)
     # The last lines the command printed, kept when it failed so the report can show why.
     output_tail: Mapped[str | None] = mapped_column(Text)
-    # Evidence runs only: which probe ran, and the test it was narrowed to (pytest node
-    # id); their wall time next to the timing runs' median is the observer effect.
+    # Which probe ran, and the test it was narrowed to (pytest node id): on evidence runs,
+    # whose wall time next to the timing runs' median is the observer effect, and on the
+    # survey's run that the census traced (``traced``).
     probe: Mapped[str | None] = mapped_column(String(32))
     test_id: Mapped[str | None] = mapped_column(Text)
     # The shard (JobShard.index) whose screen ran it; None for a job screened whole. Runs
@@ -266,6 +267,18 @@ class Run(Base):
 
     config: Mapped[JobConfig] = relationship(back_populates="runs")
     test_results: Mapped[list[TestResult]] = relationship(back_populates="run", cascade="all, delete-orphan")
+
+    @property
+    def traced(self) -> bool:
+        """A tracer ran beside the command (the census's strace on a survey run, a probe on
+        an evidence run): its clock is the tracer's too, so its durations are evidence,
+        never timing (strace's census tripled click's suite on two cores). SQL: UNTRACED."""
+        return self.probe is not None
+
+
+# The runs no tracer ran beside, in a query (Run.traced in Python): the only ones whose
+# durations are timing.
+UNTRACED = Run.probe.is_(None)
 
 
 class TestResult(Base):
@@ -602,9 +615,12 @@ class CataloguePoint(Base):
     position: Mapped[int] = mapped_column(Integer)  # the configuration's in its job
     branch: Mapped[str] = mapped_column(String(255))  # as CatalogueEntry's
     created_at: Mapped[dt.datetime] = mapped_column()  # the job's
-    runs: Mapped[int] = mapped_column(Integer)  # durations summed up (not skipped)
-    p50_s: Mapped[float] = mapped_column(Float)
-    p95_s: Mapped[float] = mapped_column(Float)
+    runs: Mapped[int] = mapped_column(Integer)  # passed runs, whose durations are summed up
+    # Runs in which the test failed or errored: marked on the chart, never drawn as latency
+    # (the time to fail is no latency). A job whose every run failed has no percentiles.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    p50_s: Mapped[float | None] = mapped_column(Float)
+    p95_s: Mapped[float | None] = mapped_column(Float)
 
 
 class CataloguedJob(Base):

@@ -30,7 +30,17 @@ from services.diagnose import triage
 from services.diagnose.findings import Severity, fingerprint, format_seconds
 from services.diagnose.metrics import PushesMedian, PushRef, SlowerSinceMetrics, metrics_of
 from services.measure.stats import Summary, median_interval
-from services.models import TEST_HISTORY_KINDS, Finding, Job, JobConfig, JobSource, JobStatus, Run, TestResult
+from services.models import (
+    TEST_HISTORY_KINDS,
+    UNTRACED,
+    Finding,
+    Job,
+    JobConfig,
+    JobSource,
+    JobStatus,
+    Run,
+    TestResult,
+)
 from services.thresholds import Thresholds
 
 KIND = "slower_since"
@@ -173,8 +183,10 @@ def branch_history(session: Session, job: Job, branch: str, thresholds: Threshol
             .where(
                 JobConfig.job_id.in_(list(push_of)),
                 TestResult.test_id.in_(tests[start : start + CHUNK]),
-                # A surveyed suite's tests: the survey's run (every test) and the focused ones.
+                # A surveyed suite's tests: the survey's run (every test) and the focused
+                # ones, but the census's (its tracer's time is in every duration).
                 Run.kind.in_(TEST_HISTORY_KINDS),
+                UNTRACED,
                 TestResult.outcome != "skipped",
             )
         ):

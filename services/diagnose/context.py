@@ -48,7 +48,9 @@ class RuleContext:
         return [run for run in self.all_timing_runs(config) if succeeded(run)]
 
     def all_timing_runs(self, config: JobConfig) -> list[Run]:
-        return [run for run in config.runs if run.kind in COMMAND_KINDS]
+        """Every run that timed the whole command, passed or not: never one a tracer ran
+        beside (the census's survey run), whose clock and outcome are the tracer's too."""
+        return [run for run in config.runs if run.kind in COMMAND_KINDS and not run.traced]
 
     def evidence(self, kind: EvidenceKind | str) -> list[Evidence]:
         """The job's usable evidence of one kind (entries that say why a probe could not

@@ -22,6 +22,7 @@ from services.diagnose.metrics import Metrics, metrics_of, ratio_of
 from services.models import (
     COMMAND_KINDS,
     TEST_TIMING_KINDS,
+    UNTRACED,
     Finding,
     Job,
     JobConfig,
@@ -370,7 +371,7 @@ def latency_history(session: Session, job: Job, test_id: str | None) -> list[dic
         query = (
             select(JobConfig.job_id, JobConfig.label, Run.wall_s)
             .join(Run)
-            .where(JobConfig.job_id.in_(recent), Run.kind.in_(COMMAND_KINDS))
+            .where(JobConfig.job_id.in_(recent), Run.kind.in_(COMMAND_KINDS), UNTRACED)
         )
     else:
         query = (

@@ -13,7 +13,7 @@ from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.measure import pytest_command
 from services.measure.drill import Target, survey_census
-from services.measure.samples import surveyed
+from services.measure.samples import ran_through, surveyed
 from services.measure.stats import Summary, median_interval
 from services.models import COMMAND_KINDS, Job, Run, RunKind
 from services.settings import Settings
@@ -37,6 +37,11 @@ def drill_targets(
         # Every run hit the timeout: no statistic, but where it hangs is what the drill's
         # last snapshot before the kill shows.
         wall = _walls_of(job, lambda run: run.timed_out)
+    elif not wall and pytest_command.is_pytest(job.command) and _walls_of(job, ran_through):
+        # A suite with a failing test exits 1 in every run, yet its passing tests were timed
+        # (services/measure/samples.py ran_through): what the screen found among them is
+        # drilled (tests/unit/services/measure/test_drill_failing_test.py).
+        wall = _walls_of(job, ran_through)
     elif not wall and job.probes:
         # Every run failed, and evidence was asked for by name: trace the failing command.
         wall = _walls_of(job, lambda run: run.exit_code != 0)
@@ -132,7 +137,9 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
 def _walls_of(job: Job, unsuccessful: Callable[[Run], bool]) -> dict[str, Summary]:
     """Per configuration, the median interval of the timing runs that ``unsuccessful`` picks."""
     walls = {
-        config.label: [run.wall_s for run in config.runs if run.kind in COMMAND_KINDS and unsuccessful(run)]
+        config.label: [
+            run.wall_s for run in config.runs if run.kind in COMMAND_KINDS and not run.traced and unsuccessful(run)
+        ]
         for config in job.configs
     }
     return {label: median_interval(values) for label, values in walls.items() if values}

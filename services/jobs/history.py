@@ -32,7 +32,18 @@ from sqlalchemy.orm import Session
 
 from services.diagnose.change_points import CHUNK, on_branch
 from services.jobs.node_class import NodeClass
-from services.models import TEST_HISTORY_KINDS, Job, JobConfig, JobSource, JobStatus, Run, RunKind, TestResult, utcnow
+from services.models import (
+    TEST_HISTORY_KINDS,
+    UNTRACED,
+    Job,
+    JobConfig,
+    JobSource,
+    JobStatus,
+    Run,
+    RunKind,
+    TestResult,
+    utcnow,
+)
 from services.thresholds import Thresholds
 
 
@@ -126,6 +137,8 @@ def stored_runs(
                     or_(Run.kind.in_(TEST_HISTORY_KINDS), and_(Run.kind == RunKind.gate, Run.repetition == 0)),
                     # A failing test's duration is its failure's, not its latency.
                     TestResult.outcome == "passed",
+                    # The census's survey run: its tracer's time is in every duration.
+                    UNTRACED,
                 )
             )
         ]

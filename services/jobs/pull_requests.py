@@ -116,7 +116,7 @@ def head_samples(job: Job, new: frozenset[str]) -> JobSamples:
     if not new:
         return samples
     for config in job.configs:
-        runs = [run for run in config.runs if run.kind in COMMAND_KINDS and succeeded(run)]
+        runs = [run for run in config.runs if run.kind in COMMAND_KINDS and succeeded(run) and not run.traced]
         samples.wall[config.label] = [
             run.wall_s - sum(r.duration_s for r in run.test_results if r.test_id in new and r.outcome == "passed")
             for run in runs

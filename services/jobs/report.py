@@ -88,7 +88,8 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
                 label=config.label,
                 cpus=config.cpus,
                 cpuset=config.cpuset,
-                runs=_runs([run for run in config.runs if run.kind in COMMAND_KINDS]),
+                runs=_runs([run for run in config.runs if run.kind in COMMAND_KINDS and not run.traced]),
+                traced_runs=_runs([run for run in config.runs if run.kind in COMMAND_KINDS and run.traced]),
                 # Stored for the record, never in a statistic (cold caches, .pyc writes).
                 warmup_runs=_runs([run for run in config.runs if run.kind == RunKind.warmup]),
                 focus_runs=_runs([run for run in config.runs if run.kind == RunKind.focus]),
@@ -123,7 +124,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
         )
         for config in job.configs
         for run in config.runs
-        if run.kind in (*COMMAND_KINDS, RunKind.focus) and (run.exit_code != 0 or run.timed_out)
+        if run.kind in (*COMMAND_KINDS, RunKind.focus) and not run.traced and (run.exit_code != 0 or run.timed_out)
     ]
     notes = list(job.notes)
     limits = thresholds or Thresholds()
@@ -296,7 +297,10 @@ def budget_view(job: Job, thresholds: Thresholds) -> ReportBudget:
     limit = job_budget.limit_s(job, thresholds)
     left = state.get("left_out") or {}
     spent = job_budget.spent_s(job)
-    suite = job_budget.reference_s(job)
+    reference = job_budget.untraced_suite_s(job)
+    suite = reference[0] if reference is not None else None
+    whole = job_budget.job_wall_s(job)
+    split = job_budget.split_s(job)
     return ReportBudget(
         limit_s=round(limit, 3) if limit is not None else None,
         given=job.budget_s is not None,
@@ -308,7 +312,16 @@ def budget_view(job: Job, thresholds: Thresholds) -> ReportBudget:
             drill=list(left.get("drill", [])),
         ),
         suite_s=round(suite, 3) if suite is not None else None,
+        suite_config=reference[1] if reference is not None else None,
+        suite_traced=reference[2] if reference is not None else False,
         cost_ratio=round(spent / suite, 2) if suite else None,
+        job_wall_s=round(whole, 3) if whole is not None else None,
+        job_cost_ratio=round(whole / suite, 2) if whole is not None and suite else None,
+        command_s=round(split["command"], 3),
+        evidence_s=round(split["evidence"], 3),
+        calibration_s=round(split["calibration"], 3),
+        # The runs overlap nothing of lagtrace's own (one run at a time): what is left is its own.
+        own_s=round(max(0.0, whole - spent), 3) if whole is not None else None,
     )
 
 

@@ -91,6 +91,10 @@ class ReportConfig(_Part):
     # Timed runs a busy neighbour disturbed (Thresholds.retake_foreign_cpus), each taken
     # again: on record, in no statistic.
     disturbed_runs: list[ReportRun] = []
+    # The survey's run that the census traced (services/measure/drill.py SurveyCensus):
+    # its tracer's time is in its wall time and every duration, so it is evidence, in no
+    # statistic, table or ratio (a suite heavy in reads ran 3x slower under it).
+    traced_runs: list[ReportRun] = []
     wall_s: Interval | None
 
 
@@ -229,11 +233,26 @@ class ReportBudget(_Part):
     given: bool
     spent_s: Number
     left_out: BudgetLeftOut
-    # The suite's own time (its first run with the most CPUs; services/measure/budget.py
-    # reference_s) and what the job's runs cost against it: the cost model's unit
-    # (docs/explanations/cost-model.md). None where no run measured the suite.
+    # The suite's own time: the median of its untraced whole runs with the most CPUs
+    # (services/measure/budget.py untraced_suite_s), the configuration it was taken in, and
+    # whether only a traced run could stand in for it; what the job's runs cost against it:
+    # the cost model's unit (docs/explanations/cost-model.md). None where no run measured
+    # the suite.
     suite_s: Number | None = None
+    suite_config: str | None = None
+    suite_traced: bool = False
     cost_ratio: Number | None = None
+    # The job's whole wall time, created to finished (so far, while it runs), against the
+    # same unit: cloning, preparing, containers, calibration and storing are in it.
+    job_wall_s: Number | None = None
+    job_cost_ratio: Number | None = None
+    # The job's wall time by what it went to: the command's runs, evidence runs (probes and
+    # the census's traced survey run), a gate's calibration loop, and lagtrace's own time
+    # outside any run (start-up, checkout, preparing, probes' set-up, storing).
+    command_s: Number | None = None
+    evidence_s: Number | None = None
+    calibration_s: Number | None = None
+    own_s: Number | None = None
 
 
 class MeasuredOn(_Part):

@@ -76,9 +76,48 @@ def _tests_section(report: Report, all_tests: bool) -> list[str]:
     return [*out, summary]
 
 
+def _traced_lines(report: Report) -> list[str]:
+    """The census's traced survey run, as what it is: evidence whose tracer slowed it, set
+    beside the same configuration's (or else the fastest) untraced median."""
+    fastest = min((c.wall_s.median for c in report.configs if c.wall_s), default=None)
+    out = []
+    for config in report.configs:
+        for run in config.traced_runs:
+            beside = config.wall_s.median if config.wall_s else fastest
+            where = "its untraced median" if config.wall_s else "the fastest untraced median"
+            slowdown = f", {run.wall_s / beside:.1f}x {where}" if beside else ""
+            out.append(
+                f"  {config.label}: its survey run ran under the census's strace (sleeps and reads): "
+                f"{_seconds(run.wall_s)}{slowdown}, in no figure above"
+            )
+    return out
+
+
+def _cost_lines(budget: ReportBudget) -> list[str]:
+    """What the job cost: its whole wall time and its runs', each against the suite's own
+    untraced time, and where the time went."""
+    if budget.job_wall_s is None:
+        return []
+    unit = ""
+    if budget.suite_s:
+        taken = "its only run, traced by the census" if budget.suite_traced else "the median of its untraced runs"
+        unit = f", {budget.job_wall_s / budget.suite_s:.1f}x the suite's own time ({budget.suite_s:.2f} s: {taken}"
+        unit += f" with {budget.suite_config})" if budget.suite_config else ")"
+    parts = [f"the command's runs {budget.command_s or 0:.1f} s"]
+    if budget.evidence_s:
+        parts.append(f"evidence runs {budget.evidence_s:.1f} s")
+    if budget.calibration_s:
+        parts.append(f"calibration {budget.calibration_s:.1f} s")
+    if budget.own_s is not None:
+        share = budget.own_s / budget.job_wall_s if budget.job_wall_s else 0.0
+        parts.append(f"lagtrace's own time outside any run {budget.own_s:.1f} s ({share:.0%})")
+    return [f"Cost: the job took {budget.job_wall_s:.1f} s, created to finished{unit}", f"  {'; '.join(parts)}"]
+
+
 def _budget_section(budget: ReportBudget) -> list[str]:
     limit = budget.limit_s
     out = [
+        *_cost_lines(budget),
         f"Budget: the runs took {budget.spent_s:.1f} s"
         + (f" of {limit:.1f} s" if limit is not None else "")
         + (" (asked for)" if budget.given else " (the default: a multiple of the suite's own time)")
@@ -86,7 +125,7 @@ def _budget_section(budget: ReportBudget) -> list[str]:
             f": {budget.cost_ratio:.1f}x the suite's own time ({budget.suite_s or 0:.1f} s)"
             if budget.cost_ratio is not None
             else ""
-        )
+        ),
     ]
     left = budget.left_out
     if left.tests:
@@ -191,7 +230,7 @@ def render_text(report: Report, all_tests: bool = False) -> str:
                 f"{_seconds(summary.ci_low)} .. {_seconds(summary.ci_high)}" if summary else "-",
                 f"{summary.median / fastest:.1f}x" if summary and fastest else "-",
                 f"{sum(r.user_s + r.sys_s for r in runs) / len(runs):.3f} s" if runs else "-",
-                f"{sum(r.voluntary_ctx_switches for r in runs) // max(1, len(runs))}",
+                f"{sum(r.voluntary_ctx_switches for r in runs) // len(runs)}" if runs else "-",
                 (
                     f"{sum(r.nr_throttled or 0 for r in throttled)}/{sum(r.nr_periods or 0 for r in throttled)}"
                     if throttled
@@ -206,11 +245,17 @@ def render_text(report: Report, all_tests: bool = False) -> str:
             ["config", "runs", "median", "interval", "vs fastest", "cpu/run", "vol.cs/run", "throttled"], rows
         )
     ]
+    out += _traced_lines(report)
 
     if report.tests:
         out += ["", *_tests_section(report, all_tests)]
     budget = report.budget
-    if budget and (budget.given or any(budget.left_out.model_dump().values()) or budget.cost_ratio is not None):
+    if budget and (
+        budget.given
+        or any(budget.left_out.model_dump().values())
+        or budget.cost_ratio is not None
+        or budget.job_wall_s is not None
+    ):
         out += ["", *_budget_section(budget)]
 
     if report.gate:

@@ -39,6 +39,7 @@ from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
 from services.measure.probes.census import CensusProbe, calls, suspects
 from services.measure.runs import Measured, Wrapping, run_once
+from services.measure.samples import ran_through, succeeded
 from services.measure.stats import Summary
 from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
@@ -60,7 +61,9 @@ def no_targets(job: Job) -> str:
     """Why the drill ran nothing, as it was: every run failed, a pull request's comparison
     (which needs no evidence runs), or a screen that found nothing."""
     timing = [run for config in job.configs for run in config.runs if run.kind in COMMAND_KINDS]
-    if timing and not any(run.exit_code == 0 and not run.timed_out for run in timing):
+    # A pytest run that exited 1 because some test failed timed the others: measured.
+    measured = ran_through if pytest_command.is_pytest(job.command or []) else succeeded
+    if timing and not any(measured(run) for run in timing):
         return NO_TARGETS_ALL_FAILED
     base_kinds = (RunKind.base, RunKind.base_warmup, RunKind.base_focus)
     if any(run.kind in base_kinds for config in job.configs for run in config.runs):
@@ -257,6 +260,19 @@ def _one_side(job: Job, target: Target) -> str:
     return min(dict.fromkeys([slow, fast]), key=cost)
 
 
+def census_config(job: Job) -> JobConfig | None:
+    """The configuration whose survey run the census traces: without a quota (a throttled
+    run's durations are what the quota made them), and on the fewest CPUs, where tracer and
+    traced take turns on one core (each ptrace stop cost 3-5x more across two cores:
+    docs/explanations/cost-model.md), so its slowdown is least. Never the widest when there
+    is another: the widest is the gate's configuration (services/jobs/gate.py), whose
+    untraced survey runs are the history gates compare with. None: every one has a quota."""
+    free = [config for config in job.configs if config.cpus is None]
+    gate = budget.widest(job)
+    others = [config for config in free if config is not gate] or free
+    return min(others, key=lambda c: (cpu_config(c).effective_cpus, c.position), default=None)
+
+
 def survey_census(job: Job) -> list[Evidence]:
     """The census evidence the survey took (SurveyCensus): one per traced survey run, so
     one per shard of a suite screened in shards, each on its shard's node."""
@@ -448,11 +464,12 @@ def _evidence_run(
 
 class SurveyCensus:
     """The census (services/measure/probes/census.py) taken in the survey itself: the head's
-    warm-up run in the configuration with the most CPUs and no quota runs under the census's
-    strace, so each test's sleeps and reads cost the tracer's overhead, not another run of the
-    suite (a census run of its own cost 1.03 x a 300 s suite: a fifth of a job). Its tests
-    that look like polling or tiny reads (``suspects``) are stored in its evidence, which the
-    drill reads on whichever worker finishes the job."""
+    warm-up run in one configuration (``census_config``) runs under the census's strace, so
+    each test's sleeps and reads cost the tracer's overhead, not another run of the suite (a
+    census run of its own cost 1.03 x a 300 s suite: a fifth of a job). Its tests that look
+    like polling or tiny reads (``suspects``) are stored in its evidence, which the drill
+    reads on whichever worker finishes the job. The traced run is evidence, never timing
+    (Run.traced): no figure of the report, the history or the budget's unit comes from it."""
 
     def __init__(
         self,
@@ -465,9 +482,8 @@ class SurveyCensus:
     ) -> None:
         self.session, self.job, self.executor = session, job, executor
         self.thresholds, self.store, self.progress = thresholds, store, progress
-        widest = budget.widest(job)
-        # Under a quota a run is throttled, and its durations are what the quota made them.
-        self.label = widest.label if widest is not None and widest.cpus is None else None
+        chosen = census_config(job)
+        self.label = chosen.label if chosen is not None else None
         self.counted: CensusContent | None = None
         self._probe: CensusProbe | None = None
 

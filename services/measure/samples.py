@@ -1,7 +1,8 @@
 """The screen's numbers for one job, gathered from the database (the record).
 
 Only runs that measured the program doing its work count: warm-up runs, runs that
-timed out and runs that failed are kept in the record but left out here. A pytest run
+timed out, runs that failed and runs a tracer ran beside (the census's survey run:
+Run.traced) are kept in the record but left out here. A pytest run
 that exited 1 (some test failed) still timed its passing tests correctly; those count,
 the failed tests' cases do not (a failure path has its own latency).
 """
@@ -95,7 +96,7 @@ def surveyed(job: Job) -> dict[str, dict[str, list[float]]]:
     found: dict[str, dict[str, list[float]]] = {}
     for config in job.configs:
         for run in config.runs:
-            if run.kind is not RunKind.survey:
+            if run.kind is not RunKind.survey or run.traced:
                 continue
             for result in run.test_results:
                 if result.outcome == "passed":
@@ -136,7 +137,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
             samples.quotas[config.label] = config.cpus
         if config.cpuset:
             samples.pinned[config.label] = len(parse_cpulist(config.cpuset))
-        timing_runs = [run for run in config.runs if run.kind in command_kinds]
+        timing_runs = [run for run in config.runs if run.kind in command_kinds and not run.traced]
         samples.wall[config.label] = [run.wall_s for run in timing_runs if succeeded(run)]
         samples.wall_load[config.label] = [run.foreign_cpus or 0.0 for run in timing_runs if succeeded(run)]
         samples.cpu[config.label] = [(run.user_s or 0.0) + (run.sys_s or 0.0) for run in timing_runs if succeeded(run)]
@@ -144,7 +145,7 @@ def collect(job: Job, kind: RunKind = RunKind.timing) -> JobSamples:
         completed = [run for run in timing_runs if succeeded(run) or (pytest_run and ran_through(run))]
         samples.shares[config.label] = [share for run in completed if (share := _share(run)) is not None]
         for run in (run for run in config.runs if run.kind in test_kinds):
-            if not ran_through(run):
+            if not ran_through(run) or run.traced:
                 continue
             for result in run.test_results:
                 if result.outcome == "passed":

@@ -188,6 +188,21 @@ def test_a_gates_one_run_of_the_suite_is_history_and_its_later_runs_are_not(db_s
     assert history(session, gate.project_id)[TEST].durations == pytest.approx([0.25])
 
 
+def test_the_survey_run_the_census_traced_is_no_history(db_session):
+    # Its tracer's time is in every duration (click's suite ran 3.2x slower under it):
+    # a gate compared with it would take a 2x regression for a speed-up.
+    session = db_session
+    traced = stored_job(session, 0.3, runs=1)
+    [config] = [c for c in traced.configs if c.label == WIDE]
+    [survey] = [run for run in config.runs if run.kind is RunKind.survey]
+    survey.probe = "census"
+    untraced = stored_job(session, 0.2, runs=1, days_ago=2)
+    session.flush()
+    found = history(session, traced.project_id)
+    assert found[TEST].job_ids == [untraced.id]
+    assert found[TEST].durations == pytest.approx([0.201])
+
+
 def test_a_jobs_calibration_is_the_least_cpu_time_of_its_runs_of_the_loop(db_session):
     """One run of the calibration loop took 0.25-0.41 s of CPU on a quiet VM here: the
     least of a job's runs is its calibration (interference only adds time), newest job first."""
