@@ -21,10 +21,13 @@ the drill's targets (and, in jobs of earlier versions, the census, then a run of
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+import statistics
 from typing import Any
 
 from services.measure.configs import cpu_config
+from services.measure.pytest_command import PYTEST_TESTS_FAILED
 from services.models import Job, JobConfig, Run, RunKind
 from services.thresholds import Thresholds
 
@@ -55,6 +58,69 @@ def reference_s(job: Job) -> float | None:
         if run.kind in FIRST_ROUND or (run.kind is RunKind.gate and run.repetition == 0):
             first.setdefault(run.shard, run)
     return sum(run.wall_s for run in first.values()) if first else None
+
+
+def untraced_suite_s(job: Job) -> tuple[float, str, bool] | None:
+    """(seconds, configuration label, traced) of the suite's own time as a user's stopwatch
+    would take it: the median of its untraced whole runs that ran to their end (a run in
+    which some test failed timed the suite all the same) in the configuration with the most
+    CPUs, else in the first configuration that has some. A warm-up counts only where no
+    later run timed the whole command (a small program's warm-up is as long as its timing
+    runs; a cold .pyc write is noise at this scale). ``traced`` True: no whole run went
+    untraced anywhere (one configuration, whose survey run the census traced), so its
+    traced run stands in, and the figure says so. The unit of the report's cost ratios
+    (docs/explanations/cost-model.md); the budget's own limit stays on ``reference_s``."""
+    gate_first = (RunKind.gate, 0)
+    ordered = sorted(job.configs, key=lambda c: (c is not widest(job), c.position))
+
+    def whole(run: Run) -> bool:
+        ended = not run.timed_out and run.exit_code in (0, PYTEST_TESTS_FAILED)
+        timed = run.kind in (RunKind.timing, RunKind.survey) or (run.kind, run.repetition) == gate_first
+        return ended and timed
+
+    for traced in (False, True):
+        for config in ordered:
+            runs = [run for run in config.runs if whole(run) and run.traced is traced]
+            if not runs:
+                runs = [
+                    run
+                    for run in config.runs
+                    if run.kind is RunKind.warmup
+                    and run.traced is traced
+                    and not run.timed_out
+                    and run.exit_code in (0, PYTEST_TESTS_FAILED)
+                ]
+            if runs:
+                return statistics.median(run.wall_s for run in runs), config.label, traced
+    return None
+
+
+def split_s(job: Job) -> dict[str, float]:
+    """The runs' wall time by what they were for: ``command`` (the screen's and a gate's
+    runs of the project's command), ``evidence`` (probes, and the survey's run the census
+    traced), ``calibration`` (a gate's runs of lagtrace's own loop)."""
+    split = {"command": 0.0, "evidence": 0.0, "calibration": 0.0}
+    for config in job.configs:
+        for run in config.runs:
+            if run.kind is RunKind.calibration:
+                split["calibration"] += run.wall_s
+            else:
+                split["evidence" if run.kind is RunKind.evidence or run.traced else "command"] += run.wall_s
+    return split
+
+
+def job_wall_s(job: Job, now: dt.datetime | None = None) -> float | None:
+    """The job's whole wall time, created to finished (to ``now`` while it runs): what a
+    stopwatch beside it reads, with cloning, preparing, containers and storing in it."""
+    if job.created_at is None:
+        return None
+    end = job.finished_at or now or dt.datetime.now(dt.UTC)
+    return max(0.0, (_aware(end) - _aware(job.created_at)).total_seconds())
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    # SQLite hands back naive datetimes; every one lagtrace stores is UTC (models.utcnow).
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def limit_s(job: Job, thresholds: Thresholds) -> float | None:
