@@ -9,16 +9,12 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 from pydantic import ValidationError
 
 from services.errors import BadInput, LagtraceError, ServiceUnreachable
 from services.settings import Settings
-
-if TYPE_CHECKING:
-    from services.jobs.report_schema import Report
 
 
 def _load_settings() -> Settings:
@@ -658,7 +654,7 @@ def submit(
     command,
 ) -> None:
     """Submit COMMAND (after --) to a lagtrace server and print its report."""
-    from cli.submit import ApiClient, ApiError, submit_and_wait
+    from cli.submit import ApiClient, ApiError, exit_status, submit_and_wait
     from services.jobs.report_schema import parse_report
     from services.jobs.report_text import render_text
     from services.measure.drill import parse_evidence
@@ -703,26 +699,11 @@ def submit(
         _progress(f"report written to {json_path}")
     report = parse_report(job["report"])
     click.echo(render_text(report, all_tests=all_tests), nl=False)
-    if job["status"] != "done":
-        click.echo(f"lagtrace: job {job['id']} {job['status']}: {job['error']}", err=True)
-        sys.exit(1)
-    failed = _failed_everywhere(report)
-    if failed is not None:
-        click.echo(f"lagtrace: failed: job {job['id']}: {failed}", err=True)
-        sys.exit(1)
-
-
-def _failed_everywhere(report: Report) -> str | None:
-    """Why nothing was measured, when the command failed in every run of every configuration.
-
-    Such a job is done (its report says what happened) but measured nothing: a script
-    that submits and checks the exit status must not read it as a clean result."""
-    for finding in report.findings:
-        if finding.kind == "command_failed" and finding.config is None:
-            tail = finding.metrics.get("output_tail") or ""
-            last = tail.strip().splitlines()[-1:] if tail.strip() else []
-            return finding.title + (f"; last output: {last[0]}" if last else "")
-    return None
+    status, said = exit_status(job, report)
+    if said is not None:
+        click.echo(said, err=True)
+    if status:
+        sys.exit(status)
 
 
 def main() -> None:

@@ -11,7 +11,10 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.jobs.report_schema import Report
 
 # Left out of an uploaded directory: history, environments and caches are not the code.
 SKIP_DIRS = {
@@ -154,3 +157,20 @@ def _warning(job: dict[str, Any]) -> str:
     """A lost worker, or none alive to take the job, as the server sees it."""
     warning = (job.get("progress") or {}).get("warning")
     return f" ({warning})" if warning else ""
+
+
+def exit_status(job: dict[str, Any], report: Report) -> tuple[int, str | None]:
+    """`submit`'s exit status for a job it followed to its end, and a line for stderr.
+
+    As for `lagtrace run` (docs/reference/cli.md): 0 when the job is done and its report
+    produced, whatever the command did; a test that failed, or a command that failed in
+    every run, is the report's command_failed finding, not lagtrace failing, and is named
+    on stderr too. 1 when the job itself failed or was cancelled."""
+    if job["status"] != "done":
+        return 1, f"lagtrace: job {job['id']} {job['status']}: {job['error']}"
+    for finding in report.findings:
+        if finding.kind == "command_failed":
+            tail = finding.metrics.get("output_tail") or ""
+            last = tail.strip().splitlines()[-1:] if tail.strip() else []
+            return 0, f"lagtrace: job {job['id']}: {finding.title}" + (f"; last output: {last[0]}" if last else "")
+    return 0, None

@@ -1,6 +1,6 @@
 """`lagtrace serve`, `worker` and `submit` as a new user meets them: a work directory the
 containers cannot read is refused at start-up, and a job whose command failed in every run
-makes `submit` exit non-zero with the reason."""
+is printed with its command_failed finding, named on stderr, and exit 0 as `run` does."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def serving(database_url: str, tmp_path: Path):
         log.close()
 
 
-def test_submit_exits_1_with_the_reason_when_the_command_failed_in_every_run(sqlite_url, tmp_path):
+def test_submit_exits_0_with_the_report_and_names_a_command_that_failed_in_every_run(sqlite_url, tmp_path):
     assert run_cli(["migrate"], sqlite_url).returncode == 0
     token = run_cli(["token", "create", "--project", "octo/demo"], sqlite_url)
     assert token.returncode == 0, token.stderr
@@ -123,8 +123,10 @@ def test_submit_exits_1_with_the_reason_when_the_command_failed_in_every_run(sql
         assert queued.group(2) == f"{url}/jobs/{queued.group(1)}"
         page = requests.get(queued.group(2), allow_redirects=False, timeout=10)
         assert page.status_code == 302 and page.headers["Location"].endswith(f"?next=/jobs/{queued.group(1)}")
-    assert done.returncode == 1, (done.stdout, done.stderr)
-    assert "command_failed" in done.stdout  # the report itself is still printed
+    # As `lagtrace run`: a report was produced (docs/reference/cli.md); the command's
+    # failure is its command_failed finding, and stderr names it.
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "command_failed" in done.stdout
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("lagtrace: failed: job ") and "failed in all" in last, done.stderr
+    assert last.startswith(f"lagtrace: job {queued.group(1)}: ") and "failed in all" in last, done.stderr
     assert "exit 3" in done.stdout and "cannot import the thing under test" in last
