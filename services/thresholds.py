@@ -118,6 +118,11 @@ class Thresholds(BaseModel):
     # one CPU) by this factor: a single thread under cpus=0.5 is slowed 2x by physics, and
     # resizing pools it does not have would not help.
     cpu_throttling_min_parallelism: float = Field(1.3, ge=1)
+    # ... and only when what it costs beyond the quota's share of its useful work is at
+    # least this share of the run: that share is a ratio of two configurations' medians,
+    # and a healthy pytest -n 2 run's CPU time under cpus=0.5 was 11 % above its one-core
+    # run's (tests/unit/services/diagnose/test_timing_rules.py, xdist workers).
+    cpu_throttling_min_share: float = Field(0.1, ge=0, le=1)
     # Its severity: the seconds throttling costs beyond the quota's share, as a share of
     # the median run's wall time: from this share medium, from the next high.
     cpu_throttling_medium_share: float = Field(0.2, gt=0, le=1)

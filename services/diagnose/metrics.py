@@ -194,6 +194,17 @@ class CpuThrottlingMetrics(Metrics):
     quota_cpus: float  # the configuration's quota, in CPUs
     # What throttling costs beyond the quota's share of the work: the cause's weight.
     accounts_s: float
+    # The quota's share (services/measure/useful_work.py): the CPU time that made progress,
+    # the configuration that measured it, and the median run's time it explains; absent
+    # where no configuration ran without a quota (accounts_s is then the time held back).
+    useful_cpu_s: float | None = omitted_when_none()
+    useful_config: str | None = omitted_when_none()
+    expected_s: float | None = omitted_when_none()
+    # CPU time the widest configuration without a quota burned beyond what its speedup
+    # bought (spinning), and that speedup.
+    spinning_s: float | None = omitted_when_none()
+    speedup: float | None = omitted_when_none()
+    method: str | None = omitted_when_none()
 
 
 class EventLoopBlockedMetrics(Metrics):
