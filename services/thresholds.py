@@ -17,6 +17,11 @@ class Thresholds(BaseModel):
     # Ratios from which a cpu_sensitivity finding is medium / high severity.
     severity_medium_ratio: float = Field(4.0, gt=1.0)
     severity_high_ratio: float = Field(10.0, gt=1.0)
+    # Ratios from which a regression (a gate's or a pull request's `slower_than_base`) is
+    # medium / high. Lower than a configuration's: a test that got 2x slower in one commit
+    # costs every later run twice its time, a change worth a look, not a note.
+    regression_medium_ratio: float = Field(1.5, gt=1.0)
+    regression_high_ratio: float = Field(3.0, gt=1.0)
     # ... and the slow median at least this many seconds above the fast one: a 2x of a
     # 3 ms test is a scheduler tick, not a finding.
     cpu_sensitivity_min_s: float = Field(0.01, ge=0)

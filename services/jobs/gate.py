@@ -605,7 +605,7 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
         finding = Finding(
             job=job,
             kind=FINDING_KIND,
-            severity=graded(ratio, thresholds.severity_medium_ratio, thresholds.severity_high_ratio),
+            severity=graded(ratio, thresholds.regression_medium_ratio, thresholds.regression_high_ratio),
             title=f"{test.test} is {ratio:.1f}x slower than in {where} stored runs",
             detail=(
                 f"median {format_seconds(statistics.median(fresh))} in {len(fresh)} fresh runs against "

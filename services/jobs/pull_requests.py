@@ -222,7 +222,7 @@ def _findings(session: Session, job: Job, source: JobSource, changes: list[Chang
         ratio, base = change.ratio or 0.0, change.base
         if base is None:
             continue  # never: only a compared change regresses
-        severity = graded(ratio, thresholds.severity_medium_ratio, thresholds.severity_high_ratio)
+        severity = graded(ratio, thresholds.regression_medium_ratio, thresholds.regression_high_ratio)
         what = test_id or "the command"
         scope = test_id or "command:" + shlex.join(job.command)
         finding = Finding(

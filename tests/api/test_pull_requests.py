@@ -87,6 +87,8 @@ def test_a_pull_request_that_slows_one_test_5x_fails_until_its_finding_is_muted(
     assert verdicts[f"{TEST_FILE}::test_steady"]["verdict"] in ("unchanged", "too_noisy")
     [slower] = [f for f in job["report"]["findings"] if f["kind"] == "slower_than_base"]
     assert slower["test"] == TARGET and slower["status"] == "new"
+    # Its severity follows its size (regression_high_ratio 3x): never a note.
+    assert slower["severity"] == ("high" if slower["metrics"]["ratio"] >= 3 else "medium"), slower
 
     check = completed_check_run(github_server, job["id"])
     assert check.body["conclusion"] == "failure", check.body["output"]

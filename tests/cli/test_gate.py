@@ -174,6 +174,7 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     [slower] = [f for f in moved["findings"] if f["kind"] == "slower_than_base"]
     assert slower["test"] == TARGET and slower["metrics"]["base_commit"] is None, slower
     assert slower["metrics"]["ratio"] > 5 and "stored runs" in slower["title"], slower
+    assert slower["severity"] == "high", slower  # 3x and more (regression_high_ratio)
 
     # The job page shows the same verdicts.
     dashboard = build_dashboard(sqlite_url, tmp_path / "web", run_jobs=False, migrated=True)
