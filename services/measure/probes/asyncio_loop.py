@@ -1,12 +1,21 @@
-"""asyncio_loop: event-loop callbacks that ran too long, and what they were blocked in.
+"""asyncio_loop: how long event-loop callbacks held the loop, and what they were blocked in.
 
 asyncio's debug mode reports a slow callback (PYTHONASYNCIODEBUG=1, `Executing <Task
 ...> took 0.120 seconds`) but names the task, not the blocking call, and only past
 100 ms. This probe installs a `sitecustomize` hook (as the faulthandler probe does)
-that wraps `asyncio.events.Handle._run` once asyncio is imported: a watchdog thread
-takes the loop thread's stack (`sys._current_frames`) when a callback has run past the
-threshold, which is the blocking call itself (a synchronous logging handler, a
-`requests.get`, a `time.sleep`). Each process writes its slow callbacks as JSON at exit.
+that wraps `asyncio.events.Handle._run` once asyncio is imported. It keeps:
+
+- every callback's duration, by bucket, and the callbacks from the floor on
+  (Thresholds.event_loop_blocked_floor_s) by description, with their time in all: what
+  the loop lost is the sum, and 120 callbacks of 15 ms block it 1.8 s though none is
+  long;
+- a heartbeat on each loop (a timer every HEARTBEAT_S, cancelled when the loop stops):
+  how late it fired is the loop's lag as a coroutine experiences it;
+- for a callback past SLOW_CALLBACK_S, the loop thread's stack (`sys._current_frames`,
+  taken by a watchdog thread while it is stuck), which is the blocking call itself (a
+  synchronous logging handler, a `requests.get`, a `time.sleep`).
+
+Each process writes its report as JSON at exit (docs/explanations/evidence.md).
 """
 
 from __future__ import annotations
@@ -19,29 +28,48 @@ from services.evidence import AsyncioLoopContent, EvidenceKind
 from services.measure.executors.base import RunResult
 from services.measure.probes.base import EvidenceDraft, Probe, unavailable
 from services.measure.probes.hooks import install_hook
+from services.thresholds import Thresholds
 
 KIND = EvidenceKind.asyncio_loop
 HOOK_DIR = "asyncio-hook"
 OUTPUT_PREFIX = "asyncio-loop"
-# A callback on a healthy loop takes microseconds to a few milliseconds; 20 ms is a
-# frame of a 50 Hz UI and a fifth of asyncio debug mode's own slow_callback_duration.
+# The stacks are taken from here: 20 ms is a frame of a 50 Hz UI and a fifth of asyncio
+# debug mode's own slow_callback_duration, and two py-spy samples at 100 Hz.
 SLOW_CALLBACK_S = 0.02
+# The heartbeat's period: a fraction of the floor's multiples, and at 200 wake-ups a second
+# an idle loop's cost stays in the tens of microseconds per beat.
+HEARTBEAT_S = 0.005
+# Bucket edges of the durations and lags; the floor and SLOW_CALLBACK_S are added.
+EDGES_S = (0.001, 0.002, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0)
 TOP = 5
 
 SITECUSTOMIZE = '''\
-"""Installed by lagtrace for one evidence run: report asyncio callbacks that block the loop."""
+"""Installed by lagtrace for one evidence run: how long asyncio callbacks hold the loop."""
 import atexit
+import bisect
 import json
 import os
+import re
 import sys
 import threading
 import time
 
 _threshold = float(os.environ["LAGTRACE_ASYNCIO_SLOW_S"])
+_floor = float(os.environ["LAGTRACE_ASYNCIO_FLOOR_S"])
+_period = float(os.environ["LAGTRACE_ASYNCIO_HEARTBEAT_S"])
+_edges = [float(edge) for edge in os.environ["LAGTRACE_ASYNCIO_EDGES_S"].split(",")]
 _path = "%s.%d.json" % (os.environ["LAGTRACE_ASYNCIO_PREFIX"], os.getpid())
 _running = {}  # loop thread id -> [callback description, start, stack or None]
 _slow = []
-_state = {"callbacks": 0, "patched": False}
+_state = {"callbacks": 0, "patched": False, "looped": False}
+_durations = [[0, 0.0] for _ in range(len(_edges) + 1)]  # per bucket: count, seconds
+_lags = [[0, 0.0] for _ in range(len(_edges) + 1)]
+_heartbeat = {"beats": 0, "lag_total_s": 0.0, "lag_max_s": 0.0, "late_beats": 0}
+_held = {}  # description, its task's name left out -> [count, seconds, longest, lag]
+_HELD_KEYS = 1000
+_TASK_NAME = re.compile(r"^Task [^:]*: ")
+_BEAT = "_lagtrace_heartbeat"  # the loop's heartbeat: [due, timer handle, longest s, its key]
+_unbeatable = set()  # ids of loops that take no attribute (no heartbeat there)
 
 
 def _describe(handle):
@@ -78,6 +106,42 @@ def _watch():
                 entry[2] = _stack(frame) if frame is not None else []
 
 
+def _add(buckets, seconds):
+    bucket = buckets[bisect.bisect_left(_edges, seconds)]
+    bucket[0] += 1
+    bucket[1] += seconds
+
+
+def _beat(loop):
+    state = getattr(loop, _BEAT, None)
+    if state is None:
+        return
+    now = loop.time()
+    lag = max(0.0, now - state[0])
+    _heartbeat["beats"] += 1
+    _heartbeat["lag_total_s"] += lag
+    _heartbeat["lag_max_s"] = max(_heartbeat["lag_max_s"], lag)
+    _add(_lags, lag)
+    if lag >= _floor:
+        _heartbeat["late_beats"] += 1
+        if state[3] is not None and state[3] in _held:
+            _held[state[3]][3] += lag
+    state[0], state[2], state[3] = now + _period, 0.0, None
+    state[1] = loop.call_at(state[0], _beat, loop)
+
+
+def _start_beat(loop):
+    if id(loop) in _unbeatable or getattr(loop, _BEAT, None) is not None:
+        return
+    state = [loop.time() + _period, None, 0.0, None]
+    try:
+        setattr(loop, _BEAT, state)
+    except (AttributeError, TypeError):
+        _unbeatable.add(id(loop))
+        return
+    state[1] = loop.call_at(state[0], _beat, loop)
+
+
 def _patch(events):
     if _state["patched"]:
         return
@@ -85,6 +149,13 @@ def _patch(events):
     original = events.Handle._run
 
     def _run(self):
+        if self._callback is _beat:
+            return original(self)
+        loop = self._loop
+        beat = getattr(loop, _BEAT, None) if loop is not None else None
+        if beat is None and loop is not None:
+            _start_beat(loop)
+            beat = getattr(loop, _BEAT, None)
         ident = threading.get_ident()
         entry = [self, time.perf_counter(), None]
         _running[ident] = entry
@@ -94,6 +165,17 @@ def _patch(events):
         finally:
             _running.pop(ident, None)
             took = time.perf_counter() - entry[1]
+            _add(_durations, took)
+            if took >= _floor:
+                key = _TASK_NAME.sub("Task ", _describe(self))
+                if key not in _held and len(_held) >= _HELD_KEYS:
+                    key = "other callbacks"
+                held = _held.setdefault(key, [0, 0.0, 0.0, 0.0])
+                held[0] += 1
+                held[1] += took
+                held[2] = max(held[2], took)
+                if beat is not None and took > beat[2]:
+                    beat[2], beat[3] = took, key
             if took >= _threshold and len(_slow) < 10000:
                 _slow.append({"callback": _describe(self), "seconds": took, "stack": entry[2] or []})
 
@@ -101,22 +183,60 @@ def _patch(events):
     threading.Thread(target=_watch, name="lagtrace-asyncio-watchdog", daemon=True).start()
 
 
+def _patch_loop(base_events):
+    """A loop that stops drops its heartbeat: a beat due while it stood stopped (between
+    two run_until_complete calls) would read the pause as lag."""
+    if _state["looped"]:
+        return
+    _state["looped"] = True
+    original = base_events.BaseEventLoop.run_forever
+
+    def run_forever(self):
+        try:
+            return original(self)
+        finally:
+            state = getattr(self, _BEAT, None)
+            if state is not None:
+                try:
+                    delattr(self, _BEAT)
+                except AttributeError:
+                    pass
+                if state[1] is not None:
+                    state[1].cancel()
+
+    base_events.BaseEventLoop.run_forever = run_forever
+
+
 def _write():
     if _state["patched"]:
         with open(_path, "w") as out:
-            report = {"pid": os.getpid(), "threshold_s": _threshold, "callbacks": _state["callbacks"]}
+            report = {
+                "pid": os.getpid(),
+                "threshold_s": _threshold,
+                "floor_s": _floor,
+                "heartbeat_s": _period,
+                "edges_s": _edges,
+                "callbacks": _state["callbacks"],
+                "durations": _durations,
+                "lags": _lags,
+                "heartbeat": _heartbeat,
+                "held": _held,
+            }
             json.dump(dict(report, slow=_slow), out)
 
 
 atexit.register(_write)
 
+_PATCHES = {"asyncio.events": _patch, "asyncio.base_events": _patch_loop}
+
 
 class _AsyncioHook:
-    """Patch asyncio.events right after it is imported, so a program that never uses
-    asyncio pays nothing."""
+    """Patch asyncio.events and asyncio.base_events right after they are imported, so a
+    program that never uses asyncio pays nothing."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "asyncio.events":
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         sys.meta_path.remove(self)
         try:
@@ -130,7 +250,7 @@ class _AsyncioHook:
 
         def _exec(module):
             exec_module(module)
-            _patch(module)
+            patch(module)
 
         spec.loader.exec_module = _exec
         return spec
@@ -139,10 +259,10 @@ class _AsyncioHook:
         return None
 
 
-if "asyncio.events" in sys.modules:
-    _patch(sys.modules["asyncio.events"])
-else:
-    sys.meta_path.insert(0, _AsyncioHook())
+sys.meta_path.insert(0, _AsyncioHook())
+for _name, _patcher in _PATCHES.items():
+    if _name in sys.modules:
+        _patcher(sys.modules[_name])
 '''
 
 
@@ -192,6 +312,7 @@ def summarize(reports: list[dict]) -> dict:
             slow_count += 1
     ranked = sorted(groups.items(), key=lambda item: -item[1]["total_s"])
     return {
+        **_held(reports),
         "callbacks": callbacks,
         "slow_callbacks": slow_count,
         "blocked_s": round(slow_total, 4),
@@ -206,14 +327,82 @@ def summarize(reports: list[dict]) -> dict:
     }
 
 
+def _buckets(edges: list[float], reports: list[list[list[float]]]) -> list[dict]:
+    """Per-process [count, seconds] buckets over the same edges, summed."""
+    uppers: list[float | None] = [*edges, None]
+    return [
+        {
+            "upper_s": upper,
+            "count": sum(int(report[i][0]) for report in reports if i < len(report)),
+            "total_s": round(sum(report[i][1] for report in reports if i < len(report)), 4),
+        }
+        for i, upper in enumerate(uppers)
+    ]
+
+
+def _held(reports: list[dict]) -> dict:
+    """The loop's blocked time in all: every callback from the floor on, by description,
+    worst total first; the durations of all callbacks and the heartbeat's lags by bucket.
+    Nothing where the hook predates them (its reports kept only the slow callbacks)."""
+    kept = [report for report in reports if "held" in report]
+    if not kept:
+        return {}
+    callers: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for report in kept:
+        for callback, (count, total, longest, lag) in report["held"].items():
+            caller = callers[callback]
+            caller[0] += count
+            caller[1] += total
+            caller[2] = max(caller[2], longest)
+            caller[3] += lag
+    ranked = sorted(callers.items(), key=lambda item: -item[1][1])
+    beats = [report["heartbeat"] for report in kept]
+    edges = kept[0]["edges_s"]
+    same = [report for report in kept if report["edges_s"] == edges]
+    return {
+        "floor_s": kept[0]["floor_s"],
+        "held_callbacks": int(sum(caller[0] for caller in callers.values())),
+        "held_s": round(sum(caller[1] for caller in callers.values()), 4),
+        "callers": [
+            {
+                "callback": callback,
+                "count": int(count),
+                "total_s": round(total, 4),
+                "max_s": round(longest, 4),
+                "lag_s": round(lag, 4),
+            }
+            for callback, (count, total, longest, lag) in ranked[:TASKS]
+        ],
+        "durations": _buckets(edges, [report["durations"] for report in same]),
+        "heartbeat": {
+            "period_s": kept[0]["heartbeat_s"],
+            "beats": sum(beat["beats"] for beat in beats),
+            "lag_total_s": round(sum(beat["lag_total_s"] for beat in beats), 4),
+            "lag_max_s": round(max(beat["lag_max_s"] for beat in beats), 4),
+            "late_beats": sum(beat["late_beats"] for beat in beats),
+            "lags": _buckets(edges, [report["lags"] for report in same]),
+        },
+    }
+
+
+def edges_s(floor_s: float) -> list[float]:
+    return sorted({*EDGES_S, floor_s, SLOW_CALLBACK_S})
+
+
 class AsyncioLoopProbe(Probe):
     name = KIND.value
     kind = KIND
+
+    # The threshold's default: a probe runs before, and apart from, the rules' Thresholds.
+    floor_s = Thresholds().event_loop_blocked_floor_s
 
     def env(self) -> dict[str, str]:
         return {
             **install_hook(self.context.run_dir / HOOK_DIR, self.visible(HOOK_DIR), SITECUSTOMIZE),
             "LAGTRACE_ASYNCIO_SLOW_S": str(SLOW_CALLBACK_S),
+            "LAGTRACE_ASYNCIO_FLOOR_S": str(self.floor_s),
+            "LAGTRACE_ASYNCIO_HEARTBEAT_S": str(HEARTBEAT_S),
+            "LAGTRACE_ASYNCIO_EDGES_S": ",".join(map(str, edges_s(self.floor_s))),
             "LAGTRACE_ASYNCIO_PREFIX": self.visible(OUTPUT_PREFIX),
         }
 

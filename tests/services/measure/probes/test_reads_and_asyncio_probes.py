@@ -70,3 +70,44 @@ def test_asyncio_loop_probe_names_the_blocking_call(executor, tmp_path):
 def test_asyncio_loop_probe_says_when_no_loop_ran(executor, tmp_path):
     _, _, drafts = run_probe(executor, "asyncio_loop", python_program(tmp_path, "print(1)\n"), tmp_path / "run")
     assert drafts["asyncio_loop"].content.status == "unavailable"
+
+
+SHORT_BLOCKS = textwrap.dedent("""
+    import asyncio, time
+    def lookup():
+        time.sleep(0.015)  # a synchronous call, under the 20 ms the stacks are taken from
+    async def test_blocks():
+        for _ in range(120):
+            lookup()
+            await asyncio.sleep(0.0005)
+    async def test_quick():
+        for _ in range(60):
+            await asyncio.sleep(0.005)
+    asyncio.run(test_blocks())
+    time.sleep(0.3)  # between two loops: no loop runs, so no timer of one is late
+    asyncio.run(test_quick())
+""")
+
+
+def test_asyncio_loop_probe_weighs_many_short_blocks_and_the_lag_they_caused(executor, tmp_path):
+    command = python_program(tmp_path, SHORT_BLOCKS, "test_server.py")
+    _, _, drafts = run_probe(executor, "asyncio_loop", command, tmp_path / "run")
+    content = drafts["asyncio_loop"].content
+    assert content.ok and content.slow_callbacks == 0
+    # The 120 blocks of 15 ms, each from the floor on: the loop's blocked time in all.
+    assert content.floor_s == 0.005 and content.held_callbacks == 120
+    assert 1.75 <= content.held_s <= 2.4
+    [blocks] = [caller for caller in content.callers if "test_blocks" in caller.callback]
+    assert blocks.callback.startswith("Task test_blocks (") and "test_server.py:5" in blocks.callback
+    assert blocks.count == 120
+    assert not any("test_quick" in caller.callback for caller in content.callers)
+    by_upper = {bucket.upper_s: bucket.count for bucket in content.durations}
+    assert by_upper[0.02] + by_upper[0.01] >= 115  # 15 ms and the sleep's overshoot
+    # The heartbeat fired late behind each block, and its lag is charged to them; the
+    # 0.3 s between the two loops is nobody's lag.
+    heartbeat = content.heartbeat
+    assert heartbeat.period_s == 0.005 and heartbeat.late_beats >= 100
+    assert 0.005 <= heartbeat.lag_max_s < 0.1
+    assert blocks.lag_s >= 0.5 and heartbeat.lag_total_s >= blocks.lag_s
+    # test_quick's loop beat on time: its beats are there, not late.
+    assert heartbeat.beats > heartbeat.late_beats + 30

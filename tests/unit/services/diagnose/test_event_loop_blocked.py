@@ -97,3 +97,78 @@ def test_a_task_no_test_ran_stays_the_commands():
     others = {"test_other.py::test_refresh_then_lookup": 0.24, "test_other.py::test_x": 0.1}
     [finding] = event_loop_blocked.check(jobs.context(_suite_drilled_whole(others)))
     assert finding.test_id is None and "attributed_from" not in finding.metrics.stored()
+
+
+# Recorded by the probe's hook on examples of a loop blocked by short callbacks: a
+# coroutine whose every step makes a synchronous 15 ms call (time.sleep), 120 times; one
+# 25 ms call in a 2 s run; 400 calls of 2 ms in a 2 s run (tests/services/measure/probes/
+# test_reads_and_asyncio_probes.py runs the same program).
+
+
+def test_120_callbacks_of_15_ms_account_for_their_seconds_though_none_is_slow():
+    built, summary = _job("asyncio-loop-120-blocks-of-15ms.json", wall_s=2.08)
+    # A line drawn on one callback sees nothing: none ran over 20 ms.
+    assert summary["slow_callbacks"] == 0 and summary["blocked_s"] == 0
+    [finding] = event_loop_blocked.check(jobs.context(built))
+    assert finding.severity == "medium"
+    metrics = finding.metrics.stored()
+    assert 1.7 <= metrics["accounts_s"] <= 1.95 and metrics["held_callbacks"] == 120
+    assert metrics["floor_s"] == 0.005
+    # The heartbeat was late behind every one of them.
+    assert metrics["heartbeat_lag_s"] > 1.0 and 0.01 <= metrics["heartbeat_lag_max_s"] <= 0.02
+    # No stack names the call: the finding names the callbacks that held the loop.
+    assert "by 120 short callbacks, mostly Task main (short_blocks.py:11)" in finding.title
+    assert "blocked by many short callbacks" in finding.detail and "none ran over 0.020 s" in finding.detail
+    # Every callback's duration, by bucket: the 120 sat between 10 and 20 ms.
+    assert "120 of 10 ms-20 ms" in finding.detail
+
+
+def test_the_blocked_share_and_seconds_come_from_the_thresholds():
+    built, _ = _job("asyncio-loop-120-blocks-of-15ms.json", wall_s=2.08)
+    assert event_loop_blocked.check(jobs.context(built, event_loop_blocked_min_s=2.5)) == []
+    assert event_loop_blocked.check(jobs.context(built, event_loop_blocked_share=0.95)) == []
+    # Blocked 88 % of the run: a share under that still finds it.
+    assert event_loop_blocked.check(jobs.context(built, event_loop_blocked_share=0.8)) != []
+
+
+def test_one_25_ms_callback_in_a_2_s_run_is_no_blocked_loop():
+    built, summary = _job("asyncio-loop-one-25ms-block.json", wall_s=2.09)
+    assert summary["slow_callbacks"] == 1 and summary["held_callbacks"] == 1
+    findings = event_loop_blocked.check(jobs.context(built))
+    assert all(finding.severity == "low" for finding in findings)
+
+
+def test_many_2_ms_callbacks_are_a_healthy_loop():
+    built, summary = _job("asyncio-loop-400-callbacks-of-2ms.json", wall_s=2.31)
+    # They ran (and held the loop a third of the run), each under the floor.
+    two_ms = next(bucket for bucket in summary["durations"] if bucket["upper_s"] == 0.005)
+    assert two_ms["count"] >= 390 and summary["held_s"] == 0
+    assert event_loop_blocked.check(jobs.context(built)) == []
+
+
+def test_evidence_stored_before_the_floor_reads_as_its_slow_callbacks():
+    # The handler's report predates the floor: the slow callbacks' time is what it has.
+    built, summary = _job("asyncio-loop-blocking-handler.json", wall_s=1.5)
+    assert "held_s" not in summary
+    [finding] = event_loop_blocked.check(jobs.context(built))
+    assert "floor_s" not in finding.metrics.stored() and "mostly in emit" in finding.title
+
+
+def test_short_blocks_found_on_the_whole_command_belong_to_the_test_whose_task_held_the_loop():
+    # Two loops, one a test's coroutine each (the probe test's test_server.py): test_blocks
+    # makes 120 synchronous calls of 15 ms, test_quick only awaits.
+    summary = asyncio_loop.summarize([json.loads(jobs.recorded("asyncio-loop-two-loops-short-blocks.json"))])
+    built = jobs.job(["python", "-m", "pytest", "-q", "test_server.py"])
+    config = built.configs[1]
+    tests = {"test_server.py::test_blocks": 2.1, "test_server.py::test_quick": 0.3}
+    jobs.timing_runs(config, [2.7] * 5, tests=tests)
+    content = {"status": "ok", "threshold_s": 0.02, "wall_s": 2.7, **summary}
+    jobs.evidence(built, config, "asyncio_loop", content, wall_s=2.7)
+    [finding] = event_loop_blocked.check(jobs.context(built))
+    assert finding.test_id == "test_server.py::test_blocks"
+    metrics = finding.metrics.stored()
+    assert metrics["attributed_from"] == "the whole command's drill" and metrics["held_callbacks"] == 120
+    assert 1.7 <= metrics["accounts_s"] <= 1.95
+    # The heartbeat's lag behind this test's callbacks, not the whole run's.
+    assert 0.5 <= metrics["heartbeat_lag_s"] <= metrics["accounts_s"] and "heartbeat_lag_max_s" not in metrics
+    assert "of the test)" in finding.title and "by 120 short callbacks" in finding.title
