@@ -164,6 +164,20 @@ class Story:
         return None
 
 
+def compared(medians: dict[str, float], finding_config: str | None) -> tuple[str | None, str | None]:
+    """The configurations the page's symptom compares: the finding's own (else the slowest)
+    against the fastest. A configuration is never compared with itself (a slow_startup
+    found in the fastest configuration read "1.0x slower with cpuset=0 than with
+    cpuset=0"): fast is None then, and the page says the finding's own symptom."""
+    if not medians:
+        return None, None
+    fast = min(medians, key=lambda label: medians[label])
+    slow = finding_config if finding_config in medians else max(medians, key=lambda label: medians[label])
+    if slow == fast or medians[slow] <= medians[fast]:
+        return slow, None
+    return slow, fast
+
+
 def finding_story(
     session: Session,
     finding: Finding,
@@ -176,12 +190,7 @@ def finding_story(
     per_config = samples.wall if finding.test_id is None else samples.tests.get(finding.test_id, {})
     per_config = {label: values for label, values in per_config.items() if values}
     medians = {label: statistics.median(values) for label, values in per_config.items()}
-    fast = min(medians, key=lambda label: medians[label]) if medians else None
-    slow = finding.config_label if finding.config_label in medians else None
-    if slow is None and medians:
-        slow = max(medians, key=lambda label: medians[label])
-    if slow == fast:
-        fast = None if len(medians) < 2 else fast
+    slow, fast = compared(medians, finding.config_label)
     diagnoses = (
         read_page(finished_page(session, job, thresholds)).diagnoses
         if job.status.value in ("done", "failed", "cancelled")

@@ -98,7 +98,8 @@ UNEXPLAINED = {
 
 def _symptom(finding: ReportFinding) -> str:
     measured = metrics_of(finding.kind, finding.metrics)
-    if isinstance(measured, CpuSensitivityMetrics):
+    if isinstance(measured, CpuSensitivityMetrics) and measured.slow.config != measured.fast.config:
+        # Never a configuration against itself: the finding's own title says its symptom.
         slow, fast = measured.slow, measured.fast
         return (
             f"{measured.ratio:.1f}x slower with {slow.config} than with {fast.config} "
