@@ -44,11 +44,15 @@ class Row:
 
 
 def _row(test_id: str | None, medians: dict[str, tuple[float | None, int]], labels: list[str]) -> Row:
-    known = [m for m, _ in medians.values() if m]
+    # A median is only of the runs it was taken of: a cell with none (n=0: every run
+    # failed, or none ran there) shows no median and no ratio, and is no row's fastest
+    # (tests/unit/test_matrix_cells.py).
+    measured = {label: (median if n else None, n) for label, (median, n) in medians.items()}
+    known = [m for m, _ in measured.values() if m]
     fastest = min(known) if known else None
     cells = []
     for label in labels:
-        median, n = medians.get(label, (None, 0))
+        median, n = measured.get(label, (None, 0))
         cells.append(Cell(median, n, median / fastest if median and fastest else None))
     return Row(test_id, cells)
 
@@ -58,8 +62,9 @@ def build_matrix(report: Report | Page) -> tuple[list[str], list[Row]]:
     of the job page's digest (its tests with a finding, the widest and the slowest) or of
     the whole report (the job's paged test list)."""
     labels = [c.label for c in report.configs]
+    # The command's n: the successful runs its median is of, not every run (failed ones too).
     command = _row(
-        None, {c.label: (c.wall_s.median if c.wall_s else None, len(c.runs)) for c in report.configs}, labels
+        None, {c.label: (c.wall_s.median, c.wall_s.n) if c.wall_s else (None, 0) for c in report.configs}, labels
     )
     tests = [_row(t.id, {c.label: (c.median, c.n or 0) for c in t.configs}, labels) for t in report.tests]
     tests.sort(key=lambda row: -row.spread)
