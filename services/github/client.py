@@ -22,7 +22,7 @@ from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.diagnose.report_parts import ReportFinding
 from services.errors import LagtraceError
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
-from services.jobs.report_schema import BaseChange, GateTestRow, Report, ReportGate
+from services.jobs.report_schema import BaseChange, GateTestRow, Report, ReportGate, judged_runs
 from services.jobs.spec import DEFAULT_FAIL_ON
 from services.models import Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
@@ -301,11 +301,12 @@ def _gate_summary(gate: ReportGate) -> list[str]:
     shown = [t for t in gate.tests if t.verdict != "unchanged"][:SUMMARY_ROWS]
     if shown:
         lines += [
-            "| test | stored runs (from jobs) | stored median | fresh runs | change (interval) | verdict |",
+            "| test | stored runs (from jobs) | stored median | fresh runs judged | change (interval) | verdict |",
             "|---|---|---|---|---|---|",
         ]
         for t in shown:
-            fresh = ", ".join(format_seconds(s) for s in t.fresh_s)
+            # The runs the verdict rests on, as the finding's annotation counts them.
+            fresh = ", ".join(format_seconds(s) for s in judged_runs(t.fresh_s))
             lines.append(
                 f"| {_code(t.test)} | {_stored_runs(t)} | {_seconds_or_none(t.stored_median_s)} | {fresh} "
                 f"| {_change(t)} | **{t.verdict.replace('_', ' ')}** |"

@@ -52,7 +52,7 @@ from services.errors import BadInput
 from services.jobs import shards
 from services.jobs.history import History, calibrations, reference_jobs, stored_runs
 from services.jobs.node_class import NodeClass
-from services.jobs.report_schema import ReportGate
+from services.jobs.report_schema import ReportGate, judged_runs
 from services.measure import budget, pytest_command
 from services.measure.executors import Executor
 from services.measure.runs import run_once
@@ -600,7 +600,7 @@ def record_findings(session: Session, job: Job, thresholds: Thresholds) -> None:
     for test in gate.tests:
         if test.verdict != REGRESSED or test.ratio is None or test.stored_median_s is None:
             continue
-        ratio, fresh = test.ratio, test.fresh_s[1:] or test.fresh_s
+        ratio, fresh = test.ratio, judged_runs(test.fresh_s)
         interval = f"interval {test.ratio_low:.2f} to {test.ratio_high:.2f}; " if test.ratio_low is not None else ""
         finding = Finding(
             job=job,

@@ -8,6 +8,7 @@ Additive changes (a new optional field) keep v1; renaming or removing a field is
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -287,6 +288,13 @@ class GateTestRow(_Part):
     # job whose findings it carries (each run inside its history there), else None.
     checked_s: dict[str, Number]
     carried_from: int | None
+
+
+def judged_runs(fresh_s: Sequence[float]) -> list[float]:
+    """The fresh runs a verdict rests on: the looks' (the gate's own run of the suite only
+    sent the test on), or that one run where no look ran. The regression's detail (the
+    check run's annotation) and the check run's table both count these."""
+    return list(fresh_s[1:] or fresh_s)
 
 
 class ReportGate(_Part):
