@@ -45,6 +45,12 @@ def drill_targets(
     elif not wall and job.probes:
         # Every run failed, and evidence was asked for by name: trace the failing command.
         wall = _walls_of(job, lambda run: run.exit_code != 0)
+    elif not wall and suspects:
+        # A suite surveyed in one configuration, whose only run the census traced: no
+        # untraced timing, yet what the census suspects is drilled. The traced run only
+        # places the drill (its configuration); no verdict is taken from it
+        # (tests/e2e/test_shards.py, a census per shard).
+        wall = _walls_of(job, ran_through, traced=True)
     if not wall:
         return []
     flagged = screen_findings(context)
@@ -83,6 +89,8 @@ def drill_targets(
             job.command, test_id, workdir, ceiling=pytest_command.search_ceiling(job.executor)
         )
         summaries = samples.test_summaries(test_id) if test_id in samples.tests else _survey_summaries(job, test_id)
+        if not summaries and test_id in suspects:
+            summaries = _survey_summaries(job, test_id, traced=True)
         if not summaries:
             continue
         pair = pairs.choose(samples, settings.thresholds, test_id, summaries, flagged, seed)
@@ -96,9 +104,10 @@ def _target(test_id: str | None, command: list[str], summaries: dict[str, Summar
     return Target(test_id, command, summaries, (pair.slow, pair.fast), compared=pair.compared)
 
 
-def _survey_summaries(job: Job, test_id: str) -> dict[str, Summary]:
-    """A test the survey cleared: its one duration per configuration."""
-    return {label: median_interval(values) for label, values in surveyed(job).get(test_id, {}).items()}
+def _survey_summaries(job: Job, test_id: str, traced: bool = False) -> dict[str, Summary]:
+    """A test the survey cleared: its one duration per configuration (``traced``: the
+    census's traced runs too, where there is no other)."""
+    return {label: median_interval(values) for label, values in surveyed(job, traced).get(test_id, {}).items()}
 
 
 def census_suspects(job: Job) -> list[str]:
@@ -134,11 +143,14 @@ def needs_tracer(context: RuleContext, wall: dict[str, Summary]) -> bool:
     return False
 
 
-def _walls_of(job: Job, unsuccessful: Callable[[Run], bool]) -> dict[str, Summary]:
-    """Per configuration, the median interval of the timing runs that ``unsuccessful`` picks."""
+def _walls_of(job: Job, unsuccessful: Callable[[Run], bool], traced: bool = False) -> dict[str, Summary]:
+    """Per configuration, the median interval of the timing runs that ``unsuccessful`` picks
+    (``traced``: the census's traced runs too)."""
     walls = {
         config.label: [
-            run.wall_s for run in config.runs if run.kind in COMMAND_KINDS and not run.traced and unsuccessful(run)
+            run.wall_s
+            for run in config.runs
+            if run.kind in COMMAND_KINDS and (traced or not run.traced) and unsuccessful(run)
         ]
         for config in job.configs
     }

@@ -90,13 +90,14 @@ class JobSamples:
         return statistics.median(found) if found else None
 
 
-def surveyed(job: Job) -> dict[str, dict[str, list[float]]]:
+def surveyed(job: Job, traced: bool = False) -> dict[str, dict[str, list[float]]]:
     """Test id -> configuration label -> its passing durations in a suite's survey runs
-    (services/measure/survey.py): all there is of a test the survey cleared."""
+    (services/measure/survey.py): all there is of a test the survey cleared. The census's
+    traced run is left out, its durations the tracer's (``traced``: kept)."""
     found: dict[str, dict[str, list[float]]] = {}
     for config in job.configs:
         for run in config.runs:
-            if run.kind is not RunKind.survey or run.traced:
+            if run.kind is not RunKind.survey or (run.traced and not traced):
                 continue
             for result in run.test_results:
                 if result.outcome == "passed":
