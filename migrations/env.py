@@ -6,6 +6,8 @@ import time
 from alembic import context
 from sqlalchemy import text
 
+# The read models' tables are on the same metadata once their module is imported.
+from services import summary_models  # noqa: F401
 from services.db import make_engine
 from services.errors import MigrationLocked
 from services.migrate import compared

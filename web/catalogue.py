@@ -25,15 +25,8 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.jobs.summaries import percentile
-from services.models import (
-    CatalogueEntry,
-    CataloguePoint,
-    Finding,
-    Job,
-    ProblemSummary,
-    Project,
-    TriageStatus,
-)
+from services.models import Finding, Job, JobKind, Project, TriageStatus
+from services.summary_models import CatalogueEntry, CataloguePoint, ProblemSummary
 
 PER_PAGE = 50
 HISTORY_JOBS = 60
@@ -364,14 +357,21 @@ def _read_choices(session: Session, project_ids: list[int]) -> dict[str, list[st
 
 @dataclass
 class JobPoint:
-    """One job's timings of the test: p50 and p95 per configuration."""
+    """One job's timings of the test: p50 and p95 per configuration of its passed runs,
+    and how many runs failed there (a failure's duration is no latency: never in p50)."""
 
     job_id: int
     branch: str
     at: dt.datetime
+    kind: JobKind = JobKind.matrix
     p50: dict[str, float] = field(default_factory=dict)
     p95: dict[str, float] = field(default_factory=dict)
     n: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def failed_runs(self) -> int:
+        return sum(self.failures.values())
 
 
 @dataclass
@@ -387,6 +387,14 @@ class TestEntry:
     @property
     def flaky_share(self) -> float:
         return self.flaky_jobs / len(self.points) if self.points else 0.0
+
+    @property
+    def gate_jobs(self) -> int:
+        return sum(1 for p in self.points if p.kind is JobKind.gate)
+
+    @property
+    def failed_jobs(self) -> int:
+        return sum(1 for p in self.points if p.failed_runs)
 
     def spread(self, label: str) -> float | None:
         """Median over jobs of p95 / p50: how far a slow run strays in this configuration."""
@@ -423,7 +431,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
     recent = select(CataloguePoint.job_id).where(*key).distinct().order_by(CataloguePoint.job_id.desc()).limit(jobs)
     by_job: dict[int, JobPoint] = {}
     labels: dict[str, int] = {}
-    for job_id, branch, created_at, label, position, p50, p95, runs in session.execute(
+    for job_id, branch, created_at, label, position, p50, p95, runs, failures in session.execute(
         select(
             CataloguePoint.job_id,
             CataloguePoint.branch,
@@ -433,6 +441,7 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
             CataloguePoint.p50_s,
             CataloguePoint.p95_s,
             CataloguePoint.runs,
+            CataloguePoint.failures,
         )
         .where(*key, CataloguePoint.job_id.in_(recent.scalar_subquery()))
         .order_by(CataloguePoint.job_id, CataloguePoint.position, CataloguePoint.config_label)
@@ -440,10 +449,16 @@ def test_entry(session: Session, project: Project, test_id: str, jobs: int = HIS
         point = by_job.get(job_id)
         if point is None:
             point = by_job[job_id] = JobPoint(job_id, branch, created_at)
-        point.p50[label] = p50
-        point.p95[label] = p95
+        if p50 is not None and p95 is not None:  # none where every run of the test failed
+            point.p50[label] = p50
+            point.p95[label] = p95
         point.n[label] = runs
+        if failures:
+            point.failures[label] = failures
         labels.setdefault(label, position)
+    # Which of them gated a push (one configuration) and which ran the matrix: read by key.
+    for job_id, job_kind in session.execute(select(Job.id, Job.kind).where(Job.id.in_(list(by_job)))):
+        by_job[job_id].kind = job_kind
     points = list(by_job.values())  # oldest first
     branches = list(dict.fromkeys(p.branch for p in reversed(points)))
     # A test seen in every job has a finding in most: their columns, then only each

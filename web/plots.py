@@ -151,16 +151,20 @@ def percentile_trend_plot(
 ) -> Markup:
     """p50 (solid) and p95 (dashed) per configuration across jobs, oldest left.
 
-    ``points`` are catalogue.JobPoint: job_id and p50/p95 dicts by configuration label.
-    One job draws as a single column of dots; the axis starts at 0 so a doubling reads
-    as a doubling. ``markers`` (job id, label, title, link) draw a line just before that
-    job's column: a change point found there (slower_since), linking its finding.
+    ``points`` are catalogue.JobPoint: job_id and p50/p95 dicts by configuration label
+    (of the passed runs), ``failures`` by label. One job draws as a single column of dots;
+    the axis starts at 0 so a doubling reads as a doubling. Runs in which the test failed
+    draw as a cross on the axis, never as latency (the time to fail is none), and a line
+    breaks at a job whose every run there failed. ``markers`` (job id, label, title,
+    link) draw a line just before that job's column: a change point found there
+    (slower_since), linking its finding.
     """
     values = [v for p in points for series in (p.p50, p.p95) for v in series.values()]
-    if not points or not values:
+    failed = any(p.failures for p in points)
+    if not points or not (values or failed):
         return Markup('<p class="muted">No timing runs of this test to plot.</p>')
     width, height, left, right, top, bottom = 720, 200, 64, 20, 12, 30
-    high = max(values) * 1.1 or 1.0
+    high = max(values, default=0.0) * 1.1 or 1.0
     count = len(points)
 
     def xy(i: int, value: float) -> tuple[float, float]:
@@ -183,9 +187,14 @@ def percentile_trend_plot(
             line = [(i, getattr(p, name)[label]) for i, p in enumerate(points) if label in getattr(p, name)]
             if not line:
                 continue
-            path = " ".join(
-                f"{'M' if k == 0 else 'L'}{xy(i, v)[0]:.1f},{xy(i, v)[1]:.1f}" for k, (i, v) in enumerate(line)
-            )
+            # A job in which the test only failed here has no latency: the line stops there.
+            gaps = {i for i, p in enumerate(points) if p.failures.get(label) and label not in p.p50}
+            moves, previous = [], None
+            for i, v in line:
+                jump = previous is None or any(previous < gap < i for gap in gaps)
+                moves.append(f"{'M' if jump else 'L'}{xy(i, v)[0]:.1f},{xy(i, v)[1]:.1f}")
+                previous = i
+            path = " ".join(moves)
             parts.append(f'<path class="{css} s{n % 6}" d="{path}"><title>{escape(label)} {name}</title></path>')
             for i, value in line:
                 px, py = xy(i, value)
@@ -193,6 +202,20 @@ def percentile_trend_plot(
                     f'<circle class="series-dot s{n % 6}" cx="{px:.1f}" cy="{py:.1f}" r="{3 if name == "p50" else 2}">'
                     f"<title>job {points[i].job_id}, {escape(label)} {name}: {escape(_seconds(value))}</title></circle>"
                 )
+    for n, label in enumerate(labels):
+        for i, p in enumerate(points):
+            count_failed = p.failures.get(label)
+            if not count_failed:
+                continue
+            px, py = xy(i, 0)
+            py -= 5 + 9 * (n % 3)  # above the axis; configurations of one job side by side
+            ran = count_failed + p.n.get(label, 0)
+            parts.append(
+                f'<g class="failure s{n % 6}"><title>job {p.job_id}, {escape(label)}: the test failed in '
+                f"{count_failed} of {ran} run{'s' if ran != 1 else ''} (a failure's time is not its latency)</title>"
+                f'<path d="M{px - 4:.1f},{py - 4:.1f}L{px + 4:.1f},{py + 4:.1f}M{px - 4:.1f},{py + 4:.1f}'
+                f'L{px + 4:.1f},{py - 4:.1f}"/></g>'
+            )
     column = {p.job_id: i for i, p in enumerate(points)}
     for job_id, label, tip, href in markers or []:
         if job_id not in column:

@@ -27,12 +27,12 @@ from services.models import (
     Job,
     JobConfig,
     JobStatus,
-    ProblemSummary,
     Project,
     Run,
     TestResult,
     TriageStatus,
 )
+from services.summary_models import ProblemSummary
 
 
 def _narrowed(project_ids: list[int], project_id: int | None) -> list[int]:

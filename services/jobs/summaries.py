@@ -27,20 +27,19 @@ from services.jobs.report import build_report
 from services.jobs.report_schema import Report, ReportConfig, ReportJob, ReportTest, parse_report, report_json
 from services.models import (
     TEST_HISTORY_KINDS,
-    CataloguedJob,
-    CatalogueEntry,
-    CataloguePoint,
+    UNTRACED,
     Finding,
     Job,
     JobConfig,
-    JobReport,
     JobSource,
     JobStatus,
     Project,
     Run,
+    RunKind,
     TestResult,
     utcnow,
 )
+from services.summary_models import CataloguedJob, CatalogueEntry, CataloguePoint, JobReport
 from services.thresholds import Thresholds
 
 # The job page's tests besides the flagged ones: the widest spreads across configurations
@@ -55,6 +54,11 @@ COMPARISON_SHOWN = 200
 REFRESH_JOBS = 200
 # Trend points inserted per statement (a 5,000-test suite's job has 10,000 of them).
 POINTS_BATCH = 5000
+# The runs whose test durations the catalogue and a test's trend read: the history's, and
+# every run of a gate job (its run of the suite and its narrowed reruns, each an untraced
+# timing in the gate's configuration). Without a gate's, a branch that gates its pushes
+# showed only its matrix jobs (docs/guides/dashboard.md, the test catalogue).
+CATALOGUE_KINDS = (*TEST_HISTORY_KINDS, RunKind.gate)
 
 
 def after_finish(session: Session, job: Job, thresholds: Thresholds, earlier: Iterable[Job] = ()) -> None:
@@ -309,20 +313,30 @@ def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
             JobConfig.position,
             TestResult.test_id,
             TestResult.duration_s,
+            TestResult.outcome,
         )
         .select_from(TestResult)
         .join(Run, Run.id == TestResult.run_id)
         .join(JobConfig, JobConfig.id == Run.config_id)
         .join(Job, Job.id == JobConfig.job_id)
         .outerjoin(JobSource, JobSource.job_id == Job.id)
-        .where(Job.id.in_(pending), Run.kind.in_(TEST_HISTORY_KINDS), TestResult.outcome != "skipped")
+        .where(Job.id.in_(pending), Run.kind.in_(CATALOGUE_KINDS), UNTRACED, TestResult.outcome != "skipped")
     )
-    # (project, test, configuration, branch) -> job -> durations
+    # (project, test, configuration, branch) -> job -> durations of the passed runs
     seen: dict[tuple[int, str, str, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    # The same key -> job -> runs in which the test failed or errored
+    failed: dict[tuple[int, str, str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     when: dict[int, dt.datetime] = {}
     positions: dict[tuple[int, str], int] = {}
-    for job_id, project_id, created_at, ref, branch, label, position, test_id, duration in rows:
-        seen[(project_id, test_id, label, change_points.branch_of(ref, branch))][job_id].append(duration)
+    for job_id, project_id, created_at, ref, branch, label, position, test_id, duration, outcome in rows:
+        key = (project_id, test_id, label, change_points.branch_of(ref, branch))
+        durations = seen[key][job_id]  # a job whose runs all failed keeps its (empty) entry
+        if outcome == "passed":
+            durations.append(duration)
+        else:
+            # A failing test's duration is the time it took to fail, not its latency: its
+            # trend marks the failure instead of drawing it (tests/e2e/test_trend_browser.py).
+            failed[key][job_id] += 1
         when[job_id] = created_at
         positions[(job_id, label)] = position
     # Each job's point of each test and configuration, for the test's trend chart.
@@ -336,8 +350,9 @@ def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
             "branch": branch,
             "created_at": when[job_id],
             "runs": len(durations),
-            "p50_s": percentile(durations, 0.5),
-            "p95_s": percentile(durations, 0.95),
+            "failures": failed[(project_id, test_id, label, branch)].get(job_id, 0),
+            "p50_s": percentile(durations, 0.5) if durations else None,
+            "p95_s": percentile(durations, 0.95) if durations else None,
         }
         for (project_id, test_id, label, branch), per_job in seen.items()
         for job_id, durations in per_job.items()
@@ -372,13 +387,14 @@ def _refresh(session: Session, project_ids: list[int], limit: int) -> int:
             )
             session.add(found)
         entry = found
-        entry.runs += sum(len(v) for v in per_job.values())
+        entry.runs += sum(len(v) for v in per_job.values()) + sum(failed[key].values())
         entry.jobs += len(per_job)
         entry.first_job_id = min(entry.first_job_id, *per_job)
         if newest > entry.last_job_id:
             entry.last_job_id = newest
-            entry.last_p50_s = percentile(durations, 0.5)
-            entry.last_p95_s = percentile(durations, 0.95)
+            # The newest job's latency: none where the test failed in each of its runs.
+            entry.last_p50_s = percentile(durations, 0.5) if durations else None
+            entry.last_p95_s = percentile(durations, 0.95) if durations else None
             entry.last_seen_at = when[newest]
     session.add_all(CataloguedJob(job_id=job_id) for job_id in pending)
     session.flush()

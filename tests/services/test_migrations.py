@@ -8,7 +8,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
-from services import migrate
+from services import (
+    migrate,
+    summary_models,  # noqa: F401  (its tables are compared with Base's)
+)
 from services.db import make_engine
 from services.models import Base
 from services.settings import Settings
@@ -122,7 +125,8 @@ def test_0020_fills_the_trend_points_of_catalogued_jobs_as_the_refresh_sums_them
     from sqlalchemy.orm import Session
 
     from services.jobs.summaries import refresh_catalogue
-    from services.models import CataloguePoint, JobSource
+    from services.models import JobSource
+    from services.summary_models import CataloguePoint
     from tests.web.sample_data import store_handoff_job
 
     settings = Settings(database_url=database_url)

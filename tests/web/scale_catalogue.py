@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session
 from services import migrate
 from services.db import make_engine
 from services.jobs import summaries
-from services.models import CataloguedJob, Job, JobConfig, Project, Run, TestResult
+from services.models import Job, JobConfig, Project, Run, TestResult
 from services.settings import Settings
+from services.summary_models import CataloguedJob
 from tests.bench.seed_dashboard import TESTS_PER_PROJECT, seed
 from web import catalogue
 

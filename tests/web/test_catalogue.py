@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from services.diagnose.findings import fingerprint
 from services.jobs.summaries import percentile, refresh_catalogue
-from services.models import CataloguedJob, CatalogueEntry, Finding, JobSource, TriageStatus
+from services.models import Finding, JobSource, TriageStatus
+from services.summary_models import CataloguedJob, CatalogueEntry
 from tests.support import branch_history
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 

@@ -9,8 +9,9 @@ import random
 from sqlalchemy import func, select
 
 from services.diagnose import inbox
-from services.models import CataloguedJob, Finding, Job, JobReport, ProblemSummary
+from services.models import Finding, Job
 from services.settings import Settings
+from services.summary_models import CataloguedJob, JobReport, ProblemSummary
 from tests.support import branch_history
 
 
