@@ -10,6 +10,9 @@ import time
 
 from sqlalchemy import select
 
+from services.diagnose import inbox
+from services.diagnose.findings import fingerprint
+from services.jobs.lifecycle import get_or_create_project
 from services.jobs.submit import _rerun_command
 from services.models import Finding, Job, JobShard, JobStatus, JobTask, TaskState, TestResult, TriageEvent
 from tests.web.conftest import PASSWORD
@@ -49,6 +52,49 @@ def test_inbox_filters_by_kind_severity_status_and_project(dashboard):
     assert "No findings match" in dashboard.page("/?status=muted")
     assert "No findings match" in dashboard.page("/?project=999")
     assert dashboard.client.get("/?status=bogus").status_code == 422
+
+
+def test_inbox_lists_a_high_finding_without_a_ratio_above_a_low_2x_one(dashboard):
+    # futex_storm states no ratio (it counts as 1x): by ratio x recurrence alone the LOW
+    # 2.0x finding seen in two jobs (impact 4) came first, and the page said "by impact".
+    dashboard.add_user("ann", ["demo"])
+    with dashboard.session_factory() as session:
+        project = get_or_create_project(session, "demo")
+        jobs = [
+            Job(project=project, status=JobStatus.done, source="web", command=["pytest"], executor="docker", repeat=5)
+            for _ in range(2)
+        ]
+        session.add_all(jobs)
+        session.flush()
+
+        def finding(job: Job, kind: str, severity: str, title: str, ratio: float | None) -> None:
+            session.add(
+                Finding(
+                    job=job,
+                    kind=kind,
+                    severity=severity,
+                    title=title,
+                    detail="-",
+                    test_id="t::x",
+                    metrics={"ratio": ratio} if ratio else {},
+                    evidence_ids=[],
+                    fingerprint=fingerprint("demo", kind, "t::x"),
+                )
+            )
+
+        for job in jobs:
+            finding(job, "slower_since", "low", "t::x is 2.0x slower since", 2.0)
+        finding(jobs[-1], "futex_storm", "high", "futex holds 90 % of syscall time", None)
+        session.flush()
+        inbox.refresh_groups(session, {f.fingerprint for job in jobs for f in job.findings})
+        session.commit()
+    assert dashboard.sign_in("ann").status_code == 302
+    html = dashboard.page("/")
+    rows = re.findall(r"<tr>\s*<td><span class=\"sev.*?</tr>", html, re.S)
+    assert "sev-high" in rows[0] and "sev-low" in rows[1]
+    assert "futex holds" in rows[0] and ">1.0<" in rows[0]  # its impact, shown as it is
+    assert "2.0x slower" in rows[1] and ">4.0<" in rows[1]
+    assert "the most severe first" in html and "by impact:" not in html
 
 
 def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
