@@ -381,7 +381,8 @@ class TaskBlocking(_Model):
 class DurationBucket(_Model):
     """Callbacks (or heartbeat lags) up to ``upper_s`` and over the bucket below's."""
 
-    upper_s: float | None  # None: the last bucket, everything longer
+    # None: the last bucket, everything longer (and left out of the stored JSON: dump)
+    upper_s: float | None = None
     count: int
     total_s: float
 
