@@ -44,8 +44,11 @@ from services.models import Evidence, JobStatus, TriageStatus
 from web import auth, catalogue, story
 from web.matrix import build_matrix
 from web.plots import percentile_trend_plot, strip_plot, trend_plot
+from web.wording import on_dashboard
 
 bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
+# Notes and advice worded for the CLI, said as what to do on these pages (web/wording.py).
+bp.add_app_template_filter(on_dashboard)
 bp.before_request(auth.load_user)
 
 # What url_for leaves unquoted in a query string (werkzeug: the URL standard's safe bytes).

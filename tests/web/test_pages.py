@@ -11,9 +11,11 @@ import time
 from sqlalchemy import select
 
 from services.diagnose import inbox
+from services.diagnose.diagnoses import UNEXPLAINED
 from services.diagnose.findings import fingerprint
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.submit import _rerun_command
+from services.measure.drill import NO_TARGETS
 from services.models import Finding, Job, JobShard, JobStatus, JobTask, TaskState, TestResult, TriageEvent
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
@@ -115,6 +117,43 @@ def test_job_page_puts_findings_first_then_the_coloured_matrix(dashboard):
     # The slowest-spreading test is listed before the steady one; the whole command comes first.
     assert matrix.index("(whole command)") < matrix.index(TEST_SLOW) < matrix.index(TEST_STEADY)
     assert "Rerun with other CPU configurations" in html and 'name="csrf_token"' in html
+
+
+def test_the_pages_say_where_to_ask_for_evidence_and_the_cli_keeps_its_flag(dashboard):
+    # The drill's note and a diagnosis's advice are stored worded for the CLI (--evidence);
+    # on the dashboard no flag can be passed: they name the New job page's Evidence options.
+    (job_id,) = _signed_in_with_jobs(dashboard)
+    with dashboard.session_factory() as session:
+        job = session.get(Job, job_id)
+        job.notes = [*job.notes, NO_TARGETS]
+        lone = Job(
+            project=job.project, status=JobStatus.done, source="web", command=["pytest"], executor="docker", repeat=5
+        )
+        session.add(lone)
+        session.flush()
+        unexplained = Finding(
+            job=lone,
+            kind="cpu_sensitivity",
+            severity="high",
+            title=f"{TEST_SLOW} is 3.0x slower with cpuset=0-1 than with cpuset=0",
+            detail="-",
+            config_label="cpuset=0-1",
+            test_id=TEST_SLOW,
+            metrics={"ratio": 3.0},
+            evidence_ids=[],
+            fingerprint=fingerprint("demo", "cpu_sensitivity", "lone"),
+        )
+        session.add(unexplained)
+        session.commit()
+        finding_id = unexplained.id
+    job_page = dashboard.page(f"/jobs/{job_id}")
+    finding_page = dashboard.page(f"/findings/{finding_id}")
+    assert "choose probes under Evidence on the New job page to drill anyway" in job_page
+    assert "from the New job page with strace, pyspy and core ticked under Evidence" in finding_page
+    assert "--evidence" not in job_page and "--evidence" not in finding_page
+    # The CLI prints the same note and advice as stored, with its flag.
+    assert "pass --evidence to drill anyway" in NO_TARGETS
+    assert "rerun with --evidence strace,pyspy,core" in UNEXPLAINED["cpu_sensitivity"]
 
 
 def test_a_running_job_page_follows_progress_without_javascript(dashboard):
