@@ -106,6 +106,33 @@ def document(settings: Settings | None = None) -> dict[str, Any]:
             },
         },
     }
+    # /readyz's answer (api/health.py): 200 "ready" while no worker is alive, for jobs wait
+    # queued until one starts and a readiness probe must not take the API away for that;
+    # the answer says it instead (tests/api/test_health.py).
+    schemas["Readiness"] = {
+        "type": "object",
+        "description": "What /readyz checked; 503 with status 'not ready' when a component failed",
+        "required": ["status", "components"],
+        "properties": {
+            "status": {"type": "string", "enum": ["ready", "not ready"]},
+            "components": {
+                "type": "object",
+                "description": "database, queue, and disk where this process runs the jobs itself: ok or failed",
+                "additionalProperties": {"type": "string", "enum": ["ok", "failed"]},
+            },
+            "workers": {
+                "type": "object",
+                "description": "Where workers run the jobs and the database answered: the workers alive now",
+                "required": ["live"],
+                "properties": {"live": {"type": "integer", "minimum": 0}},
+            },
+            "warning": {
+                "type": "string",
+                "description": "Only while no worker is alive (the answer is still 200 and ready): "
+                "jobs wait queued until one starts",
+            },
+        },
+    }
     for name, description in (
         ("Job", "A job: status, progress, report (v1) once finished, comparison with its parent for reruns"),
         ("JobList", "Jobs, newest first; next_before_id pages on"),
@@ -231,8 +258,8 @@ def document(settings: Settings | None = None) -> dict[str, Any]:
             "get": _operation(
                 "Database and queue reachable; live workers counted (never a reason to be unready)",
                 {
-                    **_responses("200", "ready", "Status", ()),
-                    "503": {"description": "not ready", **_json(_ref("Status"))},
+                    **_responses("200", "ready (also with no worker alive: see warning)", "Readiness", ()),
+                    "503": {"description": "not ready", **_json(_ref("Readiness"))},
                 },
                 secure=False,
             )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 
+import jsonschema
 from openapi_spec_validator import validate
 from pydantic import SecretStr
 from sqlalchemy import create_engine
 
 from api.openapi import OPENAPI_PATH
+from services.jobs import workers
 from tests.conftest import run_cli
 
 
@@ -41,6 +43,23 @@ def test_readyz_with_an_unreachable_database(sqlite_api):
     )
     response = sqlite_api.client.get("/readyz")
     assert response.status_code == 503 and response.get_json()["components"]["database"] == "failed"
+
+
+def test_readyz_with_no_worker_alive_is_ready_and_its_documented_answer_says_so(api):
+    # The contract: 200 "ready" with no worker alive (jobs wait queued), the answer saying
+    # it, as the OpenAPI document (and the API reference made from it) describes.
+    api.settings.broker_url = "redis://127.0.0.1:1/0"  # jobs go to workers; none runs
+    response = api.client.get("/readyz")
+    answer = response.get_json()
+    assert response.status_code == 200 and answer["status"] == "ready"
+    assert answer["workers"] == {"live": 0} and answer["warning"] == workers.NO_WORKER
+    doc = api.client.get(OPENAPI_PATH).get_json()
+    readyz = doc["paths"]["/readyz"]["get"]["responses"]
+    assert readyz["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Readiness"}
+    schema = doc["components"]["schemas"]["Readiness"]
+    assert {"workers", "warning"} <= set(schema["properties"])
+    jsonschema.validate(answer, schema)
+    assert "no worker is alive" in schema["properties"]["warning"]["description"]
 
 
 def test_metrics_count_requests_and_jobs(sqlite_api):
