@@ -235,7 +235,7 @@ def worker(
     ``checks_only``: be one of those.
     """
     from worker import make_celery
-    from worker.app import CHECKS_QUEUE, LIGHT_QUEUE, QUEUE
+    from worker.app import AS_ROOT, CHECKS_QUEUE, LIGHT_QUEUE, QUEUE, accepts_root
 
     if not (light_only or checks_only):
         prepare_work_dir(settings)  # the light and check-run workers check nothing out
@@ -243,6 +243,9 @@ def worker(
             log.warning("%s", shared)
     _current_engine(settings).dispose()  # refuse to start on a database that is not migrated
     app = make_celery(settings)
+    # Said once, by the measurement worker: its light workers quiet Celery's warning alike.
+    if accepts_root(app) and not (light_only or checks_only):
+        log.warning("%s", AS_ROOT)
     common = [f"--loglevel={loglevel}", "--without-gossip", "--without-mingle"]
     if light_only or checks_only:
         # The probe watches the measurement worker's main loop; this one's parent restarts it.

@@ -15,6 +15,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import ClassVar
 
 from celery import Celery, bootsteps
 from celery.beat import Scheduler
+from celery.exceptions import SecurityWarning
 from celery.signals import worker_process_init, worker_shutting_down
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -343,6 +345,34 @@ class HeartbeatScheduler(Scheduler):
         if path is not None:
             _touch(path)
         return super().tick(*args, **kwargs)
+
+
+# Celery's own warning (celery/platforms.py check_privileges) on every worker start as
+# root, once per process: the measurement worker and its two light workers printed it
+# three times. C_FORCE_ROOT does not quiet it; it only lets Celery accept pickle as root.
+ROOT_WARNING = "You're running the worker with superuser privileges"
+AS_ROOT = (
+    "running as root: supported (the service quickstart does, tests/e2e/test_quickstart.py): "
+    "the jobs run in containers and the worker takes JSON messages only, never pickle; "
+    "an ordinary user in the docker group is safer (docs/guides/security.md, Running the worker)"
+)
+
+
+def accepts_root(app: Celery) -> bool:
+    """Whether this process is root and ``app`` may run as root as lagtrace runs it: then
+    Celery's repeated warning is quieted here, and the caller says so once in its own log.
+
+    Celery refuses root where it would unpickle a message (celery/platforms.py
+    ROOT_DISALLOWED; https://docs.celeryq.dev/en/stable/userguide/security.html, Serializers:
+    pickle runs what a message carries); lagtrace's app accepts JSON alone, where Celery
+    itself only warns. An app that accepts pickle keeps Celery's warning and its refusal.
+    """
+    if os.geteuid() != 0 and os.getuid() != 0:
+        return False
+    if any(kind in {"pickle", "application/x-python-serialize"} for kind in app.conf.accept_content):
+        return False
+    warnings.filterwarnings("ignore", message=ROOT_WARNING, category=SecurityWarning)
+    return True
 
 
 def make_celery(settings: Settings) -> Celery:

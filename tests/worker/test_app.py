@@ -124,3 +124,53 @@ def test_the_heartbeat_and_sweeper_threads_start_after_the_pool_forks(seed, tmp_
     assert {"Pool", "Registration", "CheckoutSweeper"} <= set(started), started
     assert started.index("Pool") < started.index("Registration"), started
     assert started.index("Pool") < started.index("CheckoutSweeper"), started
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the warning is Celery's for root only: run as root")
+def test_a_worker_started_as_root_says_so_once(tmp_path, migrated_sqlite, redis_url):
+    """The service quickstart runs `lagtrace worker` as root: Celery warned of superuser
+    privileges in each of its three processes (the measurement worker and its light and
+    check-run workers), on every start. lagtrace says once why root is supported."""
+    from worker.app import AS_ROOT
+
+    database = tmp_path / "lagtrace.db"
+    shutil.copy(migrated_sqlite, database)
+    env = {
+        **os.environ,
+        "LAGTRACE_DATABASE_URL": f"sqlite:///{database}",
+        "LAGTRACE_BROKER_URL": redis_url.rsplit("/", 1)[0] + "/10",
+        "LAGTRACE_WORK_DIR": str(tmp_path / "work"),
+    }
+    env.pop("C_FORCE_ROOT", None)
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        # The measurement worker's and its two light workers' "celery@... ready." lines.
+        while (text := log_path.read_text()).count(" ready.") < 3:
+            assert worker.poll() is None and time.monotonic() < deadline, text[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    text = log_path.read_text()
+    assert text.count("superuser privileges") + text.count(AS_ROOT) == 1, text[-3000:]
+    assert text.count(AS_ROOT) == 1
+
+
+def test_an_app_that_would_unpickle_keeps_celerys_root_warning():
+    # Celery refuses root where a message could be unpickled: lagtrace quiets nothing then.
+    from worker.app import accepts_root
+
+    app = make_celery(Settings(broker_url="redis://127.0.0.1:1/0"))
+    assert list(app.conf.accept_content) == ["json"]
+    app.conf.accept_content = ["json", "pickle"]
+    assert accepts_root(app) is False
