@@ -93,8 +93,9 @@ class RunKind(str, enum.Enum):
     # record, never in a statistic, and taken again (services/measure/screen.py).
     disturbed = "disturbed"
     # A gate's runs (services/jobs/gate.py): the suite once in the gate configuration, then
-    # the tests outside their history, narrowed. Compared with the history only: never a
-    # statistic of the matrix's rules, and never history themselves.
+    # the tests outside their history, narrowed. Compared with the history: never a
+    # statistic of the matrix's rules. The suite's one run (repetition 0) joins the
+    # history; the later looks never do (services/jobs/history.py stored_runs).
     gate = "gate"
     # A gate's run of a fixed loop that is no project's code (services/jobs/gate.py
     # CALIBRATION): the node's own speed, compared with the same loop's runs in the jobs

@@ -1,4 +1,4 @@
-"""The light queues (docs/guides/service.md#two-queues): the reconciler and check runs
+"""The light queues (docs/guides/service.md#three-queues): the reconciler and check runs
 each go to a queue of their own, served by a light worker and a check-run worker that
 every `lagtrace worker` runs beside itself as child processes, started again when they
 die and stopped with their parent; and the measurement worker sweeps the checkouts of
