@@ -207,7 +207,10 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
 
     # The history's node did the calibration loop in half the CPU time: this node is not
     # that one, and its tests' runs say nothing against that history.
-    assert calibrations_halved(sqlite_url) == 5 * gate.CALIBRATION_RUNS  # each job timed the loop thrice
+    halved = calibrations_halved(sqlite_url)
+    # Each of the 5 jobs timed the loop thrice, or six times where a neighbour's burst made
+    # its first three drift (services/jobs/gate.py times it again before declining).
+    assert halved % gate.CALIBRATION_RUNS == 0 and 5 <= halved // gate.CALIBRATION_RUNS <= 10, halved
     drifted = lagtrace_run(sqlite_url, suite, tmp_path / "drifted.json", "gate")
     assert drifted["gate"] is None
     # Outside the ratio, the loop was timed three more times before the gate declined.
