@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from services.errors import BadInput
 from services.measure.configs import parse_spec
+from services.measure.install import parse_install
 from services.measure.probes import PROBES
 from services.models import Project
 from services.settings import Settings
@@ -181,6 +182,20 @@ class RepositoryConfig(JobSpec):
         "pushes to the branches the server keeps history on (LAGTRACE_CHANGE_POINT_BRANCHES). Its runs are the "
         "history gates compare with. Unset: never scheduled.",
     )
+    install: list[str] | None = Field(
+        None,
+        description="How the docker executor's prepare step installs the project, as its own CI does: one "
+        "`pip install ...` command (e.g. `pip install -e . -r requirements/tests.txt`), run once into the cached "
+        "image; false installs nothing. Unset: requirements.txt and the test sets (requirements/tests.txt, "
+        "requirements-test.txt, ...), not the project itself: docs/guides/github.md.",
+    )
+
+    @field_validator("install", mode="before")
+    @classmethod
+    def _pip_install(cls, value: object) -> list[str] | None:
+        # The prepare step reads it from the checkout again (services/measure/install.py):
+        # validated here too, so the prepare step's error lists it with the other fields.
+        return parse_install(value)
 
 
 REPOSITORY_CONFIG_FILE = ".lagtrace.yml"

@@ -5,7 +5,6 @@ database, not the broker, not the cloud's metadata service, not the host."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -17,6 +16,8 @@ import docker
 import pytest
 
 from services.measure.executors import prepare_network
+from services.measure.executors.docker_prepare import dependency_key
+from services.measure.install import plan_install
 from services.settings import Settings
 from tests.service_support import make_repository
 from tests.support import package_index as index_support
@@ -105,20 +106,21 @@ def test_a_repository_with_requirements_prepares_and_runs_through_the_index(
         assert sealed.attrs["Internal"] is True
     finally:
         # Installed now, not taken from a cache: the image the install made is there.
-        removed = _remove_prepared_images(client, requirements)
+        removed = _remove_prepared_images(client, repo)
         client.close()
     assert removed == 1
 
 
-def _remove_prepared_images(client, requirements: str) -> int:
+def _remove_prepared_images(client, tree) -> int:
     """The dependency image this test's install made (named as the docker executor names it)."""
     base = client.images.get(Settings(database_url="sqlite://").docker_image).id
+    plan = plan_install(tree)
+    assert plan is not None
     removed = 0
     for image in client.images.list(name="lagtrace-deps", filters={"label": "lagtrace.deps.scope"}):
         scope = image.labels.get("lagtrace.deps.scope", "")
-        digest = hashlib.sha256(base.encode() + b"\0" + scope.encode() + b"\0")
-        digest.update(b"requirements.txt\0" + requirements.encode() + b"\0")
-        if f"lagtrace-deps:{digest.hexdigest()[:16]}" in image.tags:
+        tag = dependency_key(base.encode() + b"\0" + scope.encode() + b"\0", tree, plan)
+        if f"lagtrace-deps:{tag}" in image.tags:
             client.images.remove(image.id, force=True)
             removed += 1
     return removed

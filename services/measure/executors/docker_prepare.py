@@ -1,5 +1,7 @@
-"""The docker executor's prepare: the working tree's requirements installed once, into an
-image cached by their hash (and the base image's id, and the project's scope).
+"""The docker executor's prepare: the working tree installed once, the way its
+`.lagtrace.yml` says (``install:``) or its own files do (services/measure/install.py),
+into an image cached by what the install reads (and the base image's id, and the
+project's scope).
 
 Measured runs then start from that image with everything installed and no network. The
 install runs the repository's own code (setup.py, build backends) in a hardened container
@@ -25,6 +27,7 @@ from services.measure.executors import prepare_network
 from services.measure.executors.docker_engine import reason
 from services.measure.executors.docker_guards import (
     CONTAINER_PYTHON,
+    RUNNER_UID,
     RUNNER_USER,
     WORKSPACE,
     check_workdir,
@@ -33,6 +36,7 @@ from services.measure.executors.docker_guards import (
     read_regular_file,
     remove_container,
 )
+from services.measure.install import Install, local_references, nested_files, plan_install, project_target
 
 if TYPE_CHECKING:
     from services.measure.executors.docker import DockerExecutor
@@ -42,83 +46,117 @@ DEPS_REPOSITORY = "lagtrace-deps"
 DEPS_SCOPE_LABEL = "lagtrace.deps.scope"
 DEPS_VENV = "/lagtrace/deps/venv"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Lock and requirements files whose content decides the prepared environment.
-LOCK_FILE_GLOBS = ("requirements*.txt", "requirements/*.txt", "constraints*.txt")
 MAX_LOCK_FILE_BYTES = 1024 * 1024
+# Bumped when the install's recipe changes what an image holds for the same files: the
+# install is keyed by its command now, and builds the project from a copy of the tree.
+KEY_RECIPE = b"install-2\0"
+# Where the prepare container sees the tree when the install builds from it: a build
+# backend writes into its source (setuptools' src/<pkg>.egg-info), so pip works on a
+# writable copy at /workspace, the path the runs mount the tree at, and an editable
+# install's paths (/workspace/src) then lead to the tree a run sees.
+TREE = "/lagtrace/tree"
+# The runner image's own wheels (Debian's python3-pip-whl: pip, setuptools): with them a
+# setuptools project builds with no network (pip's isolated build installs its backend).
+IMAGE_WHEELS = "/usr/share/python-wheels"
 # The prepare script's last line, with the install's exit status: a container that exits
 # without it was killed from outside (the shell is its first process, which nothing inside
 # the container may kill), not by a failing install. The script writes a newline before it,
 # so output the install left without one (a build backend writing to /proc/1/fd/1) cannot
 # hide it (tests/security/test_measurement_channel.py).
 INSTALL_EXIT_MARK = "lagtrace-install-exit "
+# pip's words for a package it found nowhere, and for an index it could not reach.
+NOT_FOUND = ("No matching distribution found", "Could not find a version that satisfies")
+UNREACHABLE = (
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "ProxyError",
+)
 
 
 def prepare_dependencies(executor: DockerExecutor, workdir: Path, progress: Callable[[str], None]) -> str | None:
-    """The prepared image for the working tree's requirements (built now unless cached), or None."""
+    """The prepared image for the working tree's install (built now unless cached), or None.
+
+    The install is read from the tree itself, as every step's checkout has it: a pull
+    request's base commit installs the way the base says. A fork's ``install:`` is its
+    own too; it is one pip command in the same sandbox that runs the fork's setup.py, so
+    it can do nothing that setup.py cannot.
+    """
     check_workdir(workdir)
-    lock_files = sorted(
-        {path for pattern in LOCK_FILE_GLOBS for path in workdir.glob(pattern) if inside_tree(path, workdir)}
-    )
-    if not lock_files:
+    plan = plan_install(workdir)
+    if plan is None:
+        if project_target(workdir) is not None:
+            progress(
+                "the project itself is not installed: `install: pip install -e .` in .lagtrace.yml "
+                'installs it (docs/guides/github.md, "How the project is installed")'
+            )
         return None
     base = executor._image_id.encode() + b"\0" + executor.cache_scope.encode() + b"\0"
-    prepared = f"{DEPS_REPOSITORY}:{dependency_key(base, workdir, lock_files)}"
-    names = ", ".join(str(path.relative_to(workdir)) for path in lock_files)
+    prepared = f"{DEPS_REPOSITORY}:{dependency_key(base, workdir, plan)}"
+    said = f"`{plan.command}`"
+    if plan.left_out:
+        said += f"; not installed: {', '.join(plan.left_out)} (`install:` in .lagtrace.yml names what to install)"
     try:
         executor.client.images.get(prepared)
-        progress(f"dependencies from {names}: cached in image {prepared}")
+        progress(f"dependencies from {plan.origin}: cached in image {prepared} ({said})")
     except ImageNotFound:
-        progress(f"installing dependencies from {names} (once; cached as image {prepared})")
-        install(executor, workdir, lock_files, prepared)
+        progress(f"installing dependencies from {plan.origin}: {said} (once; cached as image {prepared})")
+        install(executor, workdir, plan, prepared)
     return prepared
 
 
-def dependency_key(base: bytes, workdir: Path, lock_files: list[Path]) -> str:
-    """The prepared image's tag: the lock files' content, and what they install from the
-    tree itself (``local_references``), so a changed local package is installed again
-    rather than served stale from the cache (tests/unit/services/measure/test_dependency_key.py)."""
-    digest = hashlib.sha256(base)
-    for path in lock_files:
+def read_files(workdir: Path, plan: Install) -> list[tuple[str, bytes]]:
+    """(tree path, content) of every requirement and constraint file the install reads:
+    those it names, and those they name in turn (relative to the naming file, as pip
+    reads them); files outside the tree or behind a link are not read (not mounted: the
+    install fails and says so)."""
+    found: list[tuple[str, bytes]] = []
+    seen: set[Path] = set()
+    pending = [workdir / name for _, name in plan.files()]
+    root = workdir.resolve()
+    while pending:
+        path = Path(os.path.normpath(pending.pop(0)))
+        if path in seen or not inside_tree(path, workdir):
+            continue
+        seen.add(path)
         content = read_regular_file(path, MAX_LOCK_FILE_BYTES)
-        digest.update(str(path.relative_to(workdir)).encode() + b"\0" + content + b"\0")
-        for reference, editable in local_references(content.decode("utf-8", "replace")):
-            target = (workdir / reference).resolve()
-            if not target.is_relative_to(workdir.resolve()):
-                continue  # outside the tree: not mounted, the install fails and says so
-            digest.update(f"{reference}\0{editable}\0".encode())
-            _hash_local(digest, target, editable)
+        found.append((str(path.resolve().relative_to(root)), content))
+        pending += [path.parent / name for name in nested_files(content.decode("utf-8", "replace"))]
+    return found
+
+
+def builds_from_tree(workdir: Path, plan: Install) -> bool:
+    """Whether the install builds something of the tree (the project, a local package)."""
+    return bool(plan.local()) or any(
+        local_references(content.decode("utf-8", "replace")) for _, content in read_files(workdir, plan)
+    )
+
+
+def dependency_key(base: bytes, workdir: Path, plan: Install) -> str:
+    """The prepared image's tag: the install's command, the files it reads, and what it
+    installs from the tree itself (``local_references``, the project for ``-e .``), so a
+    changed local package is installed again rather than served stale from the cache
+    (tests/unit/services/measure/test_dependency_key.py)."""
+    digest = hashlib.sha256(base + KEY_RECIPE)
+    digest.update(plan.command.encode() + b"\0")
+    references = list(plan.local())
+    for name, content in read_files(workdir, plan):
+        digest.update(name.encode() + b"\0" + content + b"\0")
+        references += local_references(content.decode("utf-8", "replace"))
+    for reference, editable in references:
+        target = (workdir / reference).resolve()
+        if not target.is_relative_to(workdir.resolve()):
+            continue  # outside the tree: not mounted, the install fails and says so
+        digest.update(f"{reference}\0{editable}\0".encode())
+        _hash_local(digest, target, editable)
     return digest.hexdigest()[:16]
 
 
-# A lock file's lines that install from the working tree: `-e PATH`, `--editable PATH`, and
-# paths (`.`, `./pkg`, `file:./pkg`), which pip reads relative to its working directory,
-# the tree's root here (pip's "Requirements File Format").
-_EDITABLE_PREFIXES = ("-e ", "--editable ", "--editable=")
 # What decides an editable install's result: the code itself is read from /workspace at
 # run time, its metadata (dependencies, entry points) only at install time.
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 MAX_LOCAL_FILES = 10_000
-
-
-def local_references(text: str) -> list[tuple[str, bool]]:
-    """(path, editable) for each line of ``text`` that installs from the working tree."""
-    found = []
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        editable = line.startswith(_EDITABLE_PREFIXES)
-        if editable:
-            line = line.split(" ", 1)[1] if line.startswith(("-e ", "--editable ")) else line.split("=", 1)[1]
-            line = line.strip()
-        elif line.startswith("-"):
-            continue
-        if line.startswith("file:"):
-            line = urlsplit(line).path
-        line = line.split("#", 1)[0].split("[", 1)[0].strip()
-        if line.startswith((".", "/")):
-            found.append((line, editable))
-    return found
 
 
 def _hash_local(digest, target: Path, editable: bool) -> None:
@@ -135,8 +173,8 @@ def _hash_local(digest, target: Path, editable: bool) -> None:
             files.extend(Path(directory) / name for name in sorted(names))
             if len(files) > MAX_LOCAL_FILES:
                 raise BadInput(
-                    f"{target.name}: more than {MAX_LOCAL_FILES} files in a package the requirements install "
-                    "from the tree; install it as a wheel, or with -e"
+                    f"{target.name}: more than {MAX_LOCAL_FILES} files in a package the install builds "
+                    "from the tree; install it with -e (pip install -e .), or as a wheel"
                 )
     for path in files:
         if not inside_tree(path, target if target.is_dir() else target.parent):
@@ -148,22 +186,45 @@ def _hash_local(digest, target: Path, editable: bool) -> None:
         digest.update(b"\0")
 
 
-def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], prepared: str) -> None:
-    """Install ``lock_files`` in a container of the base image and commit it as ``prepared``."""
-    # As the prepare container sees them: the tree is mounted at /workspace.
-    inside = {path: f"{WORKSPACE}/{path.relative_to(workdir)}" for path in lock_files}
-    requirements = [a for p in lock_files if p.name.startswith("requirements") for a in ("-r", inside[p])]
-    constraints = [a for p in lock_files if p.name.startswith("constraints") for a in ("-c", inside[p])]
+def failure_hint(network: str, log: str) -> str:
+    """What the operator can change when pip found a package nowhere or reached no index."""
+    if network == "none" and any(words in log for words in (*NOT_FOUND, *UNREACHABLE)):
+        return (
+            "\nThe prepare step has no network (LAGTRACE_DOCKER_PREPARE_NETWORK=none): pip installs only what the "
+            "tree and the runner image hold. Give it one: LAGTRACE_DOCKER_PREPARE_NETWORK=host (a machine of its own) "
+            "or bridge (an engine with a bridge); index with LAGTRACE_PACKAGE_INDEX_URL in a cluster "
+            '(docs/guides/service.md, "Installing the project")'
+        )
+    if any(words in log for words in UNREACHABLE):
+        return (
+            f"\npip reached no package index on the prepare network (LAGTRACE_DOCKER_PREPARE_NETWORK={network}; "
+            'docs/guides/service.md, "Installing the project")'
+        )
+    return ""
+
+
+def install(executor: DockerExecutor, workdir: Path, plan: Install, prepared: str) -> None:
+    """Run ``plan`` in a container of the base image and commit it as ``prepared``."""
+    copy = builds_from_tree(workdir, plan)
+    # The tree at /workspace as pip sees it (its working directory): the mount itself, or
+    # a writable copy of it without .git (the image has no git for a build to use) and
+    # without the checkout's virtualenvs (a build reads neither; they fill the tmpfs).
+    copy_tree = (
+        f'for entry in {TREE}/* {TREE}/.[!.]* {TREE}/..?*; do [ -e "$entry" ] || [ -L "$entry" ] || continue; '
+        f'[ "${{entry##*/}}" = .git ] || [ -e "$entry/pyvenv.cfg" ] || cp -R "$entry" {WORKSPACE}/ || exit 1; done && '
+        if copy
+        else ""
+    )
     # --system-site-packages keeps the image's Debian pytest importable beside the venv.
     script = (
-        f"({CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
+        f"({copy_tree}{CONTAINER_PYTHON} -m venv --system-site-packages {DEPS_VENV} "
         f'&& {DEPS_VENV}/bin/pip install --no-input --disable-pip-version-check "$@"); '
         f'code=$?; printf "\\n{INSTALL_EXIT_MARK}%d\\n" "$code"; exit $code'
     )
     # Built from scratch: the install runs the repository's own code (setup.py, build
     # backends), so nothing of the worker's environment (index credentials, proxies,
     # tokens) goes in; the operator may name one index without credentials.
-    environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1"}
+    environment = {"HOME": "/tmp", "PIP_NO_INPUT": "1", "PIP_FIND_LINKS": IMAGE_WHEELS}
     if executor.settings.package_index_url:
         environment["PIP_INDEX_URL"] = executor.settings.package_index_url
         parts = urlsplit(executor.settings.package_index_url)
@@ -171,21 +232,33 @@ def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], pre
             # pip ignores a plain-http index unless told to trust it: an index inside
             # the cluster, which the operator named and the sealed network leads to.
             environment["PIP_TRUSTED_HOST"] = parts.netloc
-    network = executor.settings.docker_prepare_network
+    network = setting = executor.settings.docker_prepare_network
+    if network == "none":
+        # No index can answer: pip says at once what it found nowhere, instead of
+        # retrying an unreachable index for each requirement.
+        environment["PIP_NO_INDEX"] = "1"
     if network == "index":
         # The sealed network: the index (through its relay) and nothing else.
         network = prepare_network.ensure(executor.client, executor.settings, executor._image_id)
-    mounts = [Mount(WORKSPACE, str(workdir), type="bind", read_only=True)]
+    mounts = [Mount(TREE if copy else WORKSPACE, str(workdir), type="bind", read_only=True)]
+    # The root stays writable here: the install writes the venv into the image.
+    hardening = executor._hardening(read_only=False, job_id=executor.job_id)
+    if copy:
+        # A tmpfs, so the copy stays out of the committed image (runs mount the tree there).
+        size = executor.settings.docker_tmpfs_size
+        hardening["tmpfs"] = {
+            **hardening["tmpfs"],
+            WORKSPACE: f"rw,exec,nosuid,nodev,size={size},uid={RUNNER_UID},gid={RUNNER_UID}",
+        }
     try:
         container = executor.client.containers.create(
             executor.image,
-            ["sh", "-c", script, "prepare", *requirements, *constraints],
+            ["sh", "-c", script, "prepare", *plan.args],
             working_dir=WORKSPACE,
             environment=environment,
             mounts=mounts,
             network_mode=network,
-            # The root stays writable here: the install writes the venv into the image.
-            **executor._hardening(read_only=False, job_id=executor.job_id),
+            **hardening,
         )
     except APIError as exc:
         raise executor._engine_refused("the prepare container", exc) from None
@@ -207,7 +280,8 @@ def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], pre
             # docker-py reports a wait that ran out of time as a read timeout.
             kill_container(container)
             raise LagtraceError(
-                f"installing the dependencies took more than {timeout:g} s (LAGTRACE_DOCKER_PREPARE_TIMEOUT_S)"
+                f"installing the dependencies took more than {timeout:g} s (LAGTRACE_DOCKER_PREPARE_TIMEOUT_S): "
+                f"`{plan.command}` (from {plan.origin})"
             ) from None
         if status.get("StatusCode") != 0:
             log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
@@ -222,7 +296,15 @@ def install(executor: DockerExecutor, workdir: Path, lock_files: list[Path], pre
                         answered=True,
                     )
             tail = "\n".join(line for line in lines[-22:] if line and not line.startswith(INSTALL_EXIT_MARK))
-            raise LagtraceError(f"installing the dependencies failed (exit {status.get('StatusCode')}):\n{tail}")
+            source = (
+                plan.origin
+                if plan.configured
+                else f"found from {plan.origin}; `install:` in .lagtrace.yml names another"
+            )
+            raise LagtraceError(
+                f"installing the dependencies failed (exit {status.get('StatusCode')}): `{plan.command}` "
+                f"({source}):\n{tail}{failure_hint(setting, log)}"
+            )
         base = executor.client.images.get(executor.image).attrs["Config"]
         env = [item for item in base.get("Env") or [] if not item.startswith(("PATH=", "VIRTUAL_ENV="))]
         container.commit(

@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from services.measure.executors.docker_prepare import dependency_key, local_references
+from services.measure.install import plan_install
 
 BASE = b"image\0scope\0"
 
 
 def key(tree: Path) -> str:
-    return dependency_key(BASE, tree, sorted(tree.glob("requirements*.txt")))
+    plan = plan_install(tree)
+    assert plan is not None
+    return dependency_key(BASE, tree, plan)
 
 
 def write(tree: Path, files: dict[str, str]) -> None:
