@@ -50,7 +50,7 @@ from services.measure import hostload
 from services.measure.configs import parse_cpulist
 from services.measure.executors.base import RunRequest, RunResult, RunWatcher
 from services.measure.executors.docker_engine import BUILD_HINT, connect, engine_calls, engine_trouble, reason
-from services.measure.executors.docker_exec import DockerProcessHandle
+from services.measure.executors.docker_exec import TOOL_ENV, DockerProcessHandle
 from services.measure.executors.docker_guards import (
     CONTAINER_PYTHON,
     INSTALLATION_LABEL,
@@ -74,12 +74,24 @@ from services.measure.executors.local import _tail
 from services.settings import Settings
 
 TOOLS_DIR = "/lagtrace/tools"
-# (image, program) -> its path on the image's PATH (None: not there). Images are immutable
-# by id, so this holds for the life of the process; an incomplete answer is not kept.
+# (image, program) -> its path on the image's PATH (None: not there); (image, "tool:" +
+# name) -> a tool's path in the base image. Images are immutable by id, so this holds for
+# the life of the process; an incomplete answer is not kept.
 _LOCATED: dict[tuple[str, str], str | None] = {}
+# lagtrace's own shell in every container it starts, by path: the engine would resolve a
+# bare "sh" on the image's PATH, which in a prepared image starts with the job's venv.
+SHELL = "/bin/sh"
+# A tool is the first executable file of its name in a directory of lagtrace's own PATH:
+# not `command -v`, which answers a builtin's bare name (kill) for the PATH to resolve.
+_FIND_TOOLS = (
+    'for p in "$@"; do found=-; IFS=:; for d in $PATH; do '
+    'if [ -f "$d/$p" ] && [ -x "$d/$p" ]; then found="$d/$p"; break; fi; done; unset IFS; echo "$found"; done'
+)
+# How long a look-up container may take (about 0.3 s here) before it is stopped.
+ONE_SHOT_TIMEOUT_S = 60.0
 # /workspace/... where a tool reports a path: not inside another path (/x/workspace/...).
 _WORKSPACE_PATH = re.compile(r"(?<![\w.~/-])" + re.escape(WORKSPACE) + "/")
-IN_IMAGE_TOOLS = ("strace", "gdb", "gcore")
+IN_IMAGE_TOOLS = ("strace", "gdb", "gcore", "env", "timeout", "kill", "cat", "sh")
 # The timer kills the command at the timeout itself; the engine-side kill is the backstop
 # for a timer that cannot (its container frozen or out of memory).
 BACKSTOP_GRACE_S = 30.0
@@ -143,7 +155,7 @@ class DockerExecutor:
                 "cat /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null "
                 "|| cat /sys/fs/cgroup/cpuset/cpuset.effective_cpus 2>/dev/null"
             )
-            seen = self._one_shot(["sh", "-c", script], image=self.image).strip()
+            seen = self._one_shot([SHELL, "-c", script], image=self.image).strip()
             everything = tuple(range(self._ncpu))
             try:
                 confined = set(parse_cpulist(seen)) & set(everything) if seen else set(everything)
@@ -201,7 +213,8 @@ class DockerExecutor:
         missing = [program for program in programs if (image, program) not in _LOCATED]
         if missing:
             script = 'for p in "$@"; do command -v "$p" || echo -; done'
-            found = self._one_shot(["sh", "-c", script, "locate", *missing]).splitlines()
+            # The command's own look-up: the job's PATH (its venv first) is the one it runs with.
+            found = self._one_shot([SHELL, "-c", script, "locate", *missing]).splitlines()
             answers = {
                 program: (found[i] if i < len(found) and found[i] != "-" else None) for i, program in enumerate(missing)
             }
@@ -210,7 +223,27 @@ class DockerExecutor:
             _LOCATED.update({(image, program): where for program, where in answers.items()})
         return {program: _LOCATED[(image, program)] for program in programs}
 
-    def _one_shot(self, argv: list[str], image: str | None = None) -> str:
+    def _locate_tools(self, names: list[str]) -> dict[str, str | None]:
+        """Where lagtrace's tools are: in the base image (the job's install, as uid 1000,
+        can add to its venv but not replace the image's own files), searched on lagtrace's
+        own PATH, never the prepared image's venv-first one (tests/security/test_tool_paths.py)."""
+        missing = [name for name in names if (self._image_id, "tool:" + name) not in _LOCATED]
+        if missing:
+            found = self._one_shot(
+                [SHELL, "-c", _FIND_TOOLS, "locate", *missing], image=self.image, environment=TOOL_ENV
+            ).splitlines()
+            if len(found) == len(missing):
+                _LOCATED.update(
+                    {
+                        (self._image_id, "tool:" + name): (where if where != "-" else None)
+                        for name, where in zip(missing, found, strict=True)
+                    }
+                )
+            else:
+                return {name: None for name in names}
+        return {name: _LOCATED[(self._image_id, "tool:" + name)] for name in names}
+
+    def _one_shot(self, argv: list[str], image: str | None = None, environment: dict[str, str] | None = None) -> str:
         # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
         # SIGTERM) in the middle must still remove the container.
         image = image or self.run_image
@@ -219,13 +252,23 @@ class DockerExecutor:
                 image,
                 argv,
                 network_mode="none",
+                environment=environment,
                 **self._hardening(read_only=True, job_id=self.job_id),
             )
         except APIError as exc:
             raise self._engine_refused(f"a container of {image}", exc) from None
         try:
             container.start()
-            container.wait(timeout=None)
+            started = time.monotonic()
+            try:
+                container.wait(timeout=ONE_SHOT_TIMEOUT_S)
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                if time.monotonic() - started < ONE_SHOT_TIMEOUT_S:
+                    raise  # the engine went away: engine_calls says so
+                kill_container(container)
+                raise LagtraceError(
+                    f"a look-up container of {image} ({argv[0]}) did not end within {ONE_SHOT_TIMEOUT_S:g} s"
+                ) from None
             return container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         except APIError as exc:
             raise self._engine_refused(f"a container of {image}", exc) from None
@@ -245,7 +288,7 @@ class DockerExecutor:
             return f"{TOOLS_DIR}/py-spy" if self._py_spy else None
         if name not in self._tools:
             with engine_calls("looking for the evidence tools in the image"):
-                self._tools.update(self._locate(sorted({*IN_IMAGE_TOOLS, name})))
+                self._tools.update(self._locate_tools(sorted({*IN_IMAGE_TOOLS, name})))
         return self._tools[name]
 
     # -- one run -----------------------------------------------------------------------
@@ -286,7 +329,8 @@ class DockerExecutor:
                 output,
                 timeout,
                 str(LINGER_S),
-                "none" if request.stall_clock is None else json.dumps(request.stall_clock),
+                # The clock's snapshot tools (gcore, py-spy) start from lagtrace's environment.
+                "none" if request.stall_clock is None else json.dumps({**request.stall_clock, "tool_env": TOOL_ENV}),
                 "--",
                 *container_command(request.command, request.workdir, request.run_dir),
             ],
@@ -325,6 +369,9 @@ class DockerExecutor:
         )
 
     def _run(self, container, request: RunRequest) -> RunResult:
+        # Looked up before the start (a container of its own the first time), so the
+        # watcher gets its handle as soon as the command runs.
+        wrappers = (self.tool_path("env"), self.tool_path("timeout")) if request.watcher is not None else (None, None)
         started = time.perf_counter()
         try:
             container.start()
@@ -352,7 +399,7 @@ class DockerExecutor:
                 for line in _lines(stream):
                     if line.startswith("pid ") and request.watcher is not None:
                         mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
-                        handle = DockerProcessHandle(container, int(line[4:]), mounts)
+                        handle = DockerProcessHandle(container, int(line[4:]), mounts, wrappers)
                         request.watcher.started(handle)
                         watched = request.watcher
                     elif line.startswith("{"):

@@ -33,6 +33,30 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "VIRTUAL_ENV")
 
 
+# Tools lagtrace's own environment installs from PyPI (found beside its interpreter);
+# any other name there may be a script a package of the job's put in a shared venv.
+PYPI_TOOLS = ("py-spy", "pystack")
+# A tool run without a timeout of its own gets this one.
+DEFAULT_TOOL_TIMEOUT_S = 300.0
+
+
+def host_tool_path() -> str:
+    """lagtrace's PATH without any virtualenv's bin directory: where the host's own tools
+    (strace, gdb, gcore's bash) are looked up, so that a package installing ``bin/strace``
+    into an activated venv is never run for one (tests/security/test_tool_paths.py)."""
+    kept = [
+        directory
+        for directory in os.environ.get("PATH", os.defpath).split(os.pathsep)
+        if directory and not (Path(directory).parent / "pyvenv.cfg").exists()
+    ]
+    return os.pathsep.join(kept) or os.defpath
+
+
+def tool_environment() -> dict[str, str]:
+    """A tool's environment: the command's inherited one, on the host's own PATH."""
+    return {**child_environment({}), "PATH": host_tool_path()}
+
+
 def child_environment(extra: dict[str, str]) -> dict[str, str]:
     """The command's environment, built from scratch rather than copied and filtered."""
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
@@ -87,9 +111,9 @@ class LocalExecutor:
     def tool_path(self, name: str) -> str | None:
         # Tools installed into lagtrace's own environment (py-spy from PyPI) come first.
         beside_python = Path(sys.executable).parent / name
-        if beside_python.exists():
+        if name in PYPI_TOOLS and beside_python.exists():
             return str(beside_python)
-        return shutil.which(name)
+        return shutil.which(name, path=host_tool_path())
 
     def run(self, request: RunRequest) -> RunResult:
         group = None
@@ -118,7 +142,11 @@ class LocalExecutor:
         env = child_environment(request.env)
         # The stall clock runs here, in the parent: it freezes the command's process group
         # at the deadline itself (one killpg), as the container timer does in a container.
-        clock = StallClock(request.stall_clock) if request.stall_clock is not None else None
+        clock = (
+            StallClock({**request.stall_clock, "tool_env": tool_environment()})
+            if request.stall_clock is not None
+            else None
+        )
         with open(output_path, "wb") as output:
             busy_before = hostload.busy_cpu_seconds(cpuset)
             io_before = hostload.own_io()
@@ -196,8 +224,11 @@ class LocalProcessHandle:
 
     def run_tool(self, argv: list[str], timeout_s: float | None = None) -> ToolResult:
         started = time.perf_counter()
+        timeout_s = DEFAULT_TOOL_TIMEOUT_S if timeout_s is None else timeout_s
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+            done = subprocess.run(
+                argv, capture_output=True, text=True, errors="replace", timeout=timeout_s, env=tool_environment()
+            )
             returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
         except subprocess.TimeoutExpired as exc:
             returncode, stdout, stderr = -9, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {timeout_s} s"

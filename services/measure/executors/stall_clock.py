@@ -296,15 +296,34 @@ def wait_stopped(pids, limit_s=0.25):
         time.sleep(0.0002)
 
 
-def run_tool(argv, timeout_s=TOOL_TIMEOUT_S):
+def run_tool(argv, timeout_s=TOOL_TIMEOUT_S, env=None):
+    """A snapshot tool, by path, from ``env`` (None: this process's own; the container's
+    timer passes lagtrace's, since its own is the job's: gcore is a script that finds
+    bash and gdb on PATH). At the timeout its whole session is killed: gcore's gdb would
+    otherwise hold the pipes open, and the wait with them."""
     started = time.perf_counter()
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-        code, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, out, err = -9, exc.stdout or b"", (exc.stderr or b"") + f"\ntimed out after {timeout_s} s".encode()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
     except OSError as exc:
         code, out, err = 127, b"", f"cannot run {os.path.basename(argv[0])}: {exc.strerror}".encode()
+    else:
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+            code, err = -9, err + f"\ntimed out after {timeout_s} s".encode()
     return {
         "argv": [os.path.basename(argv[0]), *argv[1:]],
         "returncode": code,
@@ -320,7 +339,8 @@ class StallClock:
     spec (JSON-able): stall_after_s; last_at_s (a last, lighter snapshot this long after
     the start, before the hard timeout) or None; per_test (the deadline counts from a
     test's start, reported through the FIFO); out_dir (where the snapshot goes, as this
-    process sees it); tools {"py-spy": path or None, "gcore": path or None}.
+    process sees it); tools {"py-spy": path or None, "gcore": path or None}; tool_env
+    (the tools' environment, None: this process's).
     """
 
     def __init__(self, spec):
@@ -507,6 +527,7 @@ class StallClock:
         if len(python) > MAX_PROCESSES:
             snapshot["left_out"] = [p["pid"] for p in python[MAX_PROCESSES:]]
         tools = self.spec.get("tools", {})
+        tool_env = self.spec.get("tool_env")
         for rank, process in enumerate(python[:MAX_PROCESSES]):
             pid = process["pid"]
             process["snapshot"] = True
@@ -515,11 +536,13 @@ class StallClock:
             if tools.get("py-spy"):
                 # --nonblocking: the process is frozen already, and py-spy's own pause
                 # (ptrace attach) fails on a stopped process.
-                process["pyspy"] = run_tool([tools["py-spy"], "dump", "--json", "--nonblocking", "--pid", str(pid)])
+                process["pyspy"] = run_tool(
+                    [tools["py-spy"], "dump", "--json", "--nonblocking", "--pid", str(pid)], env=tool_env
+                )
             if phase in (STALL, CRASH) and tools.get("gcore"):
                 if rank < MAX_CORES:
                     prefix = os.path.join(self.out_dir, "core")
-                    process["gcore"] = run_tool([tools["gcore"], "-o", prefix, str(pid)])
+                    process["gcore"] = run_tool([tools["gcore"], "-o", prefix, str(pid)], env=tool_env)
                     process["core"] = f"{prefix}.{pid}"
                 else:
                     process["gcore"] = None  # over MAX_CORES: left out on purpose
