@@ -28,6 +28,20 @@ def progress_of(job: Job) -> Progress:
     return lambda line: log.info("job %s: %s", job.id, line)
 
 
+def cache_scope(job: Job, source: JobSource) -> str:
+    """Where the docker executor keeps the job's prepared dependency images: one scope per
+    project for its own commits, and one per pull request for a fork's, which no other job
+    reads. A fork's install runs the fork's code (setup.py, a build backend): were it
+    cached where the default branch's jobs look, a fork could plant a ``sitecustomize.py``
+    or a ``bin/strace`` in the image they measure in, as GitHub Actions keeps a fork's
+    caches from the base branch (docs.github.com, "Restrictions for accessing a cache";
+    tests/security/test_prepare.py)."""
+    scope = f"project-{job.project_id}"
+    if source.config_commit_sha is not None:  # a fork's pull request (services/github/webhooks.py)
+        scope += f"-fork-pr{source.pull_request_number if source.pull_request_number is not None else f'-job{job.id}'}"
+    return scope
+
+
 def executor_for(job: Job, source: JobSource, settings: Settings) -> Executor:
     # After prepare, job.executor is the one `auto` chose there, not `auto` again.
     executor = make_executor(
@@ -36,7 +50,7 @@ def executor_for(job: Job, source: JobSource, settings: Settings) -> Executor:
         image=source.image,
         progress=progress_of(job),
         allowed=settings.allowed_executors,
-        cache_scope=f"project-{job.project_id}",
+        cache_scope=cache_scope(job, source),
         job_id=job.id,
     )
     return on_worker_cpus(executor, settings.worker_cpus)

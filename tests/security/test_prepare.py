@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from services.errors import LagtraceError
+from services.jobs.workspace import cache_scope
 from services.measure.executors.docker import DockerExecutor
+from services.models import Job, JobSource, Project
 from services.settings import Settings
 from tests.security.conftest import docker_ready
 from tests.service_support import write_wheel
@@ -127,3 +129,39 @@ def test_dependency_images_are_keyed_by_project(workdir, tmp_path):
             first.client.images.remove(second.run_image, force=True)
     finally:
         first.client.images.remove(first.run_image, force=True)
+
+
+def test_a_forks_pull_request_prepares_where_no_trusted_job_looks(workdir, tmp_path):
+    """A fork that edits what its install reads, and builds the key first, plants nothing
+    in the image a push to the default branch then measures in: the fork's install goes to
+    a scope of its own, per pull request."""
+    project = Project(id=7, name="octo/scoped")
+    push = JobSource(kind="git", branch="main")
+    fork = JobSource(kind="git", branch="main", config_commit_sha="a" * 40, pull_request_number=12)
+    other_fork = JobSource(kind="git", branch="feature", config_commit_sha="b" * 40, pull_request_number=13)
+    scopes = [
+        cache_scope(Job(id=n, project_id=project.id), source) for n, source in enumerate((push, fork, other_fork))
+    ]
+    # The fork's pull request names its branch like the base's: the scope is not the branch's.
+    assert scopes == ["project-7", "project-7-fork-pr12", "project-7-fork-pr13"], scopes
+
+    # The fork's install runs first and plants a sitecustomize in its venv.
+    planted = write_wheel(workdir, "sitecustomize", f"1.0.{time.time_ns()}")
+    (workdir / "requirements.txt").write_text(f"./{planted.name}\n")
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}", docker_prepare_network="none")
+    docker_ready(settings)
+    forked = DockerExecutor(settings, cache_scope=scopes[1])
+    forked.prepare(workdir, lambda m: None)
+    trusted = DockerExecutor(settings, cache_scope=scopes[0])
+    said: list[str] = []
+    try:
+        # The same tree on main: installed afresh ("installing"), never served the fork's image.
+        trusted.prepare(workdir, said.append)
+        try:
+            assert trusted.run_image != forked.run_image
+            assert any(line.startswith("installing dependencies") for line in said), said
+            assert forked.client.images.get(trusted.run_image).labels["lagtrace.deps.scope"] == "project-7"
+        finally:
+            forked.client.images.remove(trusted.run_image, force=True)
+    finally:
+        forked.client.images.remove(forked.run_image, force=True)
