@@ -4,15 +4,32 @@ JUnit XML and reading the per-test durations back, node ids, narrowing to one te
 from __future__ import annotations
 
 import configparser
+import hashlib
+import logging
 import os
+import stat
 import tomllib
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from junitparser import Error, Failure, JUnitXml, Skipped
+log = logging.getLogger("lagtrace.measure")
 
 JUNIT_FILE = "junit.xml"
+# The JUnit XML file is written inside the job, where its own code (a test, a conftest, a
+# plugin) can write anything in its place: it is read as hostile input, streamed, within
+# these limits (tests/unit/services/measure/test_junit_limits.py).
+# pytest writes a few hundred bytes a case, so this is far more than JUNIT_MAX_CASES take,
+# while the run directory may hold 4 GiB (settings.run_dir_max_bytes). A larger file is not
+# read: the run reported no test, as when pytest wrote no file.
+JUNIT_MAX_BYTES = 256 * 1024**2
+# Each case is a row of test_results: the cases beyond these are dropped (and logged).
+JUNIT_MAX_CASES = 200_000
+# test_results.test_id is indexed (services/models.py), and a btree index entry cannot
+# exceed about a third of a page, 2,704 bytes (https://www.postgresql.org/docs/current/btree-intro.html).
+# Counted in UTF-8 bytes, not characters: a character takes up to four.
+TEST_ID_MAX_BYTES = 1024
 # pytest writes each case's time as f"{duration:.3f}" (_pytest/junitxml.py): durations
 # are known to the millisecond, no better (tests/unit/test_junit_resolution.py checks).
 JUNIT_RESOLUTION_S = 0.001
@@ -357,10 +374,10 @@ def parse(path: Path) -> list[TestCase]:
     (collection_errors reads those)."""
     cases: list[TestCase] = []
     for case in _cases(path):
-        if _collection_failure(case) is None:
-            cases.append(
-                TestCase(_node_id(case), float(case.time or 0.0), _outcome(case), _line(case), _iterations(case))
-            )
+        if case.collection_failure is None:
+            time = case.attrib.get("time")  # as junitparser read it: "1,234.5" is 1234.5 s
+            duration = float(time.replace(",", "")) if time else 0.0
+            cases.append(TestCase(_node_id(case), duration, case.outcome or "passed", _line(case), _iterations(case)))
     return cases
 
 
@@ -368,9 +385,8 @@ def parse(path: Path) -> list[TestCase]:
 ITERATIONS_PROPERTY = "lagtrace_iterations"
 
 
-def _iterations(case) -> int | None:
-    prop = case._elem.find(f"properties/property[@name='{ITERATIONS_PROPERTY}']")
-    value = prop.get("value", "") if prop is not None else ""
+def _iterations(case: _Case) -> int | None:
+    value = case.iterations or ""
     return int(value) if value.isdigit() else None
 
 
@@ -378,10 +394,9 @@ def collection_errors(path: Path) -> list[CollectionError]:
     """The modules pytest could not collect, each with the exception it raised."""
     found = []
     for case in _cases(path):
-        error = _collection_failure(case)
-        if error is not None:
-            module = case._elem.get("file") or case.name or "?"
-            found.append(CollectionError(module, _exception_line(error.text or "")))
+        if case.collection_failure is not None:
+            module = case.attrib.get("file") or case.attrib.get("name") or "?"
+            found.append(CollectionError(_bounded(module), _exception_line(case.collection_failure)))
     return found
 
 
@@ -401,19 +416,125 @@ def read_collection_errors(output_tail: str | None) -> list[CollectionError]:
     return found
 
 
-def _cases(path: Path) -> list:
-    if not path.exists() or path.stat().st_size == 0:
+@dataclass
+class _Case:
+    """What parse and collection_errors read of one testcase element."""
+
+    attrib: dict[str, str]
+    outcome: str | None = None  # that of its first skipped, failure or error element
+    # The text of its first error element whose message is COLLECTION_FAILURE.
+    collection_failure: str | None = None
+    iterations: str | None = None  # the value of its ITERATIONS_PROPERTY property
+
+
+_OUTCOMES = {"skipped": "skipped", "failure": "failed", "error": "error"}
+
+
+class _Unreadable(Exception):
+    """A JUnit XML file that is read as no test case."""
+
+
+class _Enough(Exception):
+    """A case beyond JUNIT_MAX_CASES begins."""
+
+
+class _Reader:
+    """The target of ElementTree's XMLParser, told of each tag as the file is fed
+    (https://docs.python.org/3/library/xml.etree.elementtree.html#xmlparser-objects): it keeps
+    what parse and collection_errors read of each case and builds no tree. Not iterparse:
+    that reports no DOCTYPE, while a target's doctype method is told of one."""
+
+    def __init__(self) -> None:
+        self.cases: list[_Case] = []
+        self.open: list[str] = []  # the tags of the open elements, the root's first
+        self.case: _Case | None = None  # the case being read, an element at depth case_depth
+        self.case_depth = 0
+        self.text: list[str] | None = None  # a collection failure's text, while it is read
+        self.text_depth = 0
+
+    def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
+        # pytest writes none. A DOCTYPE can declare entities, which Python's parser expands
+        # (the "billion laughs": https://docs.python.org/3/library/xml.html#xml-vulnerabilities).
+        raise _Unreadable(f"it declares a DOCTYPE ({name})")
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        depth = len(self.open)
+        self._end_text()  # an element's text is what comes before its first child
+        if self.case is None:
+            # The cases junitparser read: those of the root testsuite, of the root
+            # testsuites' testsuites, and of testsuites nested in those (in document order).
+            in_suites = self.open[:1] in (["testsuites"], ["testsuite"]) and self.open[-1] == "testsuite"
+            if tag == "testcase" and in_suites and all(t == "testsuite" for t in self.open[1:]):
+                if len(self.cases) == JUNIT_MAX_CASES:
+                    raise _Enough
+                self.case, self.case_depth = _Case(attrib), depth
+        elif tag in _OUTCOMES:
+            self.case.outcome = self.case.outcome or _OUTCOMES[tag]
+            if tag == "error" and attrib.get("message") == COLLECTION_FAILURE and self.case.collection_failure is None:
+                self.text, self.text_depth = [], depth
+        elif (
+            tag == "property"
+            and attrib.get("name") == ITERATIONS_PROPERTY
+            and self.open[self.case_depth + 1 :] == ["properties"]  # the case's properties/property
+            and self.case.iterations is None
+        ):
+            self.case.iterations = attrib.get("value", "")
+        self.open.append(tag)
+
+    def data(self, text: str) -> None:
+        if self.text is not None:
+            self.text.append(text)
+
+    def end(self, tag: str) -> None:
+        self.open.pop()
+        if self.text is not None and len(self.open) == self.text_depth:
+            self._end_text()
+        if self.case is not None and len(self.open) == self.case_depth:
+            self.cases.append(self.case)
+            self.case = None
+
+    def _end_text(self) -> None:
+        if self.text is not None and self.case is not None:
+            self.case.collection_failure = "".join(self.text)
+        self.text = None
+
+
+def _cases(path: Path) -> list[_Case]:
+    """The cases of a JUnit XML file, or none when it cannot be read safely."""
+    try:
+        return _read(path)
+    except FileNotFoundError:
         return []
-    xml = JUnitXml.fromfile(str(path))
-    suites = [xml] if xml._tag == "testsuite" else list(xml)
-    return [case for suite in suites for case in suite]
+    except (OSError, _Unreadable, ET.ParseError, LookupError, ValueError) as exc:
+        # A declared encoding Python does not have is a LookupError, one expat cannot
+        # use a ValueError (UnicodeError among them).
+        log.warning("JUnit XML %s not read, as if no test ran: %s", path, exc)
+        return []
 
 
-def _collection_failure(case) -> Error | None:
-    for result in case.result:
-        if isinstance(result, Error) and result.message == COLLECTION_FAILURE:
-            return result
-    return None
+def _read(path: Path) -> list[_Case]:
+    # Not through a link, and only a regular file: a FIFO would never end (as executors/local.py _tail).
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable("not a regular file")
+        if info.st_size > JUNIT_MAX_BYTES:
+            raise _Unreadable(f"{info.st_size} bytes, over the {JUNIT_MAX_BYTES} read")
+        reader = _Reader()
+        parser = ET.XMLParser(target=reader)
+        read = 0
+        try:
+            while chunk := handle.read(64 * 1024):
+                read += len(chunk)
+                if read > JUNIT_MAX_BYTES:  # it grew since
+                    raise _Unreadable(f"over the {JUNIT_MAX_BYTES} bytes read")
+                parser.feed(chunk)
+            if read:  # an empty file is no case, as pytest leaves none
+                parser.close()
+        except _Enough:
+            log.warning("JUnit XML %s: only its first %d test cases are read", path, JUNIT_MAX_CASES)
+    return reader.cases
 
 
 def _exception_line(text: str) -> str:
@@ -423,28 +544,29 @@ def _exception_line(text: str) -> str:
     return (raised or lines or ["(no message)"])[-1]
 
 
-def _node_id(case) -> str:
-    classname = case.classname or ""
-    file = case._elem.get("file")
+def _node_id(case: _Case) -> str:
+    classname = case.attrib.get("classname") or ""
+    name = case.attrib.get("name") or ""
+    file = case.attrib.get("file")
     if file:
         module = file[:-3].replace("/", ".") if file.endswith(".py") else file
         rest = classname[len(module) :].lstrip(".") if classname.startswith(module) else ""
         classes = rest.split(".") if rest else []
-        return "::".join([file, *classes, case.name])
-    return f"{classname}::{case.name}" if classname else case.name
+        return _bounded("::".join([file, *classes, name]))
+    return _bounded(f"{classname}::{name}" if classname else name)
 
 
-def _line(case) -> int | None:
-    line = case._elem.get("line")
+def _bounded(test_id: str) -> str:
+    """``test_id`` within TEST_ID_MAX_BYTES: a longer one is cut and ends in a hash of the
+    whole, so that two ids alike in their first kilobyte stay two tests."""
+    encoded = test_id.encode()
+    if len(encoded) <= TEST_ID_MAX_BYTES:
+        return test_id
+    suffix = "…" + hashlib.sha256(encoded).hexdigest()[:16]
+    # errors="ignore": the cut may split a character's bytes.
+    return encoded[: TEST_ID_MAX_BYTES - len(suffix.encode())].decode(errors="ignore") + suffix
+
+
+def _line(case: _Case) -> int | None:
+    line = case.attrib.get("line")
     return int(line) + 1 if line is not None and line.isdigit() else None
-
-
-def _outcome(case) -> str:
-    for result in case.result:
-        if isinstance(result, Skipped):
-            return "skipped"
-        if isinstance(result, Failure):
-            return "failed"
-        if isinstance(result, Error):
-            return "error"
-    return "passed"
