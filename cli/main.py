@@ -587,7 +587,7 @@ def user_list() -> None:
     envvar="LAGTRACE_API_URL",
     default="http://127.0.0.1:8080",
     show_default=True,
-    help="The API (env LAGTRACE_API_URL).",
+    help="The API (env LAGTRACE_API_URL): https://, or http:// to this machine only (the token is sent with it).",
 )
 @click.option(
     "--token", "api_token", envvar="LAGTRACE_API_TOKEN", required=True, help="Bearer token (env LAGTRACE_API_TOKEN)."
@@ -676,7 +676,8 @@ def submit(
         **({"budget_s": budget_s} if budget_s is not None else {}),
         **({"kind": kind} if kind is not None else {}),
     }
-    client = ApiClient(url, api_token, progress=_progress)
+    with _exit_on_domain_errors():
+        client = ApiClient(url, api_token, progress=_progress)
     try:
         job = submit_and_wait(
             client,

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from services.errors import BadInput
 
 if TYPE_CHECKING:
     from services.jobs.report_schema import Report
@@ -37,6 +41,46 @@ class ApiError(Exception):
         self.status = status
 
 
+def check_url(url: str) -> None:
+    """Refuse a --url the token would cross the network unencrypted to: http:// is for
+    this machine only (localhost, *.localhost, a loopback address), anything else is
+    https:// (tests/cli/test_submit_token.py)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return
+    if parts.scheme == "http" and parts.hostname and _is_local(parts.hostname):
+        return
+    if parts.scheme == "http":
+        raise BadInput(f"--url {url}: the API token would be sent unencrypted to {parts.hostname}; use https://")
+    raise BadInput(f"--url {url!r}: use https:// (http:// only to this machine)")
+
+
+def _is_local(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+
+
+class _SameOriginToken(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, but keep the token to the origin it was given for: urllib copies
+    every header (Authorization too) to the redirected request, wherever it points
+    (tests/cli/test_submit_token.py)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
 class ApiClient:
     def __init__(
         self,
@@ -46,6 +90,7 @@ class ApiClient:
         connect_wait_s: float = 30.0,
         progress: Callable[[str], None] = lambda message: None,
     ):
+        check_url(base_url)
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
@@ -53,6 +98,7 @@ class ApiClient:
         # before `submit` in a script): a refused connection sent nothing, so it is retried.
         self.connect_wait_s = connect_wait_s
         self.progress = progress
+        self._opener = urllib.request.build_opener(_SameOriginToken)
 
     def request(
         self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json"
@@ -65,7 +111,7 @@ class ApiClient:
         waited = False
         while True:
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                with self._opener.open(request, timeout=self.timeout_s) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:
                 raise ApiError(exc.code, _error_message(exc)) from None
