@@ -143,6 +143,11 @@ class Settings(BaseSettings):
     # Without a timeout in the job, runs get the default; none may ask for more than the max.
     max_repeat: int = Field(30, ge=1)
     max_stall_after_s: float = Field(600.0, gt=0)
+    # The shortest `matrix_every_h` a repository's .lagtrace.yml may ask for: a push asking
+    # for less is refused, a schedule stored before runs this often. Each scheduled job runs
+    # the whole matrix and is made by the server itself, not counted in
+    # submissions_per_minute (docs/guides/github.md, scheduled matrix jobs).
+    matrix_min_interval_h: float = Field(1.0, gt=0)
     # Stored evidence artifacts of one job, compressed; past it, artifacts are left out.
     artifact_job_quota_bytes: int = Field(1024 * 1024 * 1024, gt=0)
     # Abuse limits in a sliding minute: submissions per API token (and per dashboard user),

@@ -12,7 +12,9 @@ test, on the branch's latest pushed commit.
   for each schedule that is due, a matrix job with trigger ``schedule`` the way a rerun is
   built (services/jobs/submit.py ``job_on_source_of``). Due: no matrix job of that command
   on that branch created within ``every_h`` (a matrix job by any trigger resets the clock;
-  a gate is no matrix job), and no attempt of the pass itself within it.
+  a gate is no matrix job) nor still queued or running, and no attempt of the pass itself
+  within it. ``every_h`` is at least the server's ``matrix_min_interval_h``, whatever a
+  schedule stored before it was raised says.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from services.diagnose.change_points import branch_of, on_branch
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs.submit import job_on_source_of
-from services.models import Job, JobKind, JobSource, MatrixSchedule, utcnow
+from services.models import Job, JobKind, JobSource, JobStatus, MatrixSchedule, utcnow
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.schedule")
 
 TRIGGER = "schedule"
+UNFINISHED = (JobStatus.queued, JobStatus.running)
 
 
 def record(session: Session, settings: Settings, job: Job, source: JobSource, every_h: float | None) -> None:
@@ -70,14 +73,15 @@ def last_matrix_at(
     session: Session, schedule: MatrixSchedule, command: list[str], since: dt.datetime
 ) -> dt.datetime | None:
     """When the newest matrix job of ``command`` on the schedule's branch was created, if
-    it was at or after ``since``; None where none was."""
+    it was at or after ``since`` or is still queued or running (one waiting for a worker, or
+    slower than every_h, is not doubled); None where none was."""
     query = (
         select(Job.created_at, Job.command)
         .join(JobSource, JobSource.job_id == Job.id)
         .where(
             Job.project_id == schedule.project_id,
             Job.kind == JobKind.matrix,
-            Job.created_at >= since,
+            or_(Job.created_at >= since, Job.status.in_(UNFINISHED)),
             on_branch(schedule.branch),
         )
         .order_by(Job.created_at.desc(), Job.id.desc())
@@ -89,12 +93,12 @@ def last_matrix_at(
     return None
 
 
-def due(session: Session, schedule: MatrixSchedule, now: dt.datetime) -> Job | None:
+def due(session: Session, settings: Settings, schedule: MatrixSchedule, now: dt.datetime) -> Job | None:
     """The job a due schedule's matrix job is built from; None where it is not due (or
     nothing to build from: no hours, or its push job deleted)."""
     if schedule.every_h is None or schedule.job_id is None:
         return None
-    since = now - dt.timedelta(hours=schedule.every_h)
+    since = now - dt.timedelta(hours=max(schedule.every_h, settings.matrix_min_interval_h))
     if schedule.attempted_at is not None and _aware(schedule.attempted_at) > since:
         return None
     earlier = session.get(Job, schedule.job_id)
@@ -119,7 +123,7 @@ def create_due(session: Session, settings: Settings, *, now: dt.datetime | None 
         .execution_options(populate_existing=True)
     ).all()
     for schedule in schedules:
-        earlier = due(session, schedule, now)
+        earlier = due(session, settings, schedule, now)
         if earlier is None or not _claim(session, schedule, now):
             continue
         try:

@@ -231,4 +231,10 @@ def enforce_policy(spec: JobSpec, settings: Settings, project: Project) -> JobSp
         )
     if spec.stall_after_s is not None and spec.stall_after_s > settings.max_stall_after_s:
         raise BadInput(f"stall_after_s: at most {settings.max_stall_after_s:g} s on this server")
+    every_h = spec.matrix_every_h if isinstance(spec, RepositoryConfig) else None
+    if every_h is not None and every_h < settings.matrix_min_interval_h:
+        raise BadInput(
+            f"matrix_every_h: {every_h:g} h is below the minimum of {settings.matrix_min_interval_h:g} h on this "
+            "server (LAGTRACE_MATRIX_MIN_INTERVAL_H)"
+        )
     return spec.model_copy(update={"timeout_s": spec.timeout_s or settings.run_timeout_s})

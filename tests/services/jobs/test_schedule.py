@@ -1,6 +1,6 @@
 """Scheduled matrix jobs (services/jobs/schedule.py) on SQLite and PostgreSQL: which pushes
-store a schedule, when it is due, what the pass creates, and that two passes at once
-create one job."""
+store a schedule, when it is due (never more often than the server's minimum, never beside
+an unfinished one), what the pass creates, and that two passes at once create one job."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from sqlalchemy.orm import Session
 
 from services import migrate
 from services.db import make_engine, make_session_factory
+from services.errors import BadInput
 from services.jobs import outbox, schedule
 from services.jobs.dispatch import PREPARE, Step
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.reconcile import reconcile
-from services.jobs.spec import JobSpec
+from services.jobs.sources import parse_repository_config
+from services.jobs.spec import JobSpec, enforce_policy
 from services.jobs.submit import PullRequestRef, submit_job, trigger_of
-from services.models import Job, JobKind, JobSource, MatrixSchedule, utcnow
+from services.models import Job, JobKind, JobSource, JobStatus, MatrixSchedule, utcnow
 from services.settings import Settings
 
 COMMAND = ["python3", "-m", "pytest", "tests"]
@@ -75,8 +77,11 @@ def stored(session: Session) -> list[tuple[str, float | None, int | None]]:
     ]
 
 
-def age(session: Session, job: Job, hours: float) -> None:
+def age(session: Session, job: Job, hours: float, status: JobStatus = JobStatus.done) -> None:
+    """``job`` created ``hours`` ago, and finished since unless ``status`` says otherwise (an
+    unfinished matrix job of the command holds the schedule whatever its age)."""
     job.created_at = utcnow() - dt.timedelta(hours=hours)
+    job.status = status
     session.commit()
 
 
@@ -197,3 +202,47 @@ def test_two_passes_at_once_create_one_job(database_url, tmp_path):
             assert check.scalar(select(func.count()).select_from(Job).where(Job.trigger == "schedule")) == 1
     finally:
         engine.dispose()
+
+
+def test_a_schedule_below_the_servers_minimum_is_run_at_the_minimum(session):
+    # Stored before the minimum was raised (a push asking for less is refused now, below):
+    # 0.001 h would make a matrix job at every pass, past the submission limit.
+    push = pushed(session, 0.001)
+    age(session, push, 0.5)
+    assert session.settings.matrix_min_interval_h == 1.0
+    assert schedule.create_due(session, session.settings) == []
+    age(session, push, 1.5)
+    [job] = schedule.create_due(session, session.settings)
+    age(session, job, 0.5)
+    session.scalars(select(MatrixSchedule)).one().attempted_at = utcnow() - dt.timedelta(hours=0.5)
+    session.commit()
+    assert schedule.create_due(session, session.settings) == []
+    lower = session.settings.model_copy(update={"matrix_min_interval_h": 0.25})
+    [again] = schedule.create_due(session, lower)
+    assert again.trigger == "schedule" and again.id != job.id
+
+
+def test_a_lagtrace_yml_asking_for_less_than_the_minimum_is_refused_with_the_setting_named(session):
+    project = get_or_create_project(session, "octo/demo")
+    # The model does not know the server: it reads the value, the server's policy refuses it.
+    config = parse_repository_config("command: python3 -m pytest\nmatrix_every_h: 0.5\n")
+    with pytest.raises(BadInput, match=r"^matrix_every_h: 0.5 h .*LAGTRACE_MATRIX_MIN_INTERVAL_H") as refused:
+        enforce_policy(config, session.settings, project)
+    assert refused.value.field == "matrix_every_h"
+    assert enforce_policy(config, session.settings.model_copy(update={"matrix_min_interval_h": 0.5}), project)
+    assert enforce_policy(config.model_copy(update={"matrix_every_h": 1.0}), session.settings, project)
+
+
+@pytest.mark.parametrize("status", [JobStatus.queued, JobStatus.running])
+def test_no_second_scheduled_job_while_the_last_is_queued_or_running(session, status):
+    push = pushed(session, 1.0)
+    age(session, push, 2)
+    [job] = schedule.create_due(session, session.settings)
+    # Still waiting for a worker, or slower than every_h: its hours are up, it is not doubled.
+    age(session, job, 5, status=status)
+    session.scalars(select(MatrixSchedule)).one().attempted_at = utcnow() - dt.timedelta(hours=5)
+    session.commit()
+    assert schedule.create_due(session, session.settings) == []
+    age(session, job, 5, status=JobStatus.failed)
+    [again] = schedule.create_due(session, session.settings)
+    assert again.trigger == "schedule" and again.id != job.id
