@@ -15,7 +15,7 @@ from services.diagnose.context import RuleContext
 from services.diagnose.findings import FindingDraft, Severity
 from services.diagnose.metrics import CollectionError, CommandFailedMetrics
 from services.measure import pytest_command
-from services.models import Run
+from services.models import COMMAND_KINDS, Run
 
 KIND = "command_failed"
 TAIL_LINES = 20
@@ -26,7 +26,15 @@ def check(context: RuleContext) -> list[FindingDraft]:
     failing: dict[str, list[Run]] = {}
     measured = 0  # configurations with any timing run (a screen stopped early ran not all)
     for config in context.job.configs:
-        runs = context.all_timing_runs(config)
+        # A suite that cannot run stops the screen at its first run, which the census may
+        # have traced: a tracer changes its clock, not whether pytest exits 2 or 5
+        # (tests/cli/test_run_suite_failures.py, on a busy machine). A traced run that
+        # timed out may be the tracer's doing, and fails nothing.
+        runs = context.all_timing_runs(config) or [
+            run
+            for run in config.runs
+            if run.kind in COMMAND_KINDS and run.traced and run.exit_code != 0 and not run.timed_out
+        ]
         measured += bool(runs)
         if runs and not context.timing_runs(config):
             failing[config.label] = runs

@@ -9,6 +9,7 @@ from services.diagnose import command_failed
 from services.diagnose.context import RuleContext
 from services.diagnose.diagnose import scope_of
 from services.measure import pytest_command
+from services.models import RunKind
 from services.thresholds import Thresholds
 from tests.unit.jobs import job, run
 
@@ -80,3 +81,17 @@ def test_the_pytest_command_lagtrace_builds_writes_no_cache():
     assert built[-2:] == ["-p", "no:cacheprovider"]
     # A command that reads the cache keeps it (pytest refuses --lf without the plugin).
     assert "no:cacheprovider" not in pytest_command.with_junit(["pytest", "--lf"], "/out/junit.xml")
+
+
+def test_a_suite_whose_only_run_the_census_traced_is_still_named():
+    # The screen stopped at its first run, the census's: traced, and so no timing run.
+    traced = run(0.5, kind=RunKind.survey, exit_code=5, output_tail="no tests ran in 0.01s\n", probe="census")
+    empty = _pytest_job({"cpuset=0": [], "cpuset=0-1": [traced]})
+    [nothing] = command_failed.check(RuleContext(empty, Thresholds()))
+    assert nothing.metrics.stored()["failure"] == "no_tests_collected" and nothing.config_label is None
+    # A traced run that timed out may be the tracer's doing: no failure is named from it.
+    slow = run(9.0, kind=RunKind.survey, exit_code=-9, timed_out=True, probe="census")
+    assert command_failed.check(RuleContext(_pytest_job({"cpuset=0": [slow]}), Thresholds())) == []
+    # Nor from one that passed.
+    passed = run(0.5, kind=RunKind.survey, probe="census")
+    assert command_failed.check(RuleContext(_pytest_job({"cpuset=0": [passed]}), Thresholds())) == []
