@@ -69,26 +69,12 @@ from services.measure.executors.docker_guards import (
     reap_orphans,
     remove_container,
 )
+from services.measure.executors.docker_lookup import SHELL, locate, locate_tools, one_shot
 from services.measure.executors.docker_prepare import prepare_dependencies
 from services.measure.executors.local import _tail
 from services.settings import Settings
 
 TOOLS_DIR = "/lagtrace/tools"
-# (image, program) -> its path on the image's PATH (None: not there); (image, "tool:" +
-# name) -> a tool's path in the base image. Images are immutable by id, so this holds for
-# the life of the process; an incomplete answer is not kept.
-_LOCATED: dict[tuple[str, str], str | None] = {}
-# lagtrace's own shell in every container it starts, by path: the engine would resolve a
-# bare "sh" on the image's PATH, which in a prepared image starts with the job's venv.
-SHELL = "/bin/sh"
-# A tool is the first executable file of its name in a directory of lagtrace's own PATH:
-# not `command -v`, which answers a builtin's bare name (kill) for the PATH to resolve.
-_FIND_TOOLS = (
-    'for p in "$@"; do found=-; IFS=:; for d in $PATH; do '
-    'if [ -f "$d/$p" ] && [ -x "$d/$p" ]; then found="$d/$p"; break; fi; done; unset IFS; echo "$found"; done'
-)
-# How long a look-up container may take (about 0.3 s here) before it is stopped.
-ONE_SHOT_TIMEOUT_S = 60.0
 # /workspace/... where a tool reports a path: not inside another path (/x/workspace/...).
 _WORKSPACE_PATH = re.compile(r"(?<![\w.~/-])" + re.escape(WORKSPACE) + "/")
 IN_IMAGE_TOOLS = ("strace", "gdb", "gcore", "env", "timeout", "kill", "cat", "sh")
@@ -155,7 +141,7 @@ class DockerExecutor:
                 "cat /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null "
                 "|| cat /sys/fs/cgroup/cpuset/cpuset.effective_cpus 2>/dev/null"
             )
-            seen = self._one_shot([SHELL, "-c", script], image=self.image).strip()
+            seen = one_shot(self, [SHELL, "-c", script], image=self.image).strip()
             everything = tuple(range(self._ncpu))
             try:
                 confined = set(parse_cpulist(seen)) & set(everything) if seen else set(everything)
@@ -199,81 +185,11 @@ class DockerExecutor:
                 raise BadInput(f"cannot execute {program!r}: not executable")
         else:
             with engine_calls("looking for the command in the image"):
-                found = self._locate([program])[program]
+                found = locate(self, [program])[program]
             if found is not None:
                 return
             where = "no such file" if "/" in program else "not found on PATH"
             raise BadInput(f"cannot execute {program!r}: {where} in the image {self.run_image}")
-
-    def _locate(self, programs: list[str]) -> dict[str, str | None]:
-        """Where programs are on the run image's PATH, from one short hardened container
-        (about 0.3 s here, on every job's way to its first run: remembered per image)."""
-        # By content: the base image's id, or a prepared image's name (a digest of it).
-        image = self._image_id if self.run_image == self.image else self.run_image
-        missing = [program for program in programs if (image, program) not in _LOCATED]
-        if missing:
-            script = 'for p in "$@"; do command -v "$p" || echo -; done'
-            # The command's own look-up: the job's PATH (its venv first) is the one it runs with.
-            found = self._one_shot([SHELL, "-c", script, "locate", *missing]).splitlines()
-            answers = {
-                program: (found[i] if i < len(found) and found[i] != "-" else None) for i, program in enumerate(missing)
-            }
-            if len(found) != len(missing):
-                return {program: _LOCATED.get((image, program), answers.get(program)) for program in programs}
-            _LOCATED.update({(image, program): where for program, where in answers.items()})
-        return {program: _LOCATED[(image, program)] for program in programs}
-
-    def _locate_tools(self, names: list[str]) -> dict[str, str | None]:
-        """Where lagtrace's tools are: in the base image (the job's install, as uid 1000,
-        can add to its venv but not replace the image's own files), searched on lagtrace's
-        own PATH, never the prepared image's venv-first one (tests/security/test_tool_paths.py)."""
-        missing = [name for name in names if (self._image_id, "tool:" + name) not in _LOCATED]
-        if missing:
-            found = self._one_shot(
-                [SHELL, "-c", _FIND_TOOLS, "locate", *missing], image=self.image, environment=TOOL_ENV
-            ).splitlines()
-            if len(found) == len(missing):
-                _LOCATED.update(
-                    {
-                        (self._image_id, "tool:" + name): (where if where != "-" else None)
-                        for name, where in zip(missing, found, strict=True)
-                    }
-                )
-            else:
-                return {name: None for name in names}
-        return {name: _LOCATED[(self._image_id, "tool:" + name)] for name in names}
-
-    def _one_shot(self, argv: list[str], image: str | None = None, environment: dict[str, str] | None = None) -> str:
-        # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
-        # SIGTERM) in the middle must still remove the container.
-        image = image or self.run_image
-        try:
-            container = self.client.containers.create(
-                image,
-                argv,
-                network_mode="none",
-                environment=environment,
-                **self._hardening(read_only=True, job_id=self.job_id),
-            )
-        except APIError as exc:
-            raise self._engine_refused(f"a container of {image}", exc) from None
-        try:
-            container.start()
-            started = time.monotonic()
-            try:
-                container.wait(timeout=ONE_SHOT_TIMEOUT_S)
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                if time.monotonic() - started < ONE_SHOT_TIMEOUT_S:
-                    raise  # the engine went away: engine_calls says so
-                kill_container(container)
-                raise LagtraceError(
-                    f"a look-up container of {image} ({argv[0]}) did not end within {ONE_SHOT_TIMEOUT_S:g} s"
-                ) from None
-            return container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        except APIError as exc:
-            raise self._engine_refused(f"a container of {image}", exc) from None
-        finally:
-            remove_container(container)
 
     # -- paths and tools ---------------------------------------------------------------
 
@@ -288,7 +204,7 @@ class DockerExecutor:
             return f"{TOOLS_DIR}/py-spy" if self._py_spy else None
         if name not in self._tools:
             with engine_calls("looking for the evidence tools in the image"):
-                self._tools.update(self._locate_tools(sorted({*IN_IMAGE_TOOLS, name})))
+                self._tools.update(locate_tools(self, sorted({*IN_IMAGE_TOOLS, name})))
         return self._tools[name]
 
     # -- one run -----------------------------------------------------------------------
