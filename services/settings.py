@@ -202,6 +202,9 @@ class Settings(BaseSettings):
     # A worker whose work directory has less free space takes no step, gives back one
     # that fails meanwhile, and is not ready (services/jobs/disk.py).
     min_free_disk_bytes: int = Field(512 * 1024 * 1024, ge=0)
+    # The same for file entries: a file system out of inodes refuses every new file (a
+    # checkout, a run directory) while its free bytes still show room.
+    min_free_disk_inodes: int = Field(10_000, ge=0)
     # What one docker run may write to its run directory on the worker's disk (its output,
     # the evidence tools' files, a core of every Python process it runs): a run over it is
     # stopped and fails the job (services/measure/executors/docker_guards.py RunDirCap).

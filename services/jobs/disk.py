@@ -10,29 +10,49 @@ alive --ready` fails so that Kubernetes' readiness probe shows it (docs/guides/r
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from services.settings import Settings
 
 
-def free_bytes(path: Path) -> int:
-    """Free bytes for an unprivileged writer on ``path``'s file system (its nearest
-    existing parent when it is not made yet)."""
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest existing parent when it is not made yet."""
     while not path.exists() and path != path.parent:
         path = path.parent
-    return shutil.disk_usage(path).free
+    return path
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes for an unprivileged writer on ``path``'s file system."""
+    return shutil.disk_usage(_existing(path)).free
+
+
+def free_inodes(path: Path) -> int | None:
+    """Free entries (inodes) for an unprivileged writer on ``path``'s file system; None
+    where it counts none (f_files 0: btrfs and others make inodes as they go)."""
+    info = os.statvfs(_existing(path))
+    return info.f_favail if info.f_files else None
 
 
 def short_of_space(settings: Settings) -> str | None:
-    """Why the work directory cannot take a step now, or None when it has room."""
+    """Why the work directory cannot take a step now, or None when it has room: too few
+    free bytes, or too few free entries (a job's many small files run a file system out of
+    inodes while its bytes still show room; tests/chaos/test_disk.py)."""
     free = free_bytes(settings.work_dir)
-    if free >= settings.min_free_disk_bytes:
-        return None
-    return (
-        f"the work directory {settings.work_dir} has {_size(free)} free, under "
-        f"LAGTRACE_MIN_FREE_DISK_BYTES ({_size(settings.min_free_disk_bytes)})"
-    )
+    if free < settings.min_free_disk_bytes:
+        return (
+            f"the work directory {settings.work_dir} has {_size(free)} free, under "
+            f"LAGTRACE_MIN_FREE_DISK_BYTES ({_size(settings.min_free_disk_bytes)})"
+        )
+    entries = free_inodes(settings.work_dir)
+    if entries is not None and entries < settings.min_free_disk_inodes:
+        return (
+            f"the work directory {settings.work_dir} has {entries} free inodes (file entries), under "
+            f"LAGTRACE_MIN_FREE_DISK_INODES ({settings.min_free_disk_inodes})"
+        )
+    return None
 
 
 def _size(n: int) -> str:

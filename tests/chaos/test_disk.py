@@ -5,6 +5,7 @@ back, not counted; once there is room again the job ends done."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -43,7 +44,7 @@ def fill(work: Path, leave: int) -> Path:
     return filler
 
 
-def alive_ready(work: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+def alive_ready(work: Path, tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
     beat = tmp_path / "heartbeat"
     beat.touch()
     env = {
@@ -51,6 +52,7 @@ def alive_ready(work: Path, tmp_path: Path) -> subprocess.CompletedProcess:
         "LAGTRACE_WORKER_HEARTBEAT_FILE": str(beat),
         "LAGTRACE_WORK_DIR": str(work),
         "LAGTRACE_MIN_FREE_DISK_BYTES": str(MIN_FREE),
+        **extra,
     }
     return subprocess.run(
         [sys.executable, "-m", "cli.main", "alive", "60", "--ready"], cwd=REPO, env=env, capture_output=True, text=True
@@ -114,3 +116,29 @@ def test_a_step_that_fails_while_the_disk_is_full_is_given_back_uncounted(small_
         assert job.status.value == "queued" and job.error is None, (job.status, job.error)
     finally:
         engine.dispose()
+
+
+def test_a_work_directory_out_of_inodes_is_not_ready_while_its_bytes_show_room(tmp_path):
+    """Many small files run a file system out of entries long before its bytes: the gate
+    watches both (a tmpfs of 64 MiB and 3,000 inodes, filled with empty files)."""
+    require(os.geteuid() == 0 and shutil.which("mount") is not None, "mounting a small tmpfs needs root")
+    work = tmp_path / "inodes"
+    work.mkdir()
+    options = "size=64m,nr_inodes=3000,mode=0755"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "lagtrace-no-inodes", str(work)], check=True)
+    try:
+        files = work / "files"
+        files.mkdir()
+        made = 0
+        with contextlib.suppress(OSError):  # ENOSPC: no entry left
+            while True:
+                (files / str(made)).touch()
+                made += 1
+        assert free_bytes(work) > MIN_FREE, free_bytes(work)  # the bytes show room
+        refused = alive_ready(work, tmp_path, LAGTRACE_MIN_FREE_DISK_INODES="100")
+        assert refused.returncode == 1 and "free inodes" in refused.stderr, refused
+        assert "LAGTRACE_MIN_FREE_DISK_INODES" in refused.stderr, refused
+        shutil.rmtree(files)
+        assert alive_ready(work, tmp_path, LAGTRACE_MIN_FREE_DISK_INODES="100").returncode == 0, made
+    finally:
+        subprocess.run(["umount", "--lazy", str(work)], check=False)
