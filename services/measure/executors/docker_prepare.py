@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import requests
 from docker.errors import APIError, ImageNotFound
-from docker.types import Mount
+from docker.types import LogConfig, Mount
 
 from services.errors import BadInput, EngineUnavailable, LagtraceError
 from services.measure.executors import prepare_network
@@ -64,6 +64,11 @@ IMAGE_WHEELS = "/usr/share/python-wheels"
 # so output the install left without one (a build backend writing to /proc/1/fd/1) cannot
 # hide it (tests/security/test_measurement_channel.py).
 INSTALL_EXIT_MARK = "lagtrace-install-exit "
+# What the engine keeps of the install's output (json-file, one file: the oldest lines
+# go), and what a failed install's message reads of it: pip's error is at its end
+# (tests/services/measure/executors/test_docker_install.py prints 24 MB and fails).
+INSTALL_LOG_MAX_SIZE = "8m"
+INSTALL_LOG_TAIL_LINES = 400
 # pip's words for a package it found nowhere, and for an index it could not reach.
 NOT_FOUND = ("No matching distribution found", "Could not find a version that satisfies")
 UNREACHABLE = (
@@ -258,6 +263,7 @@ def install(executor: DockerExecutor, workdir: Path, plan: Install, prepared: st
             environment=environment,
             mounts=mounts,
             network_mode=network,
+            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": INSTALL_LOG_MAX_SIZE, "max-file": "1"}),
             **hardening,
         )
     except APIError as exc:
@@ -284,7 +290,9 @@ def install(executor: DockerExecutor, workdir: Path, plan: Install, prepared: st
                 f"`{plan.command}` (from {plan.origin})"
             ) from None
         if status.get("StatusCode") != 0:
-            log = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            # The tail only: the install runs the repository's code, which may print
+            # without end (the engine keeps at most INSTALL_LOG_MAX_SIZE of it).
+            log = container.logs(stdout=True, stderr=True, tail=INSTALL_LOG_TAIL_LINES).decode("utf-8", "replace")
             lines = log.splitlines()
             if not any(line.startswith(INSTALL_EXIT_MARK) for line in lines):
                 container.reload()

@@ -135,3 +135,25 @@ def test_a_failed_install_names_its_command_its_files_and_the_network(tree, tmp_
     assert "`pip install -r requirements/ci.txt` (.lagtrace.yml install:)" in message, message
     assert "No such file or directory: 'requirements/ci.txt'" in message, message
     assert "LAGTRACE_DOCKER_PREPARE_NETWORK" not in message, message
+
+
+def test_an_install_that_prints_without_end_is_read_by_its_tail(tree, tmp_path):
+    # A local package whose build prints 24 MB, then fails: the engine keeps 8 MB of it,
+    # and the worker reads its last lines, with pip's error, not the whole log.
+    write(
+        tree,
+        {
+            "noisy/setup.py": (
+                "import sys\nfor _ in range(24):\n    sys.stdout.write(('x' * 1023 + '\\n') * 1024)\n"
+                "sys.stdout.flush()\nraise SystemExit('lagtrace-noisy-build-failed')\n"
+            ),
+            "requirements.txt": "./noisy\n",
+        },
+    )
+    started = time.monotonic()
+    with pytest.raises(LagtraceError) as failed:
+        executor(tmp_path).prepare(tree, lambda message: None)
+    message = str(failed.value)
+    assert "installing the dependencies failed" in message and "`pip install -r requirements.txt`" in message
+    assert len(message) < 64 * 1024, len(message)
+    assert time.monotonic() - started < 120
