@@ -24,7 +24,7 @@ from flask import (
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from services.accounts.ratelimit import TooManyRequests
+from services.accounts.ratelimit import TooManyRequests, client_key
 from services.accounts.users import SignInFailed, end_sessions, require_project, sign_in
 from services.context import ctx, db
 from services.diagnose import inbox as dashboard
@@ -284,8 +284,8 @@ def sign_in_page():
     # many names at LAGTRACE_SIGN_IN_CLIENT_FAILURES_PER_MINUTE (a right password included,
     # until the window has passed). Never per account alone, nor globally: a stranger's
     # guesses do not lock the user out. The client is the address the nearest trusted proxy
-    # saw (LAGTRACE_TRUSTED_PROXIES, cli/wsgi.py).
-    client = request.remote_addr or "unknown"
+    # saw (LAGTRACE_TRUSTED_PROXIES, cli/wsgi.py); an IPv6 client is its /64 (client_key).
+    client = client_key(request.remote_addr)
     limits = (
         (ctx().sign_in_failures, f"{username.strip().lower()}|{client}"),
         (ctx().sign_in_client_failures, client),

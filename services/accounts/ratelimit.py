@@ -9,6 +9,7 @@ broker is one process) they are kept in this process's memory, in a bounded tabl
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from collections import OrderedDict, deque
@@ -21,6 +22,27 @@ from limits.strategies import MovingWindowRateLimiter
 
 from services.errors import LagtraceError, Misconfigured, ServiceUnreachable
 from services.settings import Settings
+
+# An IPv6 client is limited by its /64: one host is routinely given a whole /64 (RFC 6177
+# section 2; SLAAC picks addresses in it at will), so a key per address would let it try
+# 2**64 times more (tests/security/test_abuse.py).
+IPV6_CLIENT_PREFIX = 64
+
+
+def client_key(address: str | None) -> str:
+    """The key a client's requests are limited under: its IPv4 address (an IPv4-mapped
+    IPv6 one as IPv4), or its IPv6 /64; what is no address, as given."""
+    if not address:
+        return "unknown"
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{parsed}/{IPV6_CLIENT_PREFIX}", strict=False))
+    return str(parsed)
 
 
 class TooManyRequests(LagtraceError):

@@ -14,6 +14,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 from sqlalchemy import select
 
+from services.accounts.ratelimit import client_key
 from services.models import ApiToken, Job, JobSource, Project
 from tests.conftest import REPO
 from tests.security.conftest import PASSWORD
@@ -287,3 +288,23 @@ def test_an_unreachable_rate_limit_store_is_a_503_not_a_free_pass(make_service):
     assert response.status_code == 503, response.get_json()
     assert "rate limits' store is unavailable" in response.get_json()["error"]
     assert service.count(Job) == 0
+
+
+def test_an_ipv6_client_is_limited_by_its_64_not_by_each_address(make_service):
+    # A host holds a whole /64 and may take a new address in it for every guess.
+    service = make_service(run_jobs=False, trusted_proxies=1)
+    service.add_user("ann", ["octo/demo"])
+    limit = service.settings.sign_in_failures_per_minute
+    statuses = [
+        sign_in(
+            service.client, "ann", f"guess-{i}", headers={"X-Forwarded-For": f"2001:db8:1:2::{i + 1:x}"}
+        ).status_code
+        for i in range(limit + 2)
+    ]
+    assert statuses == [401] * limit + [429] * 2, statuses
+    # Another /64 is another client; the same /64 in its IPv4-mapped or long form is not.
+    assert sign_in(service.client, "ann", PASSWORD, headers={"X-Forwarded-For": "2001:db8:1:3::1"}).status_code == 302
+    same = {"X-Forwarded-For": "2001:0db8:0001:0002:ffff:0:0:1"}
+    assert sign_in(service.client, "ann", PASSWORD, headers=same).status_code == 429
+    assert client_key("::ffff:203.0.113.5") == "203.0.113.5" and client_key("203.0.113.5") == "203.0.113.5"
+    assert client_key("2001:db8:1:2:aaaa::1") == "2001:db8:1:2::/64" and client_key(None) == "unknown"
