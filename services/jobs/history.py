@@ -27,10 +27,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import ColumnElement, and_, or_, select
 from sqlalchemy.orm import Session
 
-from services.diagnose.change_points import CHUNK, on_branch
+from services.diagnose.change_points import CHUNK
 from services.jobs.node_class import NodeClass
 from services.models import (
     TEST_HISTORY_KINDS,
@@ -55,6 +55,27 @@ class History:
     job_ids: list[int] = field(default_factory=list)  # newest first, each once
 
 
+# The jobs that measure a branch as it is: its pushes and its scheduled matrix jobs. Not a
+# rerun (another configuration or one test, asked for from the dashboard or the API), a
+# confirmation's A/B runs with a knob turned, or a pull request's head (whose branch may be
+# named like the base: a fork's main).
+BRANCH_TRIGGERS = ("push", "schedule")
+
+
+def branch_jobs(branch: str) -> ColumnElement[bool]:
+    """The jobs whose runs are ``branch``'s history: its pushes and scheduled matrix jobs,
+    by the branch their source names. A job with no branch (an API or dashboard job given
+    only a ref) is no branch's history, whatever its ref reads like."""
+    return and_(
+        JobSource.branch == branch,
+        or_(
+            Job.trigger.in_(BRANCH_TRIGGERS),
+            # Stored before jobs named their trigger: a webhook's push, not a rerun.
+            and_(Job.trigger.is_(None), Job.source == "github", Job.parent_id.is_(None)),
+        ),
+    )
+
+
 def reference_jobs(
     session: Session,
     *,
@@ -65,8 +86,9 @@ def reference_jobs(
     thresholds: Thresholds,
     now: dt.datetime | None = None,
 ) -> list[int]:
-    """The finished jobs of the same command on ``branch`` (None: jobs without a
-    source, `lagtrace run`'s on this machine) on ``node``'s class within the age limit,
+    """The finished jobs of the same command on ``branch`` (its pushes and scheduled
+    matrix jobs: ``branch_jobs``; None: jobs without a source, `lagtrace run`'s on this
+    machine) on ``node``'s class within the age limit,
     newest first: at most ``gate_history_runs`` of them, since each stored at least one
     run of every test it ran in each configuration (the survey's)."""
     if not node.known:
@@ -79,7 +101,7 @@ def reference_jobs(
             Job.project_id == project_id,
             Job.status == JobStatus.done,
             Job.finished_at >= oldest,
-            on_branch(branch) if branch is not None else JobSource.job_id.is_(None),
+            branch_jobs(branch) if branch is not None else JobSource.job_id.is_(None),
             Job.cpu_model == node.cpu_model,
             Job.engine_cpus == node.engine_cpus,
             Job.runner_image.is_not_distinct_from(node.runner_image),

@@ -32,7 +32,8 @@ def stored_job(
     days_ago: float = 1.0,
     project: str = "shop",
     ref: str | None = "refs/heads/main",
-    branch: str | None = None,
+    branch: str | None = "main",
+    trigger: str | None = "push",
     command: list[str] = COMMAND,
     source: bool = True,
     kind: JobKind = JobKind.matrix,
@@ -57,6 +58,7 @@ def stored_job(
         source="api",
         kind=kind,
     )
+    job.trigger = trigger
     if source:
         session.add(
             JobSource(
@@ -123,7 +125,14 @@ def test_only_finished_jobs_of_the_base_branch_on_the_same_node_class_are_histor
     project = reference.project_id
     # The pull request's head branch named by the trigger, and a ref that is main's only by name.
     stored_job(session, 0.9, branch="feature/slow-checkout")
-    stored_job(session, 0.9, ref="refs/heads/feature")
+    stored_job(session, 0.9, ref="refs/heads/feature", branch="feature")
+    # Jobs that ran main's code but do not measure the branch as it is pushed: an API or
+    # dashboard job given only a ref, a rerun in other configurations, a change point's
+    # confirmation, and a fork's pull request whose head branch is also named main.
+    stored_job(session, 0.9, branch=None, trigger="api")
+    stored_job(session, 0.9, trigger="rerun")
+    stored_job(session, 0.9, trigger="confirm")
+    stored_job(session, 0.9, trigger="pull_request")
     stored_job(session, 0.9, kind=JobKind.gate, run_kind=RunKind.gate)  # a gate's own runs
     stored_job(session, 0.9, run_kind=RunKind.disturbed)
     stored_job(session, 0.9, status=JobStatus.failed)
@@ -139,9 +148,10 @@ def test_only_finished_jobs_of_the_base_branch_on_the_same_node_class_are_histor
     stored_job(session, 0.9, source=False)  # `lagtrace run` on this machine: no branch
     found = history(session, project)
     assert found[TEST].durations == pytest.approx([0.101]) and found[TEST].job_ids == [reference.id]
-    # A branch named by the trigger is that branch's history.
+    # A branch named by the trigger is that branch's history, a scheduled matrix's too.
     named = stored_job(session, 0.4, ref="refs/pull/7/head", branch="main")
-    assert history(session, project)[TEST].job_ids == [named.id, reference.id]
+    scheduled = stored_job(session, 0.5, days_ago=0.5, trigger="schedule")
+    assert history(session, project)[TEST].job_ids == [scheduled.id, named.id, reference.id]
     # The local executor's runs are the history of local gates only.
     local = NodeClass(NODE.cpu_model, NODE.engine_cpus, None)
     assert history(session, project, node=local)[TEST].durations == pytest.approx([0.901])
