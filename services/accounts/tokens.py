@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from services.errors import BadInput, NotFound, Unauthorized
 from services.jobs.lifecycle import get_or_create_project
-from services.models import ApiToken, Project, utcnow
+from services.models import ApiToken, Project, database_now
 
 TOKEN_PREFIX = "lt_"
 
@@ -47,7 +47,9 @@ def create_token(session: Session, project: str, name: str = "default", *, days:
             name=name,
             token_hash=_digest(token),
             prefix=token[:10],
-            expires_at=utcnow() + dt.timedelta(days=days) if days is not None else None,
+            # The database's clock, as every check reads it: a token made on a host whose
+            # clock is off lasts its days all the same (tests/chaos/test_clock.py).
+            expires_at=database_now(session) + dt.timedelta(days=days) if days is not None else None,
         )
     )
     session.flush()
@@ -70,7 +72,7 @@ def revoke_tokens(session: Session, *, prefix: str | None = None, project: str |
     if not found:
         raise NotFound("no such token (or it is revoked already)")
     for token in found:
-        token.revoked_at = utcnow()
+        token.revoked_at = database_now(session)
     session.flush()
     return [token.prefix for token in found]
 
@@ -93,9 +95,9 @@ def authenticate(session: Session, authorization: str | None) -> Caller:
     found = session.scalar(_token_with_project(), {"token_hash": _digest(token.strip())})
     if found is None or found.revoked_at is not None:
         raise Unauthorized("unknown or revoked token")
-    if found.expires_at is not None and _aware(found.expires_at) <= utcnow():
+    now = database_now(session)
+    if found.expires_at is not None and _aware(found.expires_at) <= now:
         raise Unauthorized("the token has expired: make a new one with `lagtrace token create`")
-    now = utcnow()
     # To the minute is all "last used" needs: writing it on every request would make
     # concurrent requests with the same token queue on its row lock.
     touched = found.last_used_at is None or now - _aware(found.last_used_at) >= LAST_USED_PRECISION
@@ -127,7 +129,7 @@ def list_tokens(session: Session, *, project: str | None = None) -> list[TokenLi
     query = select(ApiToken).join(Project).order_by(ApiToken.created_at, ApiToken.id)
     if project:
         query = query.where(Project.name == project)
-    now = utcnow()
+    now = database_now(session)
     listed = []
     for token in session.scalars(query):
         if token.revoked_at is not None:

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from services.diagnose.change_points import branch_of, on_branch
 from services.errors import BadInput, Conflict, NotFound
 from services.jobs.submit import job_on_source_of
-from services.models import Job, JobKind, JobSource, JobStatus, MatrixSchedule, utcnow
+from services.models import Job, JobKind, JobSource, JobStatus, MatrixSchedule, database_now, utcnow
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.schedule")
@@ -113,7 +113,8 @@ def create_due(session: Session, settings: Settings, *, now: dt.datetime | None 
     PostgreSQL each schedule is checked and its job created under its row's lock, which
     another pass skips; a pass that takes the row after another committed finds that
     one's job and attempt; on SQLite, ``_claim`` (tests/services/jobs/test_schedule.py)."""
-    now = now or utcnow()
+    # The database's clock: the beat's host may be off, and a job's age is the database's.
+    now = now or database_now(session)
     created: list[Job] = []
     schedules = session.scalars(
         select(MatrixSchedule)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,7 +23,7 @@ from sqlalchemy import select
 from services.jobs.dispatch import NOTIFY
 from services.models import Job
 from tests.chaos.conftest import BOUND_S, EFFECTIVE, START_UP_S, chaos_stack, children, record
-from tests.conftest import require
+from tests.conftest import REPO, require
 
 BEHIND_S = 120
 # The screen outlasts a worker's start and two reconciles (4 runs in one configuration).
@@ -97,3 +99,44 @@ def test_a_worker_two_minutes_behind_loses_no_step(
         # The API stamped the job on the host's clock, the worker started it on its own.
         assert (created - began).total_seconds() > BEHIND_S - 30, (created, began)
         stack.assert_effects_once(job_id, repeat=4)
+
+
+AUTHENTICATE = """
+import sys
+from services.accounts.tokens import authenticate
+from services.db import make_engine, make_session_factory
+from services.errors import Unauthorized
+from services.settings import Settings
+
+engine = make_engine(Settings())
+with make_session_factory(engine)() as session:
+    try:
+        print("valid", authenticate(session, "Bearer " + sys.argv[1]).project.name)
+    except Unauthorized as exc:
+        print("refused", exc)
+"""
+
+
+def test_a_tokens_expiry_is_read_on_the_databases_clock_whatever_the_hosts_say(postgres_url, tmp_path):
+    """A token made for one day on a host two days behind, and checked on a host two days
+    ahead: both clocks wrong by more than its life, and the token works, for its one day
+    counts on the database's clock."""
+    env = {**os.environ, "LAGTRACE_DATABASE_URL": postgres_url}
+    subprocess.run([sys.executable, "-m", "cli.main", "migrate"], cwd=REPO, env=env, check=True, capture_output=True)
+    skewed = {"LD_PRELOAD": _libfaketime(), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    made = subprocess.run(
+        [sys.executable, "-m", "cli.main", "token", "create", "--project", "octo/clock", "--days", "1"],
+        cwd=REPO,
+        env={**env, **skewed, "FAKETIME": "-2d"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    token = made.stdout.strip().splitlines()[-1].strip()
+    assert token.startswith("lt_"), made.stdout
+    for offset in (None, "+2d"):
+        clock = {**skewed, "FAKETIME": offset} if offset else {}
+        checked = subprocess.run(
+            [sys.executable, "-c", AUTHENTICATE, token], cwd=REPO, env={**env, **clock}, capture_output=True, text=True
+        )
+        assert checked.stdout.split() == ["valid", "octo/clock"], (offset, checked.stdout, checked.stderr)
