@@ -359,7 +359,7 @@ def plan_install(workdir: Path) -> Install | None:
         return default_install(workdir)
     if not configured:
         return None
-    return Install(tuple(configured), f"{CONFIG_FILE} install:", configured=True)
+    return Install(tuple(configured), f"`install:` in {CONFIG_FILE}", configured=True)
 
 
 # A requirements file's lines that install from the working tree: `-e PATH`, `--editable

@@ -132,7 +132,7 @@ def test_a_failed_install_names_its_command_its_files_and_the_network(tree, tmp_
     with pytest.raises(LagtraceError) as failed:
         executor(tmp_path).prepare(tree, lambda message: None)
     message = str(failed.value)
-    assert "`pip install -r requirements/ci.txt` (.lagtrace.yml install:)" in message, message
+    assert "`pip install -r requirements/ci.txt` (`install:` in .lagtrace.yml)" in message, message
     assert "No such file or directory: 'requirements/ci.txt'" in message, message
     assert "LAGTRACE_DOCKER_PREPARE_NETWORK" not in message, message
 
