@@ -323,14 +323,13 @@ def default_install(workdir: Path) -> Install | None:
     """What the tree's own files say a test job installs; None where they name nothing.
 
     Its requirement sets, not the project itself: building the project installs its
-    dependencies and often its build backend (flit_core, hatchling) from an index, and
-    builds from a writable copy of the whole tree, so a job that ran from the tree as it
-    is (the default install has no network) would fail or copy a checkout's virtualenvs
-    at its prepare step (tests/services/measure/executors/test_docker.py runs lagtrace's
-    own tree). It is named as left out; `install: pip install -e .` asks for it."""
+    dependencies and often its build backend (flit_core, hatchling) from an index, which
+    the default install has not, and builds from a copy of the tree: a job that ran from
+    the tree as it is would fail at its prepare step, or wait on a whole project's
+    install (tests/services/measure/executors/test_docker.py runs lagtrace's own tree).
+    It is named as left out; `install: pip install -e .` asks for it."""
     requirements, constraints, left_out = choose(found_files(workdir))
     args: list[str] = []
-    origin: list[str] = []
     project = project_target(workdir)
     # A requirements file that installs the tree's root already (`-e .`) says how: the
     # project is not given twice.
@@ -345,7 +344,7 @@ def default_install(workdir: Path) -> Install | None:
         return None  # constraints alone install nothing: pip would refuse to run
     for path in constraints:
         args += ["-c", path]
-    return Install(tuple(args), ", ".join([*origin, *requirements, *constraints]), tuple(left_out))
+    return Install(tuple(args), ", ".join([*requirements, *constraints]), tuple(left_out))
 
 
 def plan_install(workdir: Path) -> Install | None:
