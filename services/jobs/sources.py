@@ -21,7 +21,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ from pydantic import ValidationError
 from services.errors import BadInput, LagtraceError
 from services.jobs import unpack as unpacker
 from services.jobs.spec import REPOSITORY_CONFIG_FILE, RepositoryConfig
+from services.measure.install import read_regular_file
 from services.models import JobSource
 from services.settings import Settings
 
@@ -552,15 +552,7 @@ def read_repository_config(directory: Path) -> RepositoryConfig:
         raise BadInput(f"the repository has no {REPOSITORY_CONFIG_FILE} (it names the command to screen)")
     # Not through a link (`.lagtrace.yml -> /etc/shadow` would echo a host file in the
     # error), only a regular file, and a bounded read.
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise BadInput(f"{REPOSITORY_CONFIG_FILE}: cannot be read ({exc.strerror}; links are not followed)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CONFIG_BYTES:
-            raise BadInput(f"{REPOSITORY_CONFIG_FILE}: must be a regular file of at most {MAX_CONFIG_BYTES} bytes")
-        raw = handle.read(MAX_CONFIG_BYTES)
+    raw = read_regular_file(path, MAX_CONFIG_BYTES)
     return parse_repository_config(raw.decode("utf-8", "replace"))
 
 

@@ -251,6 +251,21 @@ def choose(paths: list[str]) -> tuple[list[str], list[str], list[str]]:
     return chosen, constraints, [path for path in requirements if path not in chosen]
 
 
+def read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """A regular file's content, not through a link and at most ``max_bytes``; else BadInput."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadInput(f"{path.name}: cannot be read ({exc.strerror}; links are not followed)") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"{path.name}: not a regular file")
+        if info.st_size > max_bytes:
+            raise BadInput(f"{path.name}: {info.st_size} bytes, more than the {max_bytes} read")
+        return handle.read(max_bytes + 1)[:max_bytes]
+
+
 def inside_tree(path: Path, tree: Path) -> bool:
     """A regular file, reached without a link, that is really inside ``tree``."""
     if path.is_symlink() or not path.is_file():
@@ -260,15 +275,7 @@ def inside_tree(path: Path, tree: Path) -> bool:
 
 def read_text(path: Path, max_bytes: int = MAX_PROJECT_FILE_BYTES) -> str:
     """A regular file's text, not through a link and at most ``max_bytes``; else BadInput."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise BadInput(f"{path.name}: cannot be read ({exc.strerror}; links are not followed)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
-            raise BadInput(f"{path.name}: must be a regular file of at most {max_bytes} bytes")
-        return handle.read(max_bytes).decode("utf-8", "replace")
+    return read_regular_file(path, max_bytes).decode("utf-8", "replace")
 
 
 def found_files(workdir: Path) -> list[str]:

@@ -178,7 +178,7 @@ def test_a_lagtrace_yml_linked_to_a_host_file_is_not_read(service, tmp_path):
 
 
 def test_requirements_linked_out_of_the_tree_are_not_read(tmp_path):
-    from services.measure.executors.docker_guards import inside_tree, read_regular_file
+    from services.measure.install import inside_tree, read_regular_file
 
     tree = tmp_path / "tree"
     (tree / "requirements").mkdir(parents=True)

@@ -176,28 +176,6 @@ def disarm_run_dir(run_dir: Path) -> list[str]:
     return removed
 
 
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
-    """A regular file's content, not through a link and at most ``max_bytes``; else BadInput."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise BadInput(f"{path.name}: cannot be read ({exc.strerror}; links are not followed)") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"{path.name}: not a regular file")
-        if info.st_size > max_bytes:
-            raise BadInput(f"{path.name}: {info.st_size} bytes, more than the {max_bytes} read")
-        return handle.read(max_bytes + 1)[:max_bytes]
-
-
-def inside_tree(path: Path, tree: Path) -> bool:
-    """A regular file, reached without a link, that is really inside ``tree``."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    return path.resolve().is_relative_to(tree.resolve())
-
-
 def give_to_runner(run_dir: Path) -> None:
     """Let the container's uid 1000 write the run's files (output, JUnit XML, evidence)."""
     if os.geteuid() == 0:

@@ -31,12 +31,18 @@ from services.measure.executors.docker_guards import (
     RUNNER_USER,
     WORKSPACE,
     check_workdir,
-    inside_tree,
     kill_container,
-    read_regular_file,
     remove_container,
 )
-from services.measure.install import Install, local_references, nested_files, plan_install, project_target
+from services.measure.install import (
+    Install,
+    inside_tree,
+    local_references,
+    nested_files,
+    plan_install,
+    project_target,
+    read_regular_file,
+)
 
 if TYPE_CHECKING:
     from services.measure.executors.docker import DockerExecutor
