@@ -137,6 +137,7 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     # the suite. test_target, flagged before, runs once more in cpuset=0: inside its
     # history there too, it carries its finding on, neither screened nor drilled again.
     calm = lagtrace_run(sqlite_url, suite, tmp_path / "calm.json", "gate")
+    assert calm["gate"] is not None, calm["notes"]
     assert calm["job"]["kind"] == "gate" and calm["gate"]["config"] == "cpuset=0-1"
     verdicts = {test["test"]: test for test in calm["gate"]["tests"]}
     assert set(verdicts) == {*STEADY, TARGET}
@@ -157,6 +158,7 @@ def test_a_gate_judges_each_test_against_history_and_sends_on_only_what_moved(sq
     (suite / "delay").write_text("0.3")
     (suite / "test_added.py").write_text(ADDED)
     moved = lagtrace_run(sqlite_url, suite, tmp_path / "moved.json", "gate")
+    assert moved["gate"] is not None, moved["notes"]
     verdicts = {test["test"]: test for test in moved["gate"]["tests"]}
     assert verdicts[STEADY[0]]["jobs"] == [calm["job"]["id"], *stored_jobs]
     target, added = verdicts[TARGET], verdicts["test_added.py::test_added"]
