@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import hashlib
 import logging
+import math
 import os
 import stat
 import tomllib
@@ -375,8 +376,7 @@ def parse(path: Path) -> list[TestCase]:
     cases: list[TestCase] = []
     for case in _cases(path):
         if case.collection_failure is None:
-            time = case.attrib.get("time")  # as junitparser read it: "1,234.5" is 1234.5 s
-            duration = float(time.replace(",", "")) if time else 0.0
+            duration = _duration(case.attrib.get("time"))
             cases.append(TestCase(_node_id(case), duration, case.outcome or "passed", _line(case), _iterations(case)))
     return cases
 
@@ -386,8 +386,35 @@ ITERATIONS_PROPERTY = "lagtrace_iterations"
 
 
 def _iterations(case: _Case) -> int | None:
-    value = case.iterations or ""
-    return int(value) if value.isdigit() else None
+    return _count(case.iterations)
+
+
+def _duration(time: str | None) -> float:
+    """A case's ``time`` attribute in seconds, as junitparser read it ("1,234.5" is
+    1234.5 s), or 0.0 where it is no duration: not a number ("abc"), not finite ("nan",
+    "inf") or negative. The job's code writes the file: such a value is unknown, never
+    a crash of the job nor a number a statistic takes
+    (tests/unit/services/measure/test_junit_limits.py)."""
+    try:
+        duration = float((time or "0").replace(",", ""))
+    except ValueError:
+        return 0.0
+    return duration if math.isfinite(duration) and duration >= 0 else 0.0
+
+
+# The largest line or iteration count read: test_results.line is a 32-bit integer column
+# (services/models.py), and a count of more digits is no count pytest writes.
+_COUNT_MAX = 2**31 - 1
+
+
+def _count(value: str | None) -> int | None:
+    """A non-negative count written in ASCII digits, or None: ``str.isdigit`` also takes
+    "²" (superscript two), which ``int`` refuses, and 5,000 digits, which ``int`` refuses
+    too (sys.set_int_max_str_digits)."""
+    if not value or not value.isascii() or not value.isdigit() or len(value) > len(str(_COUNT_MAX)):
+        return None
+    count = int(value)
+    return count if count <= _COUNT_MAX else None
 
 
 def collection_errors(path: Path) -> list[CollectionError]:
@@ -568,5 +595,5 @@ def _bounded(test_id: str) -> str:
 
 
 def _line(case: _Case) -> int | None:
-    line = case.attrib.get("line")
-    return int(line) + 1 if line is not None and line.isdigit() else None
+    line = _count(case.attrib.get("line"))
+    return line + 1 if line is not None and line < _COUNT_MAX else None

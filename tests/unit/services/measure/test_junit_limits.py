@@ -248,3 +248,52 @@ def test_a_link_or_a_fifo_is_not_read(tmp_path):
     assert read(tmp_path / "link.xml") == ([], [])
     assert read(tmp_path / "fifo.xml") == ([], [])
     assert len(pytest_command.parse(real)) == 1
+
+
+@pytest.mark.parametrize(
+    ("time", "duration"),
+    [
+        ("0.250", 0.25),
+        ("1,234.5", 1234.5),  # as junitparser read it
+        ("", 0.0),
+        ("abc", 0.0),
+        ("nan", 0.0),
+        ("NaN", 0.0),
+        ("inf", 0.0),
+        ("-inf", 0.0),
+        ("1e999", 0.0),  # inf once read
+        ("-0.5", 0.0),
+    ],
+)
+def test_a_time_that_is_no_duration_reads_as_zero_without_failing_the_run(tmp_path, time, duration):
+    # The job's code writes the file: a time that is no number used to raise ValueError
+    # out of parse (and the job failed), and nan, inf or a negative time became a duration.
+    out = tmp_path / "junit.xml"
+    out.write_text(junit(f'<testcase classname="tests.test_x" name="test_a" file="tests/test_x.py" time="{time}"/>'))
+    assert [c.duration_s for c in pytest_command.parse(out)] == [duration]
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ("3", 3),
+        ("²", None),  # str.isdigit() takes it, int() refuses it
+        ("١٢", None),  # Arabic-Indic digits: int() reads them, but pytest writes ASCII
+        ("9" * 5000, None),  # over int()'s digit limit
+        ("2147483648", None),  # over test_results.line's 32-bit column
+        ("-1", None),
+        ("", None),
+    ],
+)
+def test_a_line_or_an_iteration_count_is_read_in_ascii_digits_only(tmp_path, value, read):
+    out = tmp_path / "junit.xml"
+    out.write_text(
+        junit(
+            f'<testcase classname="tests.test_x" name="test_a" file="tests/test_x.py" line="{value}" time="0.1">'
+            f'<properties><property name="lagtrace_iterations" value="{value}"/></properties></testcase>'
+        ),
+        encoding="utf-8",
+    )
+    [found] = pytest_command.parse(out)
+    assert found.iterations == read
+    assert found.line == (read + 1 if read is not None else None)
