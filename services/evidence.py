@@ -440,21 +440,37 @@ class CensusReads(_Model):
 
 
 class CensusTest(_Model):
-    sleeps: int
+    sleeps: int = 0
     reads: dict[str, CensusReads] = {}  # descriptor type (socket, pipe, file) -> its reads
+    # What the test cost in the process that ran it, counted by the census's plugin
+    # (setup, call and teardown, as pytest's own duration): work (CPU time) against
+    # waiting, and its context switches. None: a census taken before they were counted.
+    wall_s: float | None = None
+    cpu_s: float | None = None
+    voluntary_switches: int | None = None
+    involuntary_switches: int | None = None
+    # The time asyncio callbacks held an event loop, each from the floor on
+    # (Thresholds.event_loop_blocked_floor_s), as the asyncio_loop probe counts it; None:
+    # no callback reached the floor (or none ran).
+    loop_blocked_s: float | None = None
+    loop_held: int | None = None
+    loop_longest_s: float | None = None
 
 
 class CensusContent(EvidenceContent):
-    tests: dict[str, CensusTest] | None = None  # only the tests that slept or read
+    # Every test the plugin counted; a census taken before it counted: those that slept or read.
+    tests: dict[str, CensusTest] | None = None
     tests_seen: int | None = None
     # What one traced call cost the run (the plugin times its own lseeks): the tracer's
     # share of a test's traced duration is its calls times this.
     traced_call_s: float | None = None
+    # The least callback a test's loop_blocked_s counts (Thresholds.event_loop_blocked_floor_s).
+    loop_floor_s: float | None = None
     wall_s: float | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
-    # The tests it sends to the drill (polling, tiny reads): a shard's census is read by
-    # the finish step on another worker.
+    # The tests it sends to the drill (polling, tiny reads, a blocked event loop): a
+    # shard's census is read by the finish step on another worker.
     suspects: list[str] | None = None
 
 

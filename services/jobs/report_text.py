@@ -449,6 +449,15 @@ def render_evidence(entry: ReportEvidence) -> list[str]:
             for test_id, row in busiest[:5]:
                 reads = ", ".join(f"{fd} {r.reads} of {r.median_bytes:.0f} B" for fd, r in row.reads.items())
                 lines.append(f"      {test_id}: {row.sleeps} sleeps" + (f", reads: {reads}" if reads else ""))
+            blocked = sorted(
+                ((test_id, row) for test_id, row in tests.items() if row.loop_blocked_s),
+                key=lambda item: -(item[1].loop_blocked_s or 0.0),
+            )
+            for test_id, row in blocked[:5]:
+                lines.append(
+                    f"      {test_id}: its event loop blocked {row.loop_blocked_s or 0:.3f} s "
+                    f"by {row.loop_held or 0} callbacks, the longest {row.loop_longest_s or 0:.3f} s"
+                )
         case _:
             lines.append(head)
     for note in entry.notes:

@@ -498,6 +498,7 @@ class SurveyCensus:
         timeout = self.job.timeout_s
         context = ProbeContext(self.executor, run_dir, stall_after_s=timeout or math.inf, timeout_s=timeout)
         probe = CensusProbe(context)
+        probe.floor_s = self.thresholds.event_loop_blocked_floor_s
         missing = probe.unavailable()
         if missing is not None:
             _store_evidence(self.session, self.job, job_config, None, None, missing, self.store, self.executor)
@@ -534,7 +535,11 @@ class SurveyCensus:
         found = counted.suspects or []
         self.progress(
             f"census in {job_config.label} (its survey run, traced): {counted.tests_seen or 0} tests; "
-            + (f"{len(found)} polled or read in tiny pieces: {', '.join(found[:5])}" if found else "none polled")
+            + (
+                f"{len(found)} polled, read in tiny pieces or blocked an event loop: {', '.join(found[:5])}"
+                if found
+                else "none polled, read in tiny pieces or blocked an event loop"
+            )
         )
         return True
 

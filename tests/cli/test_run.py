@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +20,8 @@ from services.measure.configs import format_cpulist
 from services.models import Job
 from services.thresholds import Thresholds
 from tests.conftest import EXAMPLES, PYTHON, REPO, run_cli
-from tests.support.hidden_waits import POLLS, READS_BYTES, hidden_suite
+from tests.support.hidden_waits import BLOCKS_LOOP, POLLS, READS_BYTES, hidden_suite
+from tests.web.conftest import build_dashboard
 
 HANDOFF = [PYTHON, str(EXAMPLES / "handoff.py")]
 STEADY = [PYTHON, str(EXAMPLES / "steady.py")]
@@ -443,11 +445,13 @@ def test_a_suite_of_real_size_is_surveyed_and_only_what_it_keeps_is_rerun(sqlite
     assert "not listed here: `--all` lists every test" in result.stdout
 
 
-SUITE_WITH_HIDDEN_WAITS = hidden_suite(22, POLLS, READS_BYTES)
+SUITE_WITH_HIDDEN_WAITS = hidden_suite(20, POLLS, READS_BYTES, BLOCKS_LOOP)
 
 
 @pytest.mark.latency
-def test_a_census_of_a_surveyed_suite_names_the_test_that_polls_and_the_one_that_reads_bytes(sqlite_url, tmp_path):
+def test_a_census_of_a_surveyed_suite_names_the_test_that_polls_the_one_that_reads_bytes_and_the_one_that_blocks_its_loop(
+    sqlite_url, tmp_path
+):
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_hidden.py").write_text(SUITE_WITH_HIDDEN_WAITS)
@@ -480,10 +484,33 @@ def test_a_census_of_a_surveyed_suite_names_the_test_that_polls_and_the_one_that
     assert counted["test_hidden.py::test_polls"]["sleeps"] >= 300
     assert counted["test_hidden.py::test_reads_a_byte_at_a_time"]["reads"]["socket"]["reads"] == 30000
     assert all(row["sleeps"] < 5 for test, row in counted.items() if "filler" in test)  # each test its own calls
+    # Each test's own work and waiting, and the time callbacks held its event loop.
+    blocks, awaits = counted["test_hidden.py::test_blocks_its_loop"], counted["test_hidden.py::test_awaits_its_wait"]
+    assert blocks["loop_blocked_s"] >= 0.19 and blocks["cpu_s"] < blocks["wall_s"] / 2, blocks
+    assert awaits.get("loop_blocked_s") is None and awaits["wall_s"] >= 0.2, awaits
+    assert census["content"]["suspects"] == [
+        "test_hidden.py::test_polls",
+        "test_hidden.py::test_reads_a_byte_at_a_time",
+        "test_hidden.py::test_blocks_its_loop",
+    ], census["content"]["suspects"]
     polling = [f for f in report["findings"] if f["kind"] == "busy_polling"]
     assert [f["test"] for f in polling] == ["test_hidden.py::test_polls"], report["findings"]
     tiny = [f for f in report["findings"] if f["kind"] == "tiny_reads" and f["severity"] == "medium"]
     assert [f["test"] for f in tiny] == ["test_hidden.py::test_reads_a_byte_at_a_time"], report["findings"]
+    # Flat across configurations, no CPU: only the census saw it, and the drill named it.
+    blocked = [f for f in report["findings"] if f["kind"] == "event_loop_blocked"]
+    assert [f["test"] for f in blocked] == ["test_hidden.py::test_blocks_its_loop"], report["findings"]
+    assert blocked[0]["severity"] in ("medium", "high") and "mostly in main" in blocked[0]["title"], blocked
+    # The census's page says so too.
+    dashboard = build_dashboard(sqlite_url, tmp_path / "web", run_jobs=False, migrated=True)
+    try:
+        dashboard.add_user("ada", [report["job"]["project"]])
+        dashboard.sign_in("ada")
+        html = dashboard.page(f"/evidence/{census['id']}")
+    finally:
+        dashboard.engine.dispose()
+    blocked_line = r"<code>test_hidden.py::test_blocks_its_loop</code>: its event loop blocked 2\d\d\.\d ms of "
+    assert re.search(blocked_line, html), html
 
 
 # Hangs (sleeps far past the timeout) only where it is given a single CPU.

@@ -41,3 +41,40 @@ def test_reads_a_byte_at_a_time():
 def hidden_suite(fillers: int, *hidden: str) -> str:
     """A test file: ``fillers`` quick tests, then the ``hidden`` ones (POLLS, READS_BYTES)."""
     return HEADER + FILLERS.format(count=fillers) + "".join(hidden)
+
+
+BLOCKS_LOOP = """
+
+def test_blocks_its_loop():
+    # A coroutine blocks its loop 0.2 s in a synchronous call while a heartbeat should
+    # tick every 5 ms: no CPU, one sleep, the same on one core as on two.
+    import asyncio
+
+    async def heartbeat():
+        while True:
+            await asyncio.sleep(0.005)
+
+    async def main():
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0.02)
+        time.sleep(0.2)
+        beat.cancel()
+
+    asyncio.run(main())
+
+
+def test_awaits_its_wait():
+    # Its twin: the same 0.2 s awaited, the heartbeat on time.
+    import asyncio
+
+    async def heartbeat():
+        while True:
+            await asyncio.sleep(0.005)
+
+    async def main():
+        beat = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0.22)
+        beat.cancel()
+
+    asyncio.run(main())
+"""
