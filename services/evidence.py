@@ -29,6 +29,7 @@ class EvidenceKind(enum.StrEnum):
     reads = "reads"  # every read syscall's size, by descriptor type (strace)
     asyncio_loop = "asyncio_loop"  # asyncio callbacks that blocked the event loop
     census = "census"  # a whole suite's sleeps and reads, attributed to its tests
+    confirm = "confirm"  # a diagnosed cause's knob turned: the test with and without it
 
 
 class EvidenceStatus(enum.StrEnum):
@@ -474,6 +475,26 @@ class CensusContent(EvidenceContent):
     suspects: list[str] | None = None
 
 
+# --- confirm: a cause's knob turned (services/measure/confirm.py) ----------------------
+
+
+class ConfirmContent(EvidenceContent):
+    cause: str  # the diagnosed cause's kind
+    finding: int | None = None  # the cause's finding when the experiment ran
+    knob: str  # what was turned, as a user would set it ("OPENBLAS_NUM_THREADS=1 ...")
+    says: str  # the same in words
+    config: str  # where: the cause's slow configuration
+    # "confirmed" (faster with the knob, decided), "not confirmed" (decided: no faster),
+    # "undecided" (no decision within the pairs or the budget), "failed" (a run failed).
+    verdict: str
+    with_s: list[float] = []  # the test's (or command's) time in each run, in run order
+    without_s: list[float] = []
+    ratio: float | None = None  # with over without (Hodges-Lehmann)
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    p_faster: float | None = None  # the sequential p-value of "faster with the knob"
+
+
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.strace: StraceContent,
     EvidenceKind.pyspy: PySpyRecordContent,
@@ -486,6 +507,7 @@ CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {
     EvidenceKind.reads: ReadsContent,
     EvidenceKind.asyncio_loop: AsyncioLoopContent,
     EvidenceKind.census: CensusContent,
+    EvidenceKind.confirm: ConfirmContent,
 }
 
 

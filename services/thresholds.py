@@ -114,6 +114,14 @@ class Thresholds(BaseModel):
     # history measured and the gate screens every configuration instead.
     gate_drift_ratio: float = Field(1.3, gt=1.0)
 
+    # The confirm step (services/measure/confirm.py): each diagnosed cause with a knob is
+    # rerun in its slow configuration with and without it, in pairs, until the sequential
+    # rule decides, at most this many pairs. At the rule's 1 % level two arms of j runs can
+    # decide from j = 5 (1 / C(10, 5) = 0.004): 8 pairs leave three more looks.
+    confirm_max_pairs: int = Field(8, ge=1)
+    # ... for at most this many causes a job, the worst diagnoses first.
+    confirm_max_causes: int = Field(3, ge=0)
+
     # cpu_throttling: share of CFS periods in which the quota throttled the run.
     cpu_throttling_share: float = Field(0.2, gt=0, le=1)
     # ... and only when the median run lost at least this long to throttling (an

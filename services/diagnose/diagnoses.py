@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.diagnose.metrics import CpuSensitivityMetrics, accounts_s_of, metrics_of, ratio_of, slow_vs_fast_of
 from services.diagnose.report_parts import Diagnosis, DiagnosisCause, DiagnosisEvidence, DiagnosisSymptom, ReportFinding
+from services.evidence import ConfirmContent
+from services.measure import confirm
 
 # What a user sees first: how the latency misbehaves.
 SYMPTOMS = ("cpu_sensitivity", "slower_since", "latency_flaky", "stall", "command_failed")
@@ -163,9 +165,14 @@ def _choose(causes: list[ReportFinding]) -> tuple[ReportFinding | None, str | No
     return None, None
 
 
-def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[int, str]) -> list[Diagnosis]:
+def build_diagnoses(
+    findings: Sequence[ReportFinding],
+    evidence_kinds: Mapping[int, str],
+    confirmations: Sequence[tuple[int, ConfirmContent]] = (),
+) -> list[Diagnosis]:
     """Group report findings by test (None: the whole command) into diagnoses, worst first;
-    ``evidence_kinds``: each evidence entry's kind by its id."""
+    ``evidence_kinds``: each evidence entry's kind by its id; ``confirmations``: the
+    confirm step's experiments (evidence id, content), each on its cause's finding."""
     groups: dict[str | None, list[ReportFinding]] = {}
     for finding in findings:
         groups.setdefault(finding.test, []).append(finding)
@@ -188,8 +195,17 @@ def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[i
             matching = [f for f in command_causes if f.config in slow_configs]
             if matching:
                 cause, inherited = matching[0], True
+        tried = [(i, c) for i, c in confirmations if cause is not None and c.finding == cause.id and not inherited]
+        confirmed = next(((i, c) for i, c in tried if c.verdict == confirm.CONFIRMED), None)
+        knob = "; ".join(confirm.describe(c) for _, c in tried) if confirmed is None else confirm.describe(confirmed[1])
+        if cause is not None and tried and confirmed is None:
+            # Its knob, turned, did not make it faster: the evidence named a mechanism
+            # that the experiment does not bear out, and no other is named in its place.
+            not_established = f"{cause.kind}'s knob, turned, did not make it faster"
+            cause = None
         symptom = symptoms[0] if symptoms else cause or members[0]
         evidence_ids = list(dict.fromkeys(i for f in members for i in f.evidence))
+        evidence_ids += [i for i, _ in tried if i not in evidence_ids]
         advice = ADVICE.get(cause.kind, "") if cause is not None else UNEXPLAINED.get(symptom.kind, "")
         worst = min(members, key=lambda f: SEVERITY_ORDER.get(f.severity, 9))
         compared = slow_vs_fast_of(metrics_of(cause.kind, cause.metrics)) if cause is not None else None
@@ -220,6 +236,9 @@ def build_diagnoses(findings: Sequence[ReportFinding], evidence_kinds: Mapping[i
                     else None
                 ),
                 not_established=not_established,
+                knob=knob or None,
+                knob_confirmed=(confirmed is not None) if tried else None,
+                knob_evidence=(confirmed or tried[-1])[0] if tried else None,
                 evidence=[DiagnosisEvidence(id=i, kind=evidence_kinds.get(i, "evidence")) for i in evidence_ids],
                 advice=advice,
                 findings=[f.id for f in members],
@@ -253,6 +272,8 @@ def render(diagnoses: list[Diagnosis]) -> list[str]:
         if cause and cause.slow_vs_fast:
             share = f" (accounts for {format_seconds(cause.accounts_s)})" if cause.accounts_s else ""
             out.append(f"         compared: {cause.slow_vs_fast}{share}")
+        if d.knob:
+            out.append(f"         knob:     {d.knob}")
         if d.evidence:
             out.append("         evidence: " + ", ".join(f"{e.kind} #{e.id}" for e in d.evidence))
         if d.advice:

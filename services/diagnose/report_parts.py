@@ -70,6 +70,12 @@ class Diagnosis(_Part):
     cause: DiagnosisCause | None
     # Why no cause is named where the evidence of both configurations was compared.
     not_established: str | None = None
+    # The cause's knob turned (services/measure/confirm.py): the experiment in words,
+    # whether it bore the cause out (if not, no cause is named), and its evidence entry.
+    # None where the cause has no knob or none was turned.
+    knob: str | None = None
+    knob_confirmed: bool | None = None
+    knob_evidence: int | None = None
     evidence: list[DiagnosisEvidence]
     advice: str
     findings: list[int]

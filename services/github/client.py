@@ -273,6 +273,14 @@ def summary(settings: Settings, job: Job, report: Report | None, fail_on: list[s
         if len(findings) > SUMMARY_FINDINGS:
             lines.append(f"| | and {len(findings) - SUMMARY_FINDINGS} more on the dashboard | | |")
         lines.append("")
+    # Causes proven by turning their knob (services/measure/confirm.py), and those it did not bear out.
+    tried = [d for d in report.diagnoses if d.knob]
+    if tried:
+        lines += ["### Causes tested by turning their knob", ""]
+        for d in tried:
+            kind = _code(d.cause.kind, in_table=False) + " " if d.cause else ""
+            lines.append(f"- {_code(d.test or 'the whole command', in_table=False)}: {kind}{_text(d.knob or '')}")
+        lines.append("")
     lines += ["### Configurations", "", "| configuration | runs | median wall |", "|---|---|---|"]
     for config in report.configs:
         median = config.wall_s.median if config.wall_s else None

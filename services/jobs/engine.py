@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
 from services.jobs import gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
+from services.jobs.confirm_phase import confirm_phase
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
 from services.jobs.lease import Handler, hold
@@ -199,7 +200,7 @@ def drill_phase(
         return 0
     # After a gate, what its matrix screened: the drill traces the tests that went on,
     # never the whole suite for one test's move (tests/unit/services/jobs/test_gate_screened.py).
-    job = gate.screened(job, workdir)
+    job, whole = gate.screened(job, workdir), job
     store = make_artifact_store(settings)
 
     def drill_these(targets: list[Target]) -> int:
@@ -242,6 +243,7 @@ def drill_phase(
         ]
     if not chosen:
         job.notes = [*job.notes, no_targets(job)]
+    confirm_phase(session, settings, whole, executor, workdir=workdir, progress=progress, checkpoint=checkpoint)
     return count
 
 

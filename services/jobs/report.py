@@ -10,6 +10,7 @@ from services.diagnose import diagnoses as stories
 from services.diagnose.context import RuleContext
 from services.diagnose.findings import SEVERITY_ORDER
 from services.diagnose.report_parts import ReportFinding
+from services.evidence import ConfirmContent, EvidenceKind
 from services.jobs import pull_requests
 from services.jobs.gate import stored_gate
 from services.jobs.report_schema import (
@@ -36,7 +37,7 @@ from services.measure import budget as job_budget
 from services.measure import hostload, nodelock
 from services.measure.samples import collect, surveyed
 from services.measure.stats import Summary, compare
-from services.models import COMMAND_KINDS, Job, Run, RunKind
+from services.models import COMMAND_KINDS, Finding, Job, Run, RunKind
 from services.thresholds import Thresholds
 
 SCHEMA = SCHEMA_ID
@@ -222,23 +223,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
         )
         for e in job.evidence
     ]
-    report_findings = [
-        ReportFinding(
-            id=f.id,
-            kind=f.kind,
-            severity=f.severity,
-            title=f.title,
-            detail=f.detail,
-            config=f.config_label,
-            test=f.test_id,
-            metrics=f.metrics,
-            evidence=f.evidence_ids,
-            fingerprint=f.fingerprint,
-            status=f.status.value,
-            regression=f.regression,
-        )
-        for f in findings
-    ]
+    report_findings = [report_finding(f) for f in findings]
     base = pull_requests.comparison_view(job)
     return Report(
         schema=SCHEMA,
@@ -270,7 +255,7 @@ def build_report(job: Job, thresholds: Thresholds | None = None) -> Report:
         evidence=evidence,
         findings=report_findings,
         # One story per test: symptom, cause, evidence, what to do (services/diagnose/diagnoses.py).
-        diagnoses=stories.build_diagnoses(report_findings, {e.id: e.kind for e in job.evidence}),
+        diagnoses=stories.build_diagnoses(report_findings, {e.id: e.kind for e in job.evidence}, confirmations(job)),
         # A pull request's job: each test head against base (services/jobs/pull_requests.py),
         # validated here as it leaves the stored comparison rows' JSON.
         base_comparison=BaseComparison.model_validate(base) if base is not None else None,
@@ -361,4 +346,31 @@ def _cleared_tests(job: Job, judged: set[str], lines: dict[str, int]) -> list[Re
             configs=[TestConfig(label=label, median=values[0], runs=values) for label, values in per_config.items()],
         )
         for test_id, per_config in cleared.items()
+    ]
+
+
+def report_finding(f: Finding) -> ReportFinding:
+    """A stored finding as the report (and the diagnoses built from it) reads it."""
+    return ReportFinding(
+        id=f.id,
+        kind=f.kind,
+        severity=f.severity,
+        title=f.title,
+        detail=f.detail,
+        config=f.config_label,
+        test=f.test_id,
+        metrics=f.metrics,
+        evidence=f.evidence_ids,
+        fingerprint=f.fingerprint,
+        status=f.status.value,
+        regression=f.regression,
+    )
+
+
+def confirmations(job: Job) -> list[tuple[int, ConfirmContent]]:
+    """The confirm step's experiments (services/measure/confirm.py), with their evidence ids."""
+    return [
+        (e.id, e.parsed)
+        for e in job.evidence
+        if e.kind == EvidenceKind.confirm and isinstance(e.parsed, ConfirmContent) and e.id is not None
     ]

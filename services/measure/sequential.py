@@ -204,3 +204,48 @@ def goes_on(stored: Sequence[float], screened: float, rule: SequentialRule, seed
         return False
     slower, faster = _p_values(u_statistic([screened], stored, random.Random(seed)), 1, len(stored))
     return slower <= rule.continue_p or faster <= rule.continue_faster_p
+
+
+def compare_arms(treated: Sequence[float], control: Sequence[float], rule: SequentialRule, seed: int = 0) -> Judgement:
+    """Two arms run in pairs, interleaved (services/measure/confirm.py): after each pair,
+    DIFFERENT, SAME or UNDECIDED for ``treated`` against ``control``, valid however often
+    it looks, at most ``rule.looks`` pairs.
+
+    ``judge`` holds a fixed history; here both arms grow by one run a look. Each look's
+    exact rank p-value is still valid on its own (the runs of both arms are exchangeable
+    when the treatment does nothing: interleaved, their order swapped each pair), so the
+    level is spent across looks by the same weights, by the union bound. A pair of arms of
+    ``j`` runs each can reach p = 1 / C(2j, j): no level is spent before that can decide."""
+    if len(treated) != len(control) or not treated:
+        raise ValueError("the arms are compared in pairs")
+    looks = len(treated)
+    if looks > rule.looks:
+        raise ValueError(f"{looks} pairs: the rule looks at most {rule.looks} times")
+    first = next((j for j in range(1, rule.looks + 1) if 1 / math.comb(2 * j, j) <= rule.alpha / 2), rule.looks)
+
+    def weight(look: int) -> float:
+        if look < first:
+            return 0.0
+        if look == first:
+            return 1.0 if first == rule.looks else 0.5
+        return 0.5 / (rule.looks - first)
+
+    rng = random.Random(seed)
+    per_look = [_p_values(u_statistic(treated[:look], control[:look], rng), look, look) for look in range(1, looks + 1)]
+    weights = [weight(look) for look in range(1, looks + 1)]
+    p_slower = min([1.0] + [p / w for (p, _), w in zip(per_look, weights, strict=True) if w > 0])
+    p_faster = min([1.0] + [p / w for (_, p), w in zip(per_look, weights, strict=True) if w > 0])
+    ratio, low, high = shift_interval(treated, control, rule.same_alpha * weights[-1])
+
+    def made(verdict: str, slower: bool = False) -> Judgement:
+        return Judgement(verdict, slower, looks, looks, ratio, low, high, min(1.0, p_slower), min(1.0, p_faster))
+
+    if abs(statistics.median(treated) - statistics.median(control)) < rule.min_s:
+        return made(SAME)
+    if p_slower <= rule.alpha and ratio >= rule.change_ratio:
+        return made(DIFFERENT, slower=True)
+    if p_faster <= rule.alpha and ratio <= 1 / rule.change_ratio:
+        return made(DIFFERENT, slower=False)
+    if low is not None and high is not None and low >= 1 / rule.change_ratio and high <= rule.change_ratio:
+        return made(SAME)
+    return made(UNDECIDED)

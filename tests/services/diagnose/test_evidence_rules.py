@@ -99,6 +99,15 @@ def test_hand_offs_under_gil_pressure(program, sqlite_url, tmp_path):
     assert story["symptom"]["kind"] == "cpu_sensitivity"
     assert story["cause"]["kind"] in ("gil_contention", "futex_storm") and story["cause"]["evidence_backed"]
     assert story["advice"] and story["evidence"]
+    # Proven by turning its knob: the GIL's switch interval at a tenth, in the slow
+    # configuration, with and without, in pairs (services/measure/confirm.py).
+    assert story["knob_confirmed"] is True, story
+    assert story["knob"].startswith("confirmed: with sys.setswitchinterval(0.0005) at cpuset=0-1, "), story
+    [tried] = [e for e in report["evidence"] if e["id"] == story["knob_evidence"]]
+    assert tried["kind"] == "confirm" and len(tried["content"]["with_s"]) == len(tried["content"]["without_s"]) >= 5
+    runs = [run for run in report["evidence_runs"] if run["probe"] == "confirm"]
+    assert len(runs) == 2 * len(tried["content"]["with_s"]), runs
+    assert "knob:     confirmed: with sys.setswitchinterval(0.0005)" in result.stdout
 
 
 # --- busy_polling -------------------------------------------------------------------

@@ -1,0 +1,301 @@
+"""confirm: a diagnosed cause tested by turning its knob (docs/explanations/confirm.md).
+
+A cause is named from evidence that differs between a slow and a fast configuration. The
+engineers whose stories lagtrace automates went one step further before they believed
+one: they changed one thing and measured again. This step does that for each diagnosed
+test whose cause has an outside knob: it reruns the test in the cause's slow
+configuration with and without the knob, in pairs whose order swaps each time
+(with-without, then without-with: a drift of the machine falls on both arms alike), and
+stops as soon as the project's sequential rule decides (services/measure/sequential.py
+compare_arms), at most ``confirm_max_pairs`` pairs.
+
+The knobs are the ones the fixes are made of:
+
+- ``gil_contention``: the GIL's switch interval, 0.5 ms instead of 5 ms
+  (``sys.setswitchinterval``, set at start-up): a thread that waits for the GIL another
+  holds gets it ten times sooner, so a hand-off that waited out the interval stops waiting;
+- ``cpu_throttling``: the BLAS and OpenMP pools capped to the quota (their own environment
+  variables, read when the library loads), then, where that did not do it, the CPU count
+  the interpreter reports set to the quota (``PYTHON_CPU_COUNT`` on CPython 3.13 and
+  later, a start-up shim of ``os.cpu_count`` before it): a pool sized from the host's
+  CPUs is sized from the quota.
+
+Confirmed: the knob made the test faster by at least the rule's change ratio, decided. Not
+confirmed: decided no faster, or not decided within the pairs: the diagnosis then names no
+cause ("not established"), never a guess (services/diagnose/diagnoses.py). Every run is an
+evidence run (probe ``confirm``), listed with the others; the budget bounds them.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from services.errors import BadInput
+from services.evidence import ConfirmContent, EvidenceKind, dump
+from services.measure import budget, pytest_command
+from services.measure.executors.base import Executor
+from services.measure.probes.hooks import install_hook
+from services.measure.runs import Wrapping, run_once
+from services.measure.sequential import DIFFERENT, SAME, SequentialRule, compare_arms
+from services.models import Evidence, Finding, Job, JobConfig, RunKind
+from services.thresholds import Thresholds
+
+PROBE = "confirm"
+CONFIRMED, NOT_CONFIRMED, UNDECIDED, FAILED = "confirmed", "not confirmed", "undecided", "failed"
+HOOK_DIR = "confirm-hook"
+# The switch interval the GIL knob sets: a tenth of CPython's 5 ms default. A pull request
+# that measured it flipped in alternating windows found 0.5 ms faster in 8 of 8 pairs.
+SWITCH_INTERVAL_S = 0.0005
+# The pools' own variables, each read once when its library loads (OpenBLAS, OpenMP as
+# GCC's libgomp and LLVM's libomp read it, MKL, BLIS, numexpr, Apple's Accelerate).
+POOL_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+SWITCH_SHIM = "import os, sys\nsys.setswitchinterval(float(os.environ['LAGTRACE_CONFIRM_SWITCH_S']))\n"
+# Before CPython 3.13's PYTHON_CPU_COUNT: what os.cpu_count (and multiprocessing's,
+# concurrent.futures' default workers) report.
+CPU_COUNT_SHIM = (
+    "import os, sys\n"
+    "_n = int(os.environ['LAGTRACE_CONFIRM_CPU_COUNT'])\n"
+    "os.cpu_count = lambda: _n\n"
+    "if hasattr(os, 'process_cpu_count'):\n"
+    "    os.process_cpu_count = lambda: _n\n"
+)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A diagnosis's cause, as the confirm step reads it (services/diagnose/diagnoses.py):
+    its test (None: the whole command), its kind and its finding."""
+
+    test: str | None
+    kind: str
+    finding: int
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One thing turned: as a user would set it (``name``) and in words (``says``)."""
+
+    name: str
+    says: str
+    env: dict[str, str] = field(default_factory=dict)
+    shim: str | None = None  # a sitecustomize run at start-up, reading ``env``
+
+
+def knobs_for(cause: str, config: JobConfig) -> list[Knob]:
+    """The knobs of a cause in its slow configuration, tried in order; none: no outside
+    knob (a blocked loop, a poll, tiny reads are the code's own, and a fix is a change
+    of code)."""
+    if cause == "gil_contention":
+        interval = f"{SWITCH_INTERVAL_S * 1000:g} ms"
+        return [
+            Knob(
+                f"sys.setswitchinterval({SWITCH_INTERVAL_S:g})",
+                f"the GIL's switch interval {interval} instead of 5 ms",
+                {"LAGTRACE_CONFIRM_SWITCH_S": repr(SWITCH_INTERVAL_S)},
+                SWITCH_SHIM,
+            )
+        ]
+    if cause == "cpu_throttling" and config.cpus is not None:
+        threads = str(max(1, math.floor(config.cpus)))
+        pools = {name: threads for name in POOL_VARIABLES}
+        return [
+            Knob(
+                " ".join(f"{name}={value}" for name, value in list(pools.items())[:2]) + " ...",
+                f"the BLAS and OpenMP thread pools capped to the quota ({threads} thread)",
+                pools,
+            ),
+            Knob(
+                f"PYTHON_CPU_COUNT={threads}",
+                f"the CPU count the interpreter reports set to the quota ({threads})",
+                {"PYTHON_CPU_COUNT": threads, "LAGTRACE_CONFIRM_CPU_COUNT": threads},
+                CPU_COUNT_SHIM,
+            ),
+        ]
+    return []
+
+
+def rule_of(thresholds: Thresholds) -> SequentialRule:
+    """The project's sequential rule (its level and change ratio, as a gate judges), over
+    at most ``confirm_max_pairs`` pairs."""
+    return SequentialRule(looks=thresholds.confirm_max_pairs, change_ratio=thresholds.base_change_ratio)
+
+
+def confirm(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    thresholds: Thresholds,
+    causes: list[Cause],
+    *,
+    workdir: Path,
+    progress: Callable[[str], None],
+    checkpoint: Callable[[], None],
+) -> int:
+    """Turn the knobs of each cause that has one (``causes``: worst diagnosis first), at
+    most ``confirm_max_causes`` of them; how many were tried."""
+    tried = 0
+    for cause in causes:
+        if tried >= thresholds.confirm_max_causes:
+            break
+        finding = session.get(Finding, cause.finding)
+        config = next((c for c in job.configs if finding is not None and c.label == finding.config_label), None)
+        knobs = knobs_for(cause.kind, config) if config is not None else []
+        if config is None or not knobs:
+            continue
+        tried += 1
+        command = list(job.command)
+        if cause.test is not None:
+            ceiling = pytest_command.search_ceiling(job.executor)
+            command = pytest_command.narrow_to_test(command, cause.test, workdir, ceiling=ceiling)
+        for knob in knobs:
+            content = _experiment(
+                session, job, executor, thresholds, config, cause.test, command, knob, workdir, checkpoint
+            )
+            content.cause, content.finding = cause.kind, cause.finding
+            # The configuration's own job: ``job`` may be a shard's view of it (drill.py _store_evidence).
+            session.add(
+                Evidence(
+                    job=config.job, config=config, test_id=cause.test, kind=EvidenceKind.confirm, content=dump(content)
+                )
+            )
+            checkpoint()
+            progress(f"confirm {cause.kind} of {cause.test or 'the command'}: {describe(content)}")
+            if content.verdict == CONFIRMED:
+                break
+    return tried
+
+
+def _experiment(
+    session: Session,
+    job: Job,
+    executor: Executor,
+    thresholds: Thresholds,
+    config: JobConfig,
+    test_id: str | None,
+    command: list[str],
+    knob: Knob,
+    workdir: Path,
+    checkpoint: Callable[[], None],
+) -> ConfirmContent:
+    rule = rule_of(thresholds)
+    content = ConfirmContent(cause="", knob=knob.name, says=knob.says, config=config.label, verdict=UNDECIDED)
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-confirm{job.id}-"))
+    try:
+        for pair in range(rule.looks):
+            # with-without, then without-with: what drifts falls on both arms alike.
+            for turned in (True, False) if pair % 2 == 0 else (False, True):
+                seconds = _timed(
+                    session, executor, job, config, test_id, command, knob if turned else None, workdir, scratch
+                )
+                checkpoint()
+                if seconds is None:
+                    content.verdict = FAILED
+                    content.reason = f"a run {'with' if turned else 'without'} the knob failed"
+                    return content
+                (content.with_s if turned else content.without_s).append(round(seconds, 6))
+            judgement = compare_arms(content.with_s, content.without_s, rule, seed=job.screen_seed or 0)
+            content.ratio, content.ratio_low, content.ratio_high = (
+                judgement.ratio,
+                judgement.ratio_low,
+                judgement.ratio_high,
+            )
+            content.p_faster = judgement.p_faster
+            if judgement.verdict == DIFFERENT:
+                content.verdict = NOT_CONFIRMED if judgement.slower else CONFIRMED
+                return content
+            if judgement.verdict == SAME:
+                content.verdict = NOT_CONFIRMED
+                return content
+            next_pair_s = 2 * max(content.with_s[-1], content.without_s[-1]) + (1.0 if test_id else 0.0)
+            if not budget.fits(job, thresholds, next_pair_s):
+                content.reason = f"the budget ended it after {pair + 1} pairs"
+                return content
+        content.reason = f"no decision in {rule.looks} pairs"
+        return content
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _timed(
+    session: Session,
+    executor: Executor,
+    job: Job,
+    config: JobConfig,
+    test_id: str | None,
+    command: list[str],
+    knob: Knob | None,
+    workdir: Path,
+    scratch: Path,
+) -> float | None:
+    """One run's time: the test's own duration, or the command's wall; None where it failed."""
+    runs = sum(1 for run in config.runs if run.kind is RunKind.evidence)
+    run_dir = scratch / f"{config.id}-{runs}"
+    run_dir.mkdir()
+    env = dict(knob.env) if knob is not None else {}
+    if knob is not None and knob.shim is not None:
+        env |= install_hook(run_dir / HOOK_DIR, executor.visible_path(run_dir, HOOK_DIR), knob.shim)
+    try:
+        measured = run_once(
+            session,
+            executor,
+            config,
+            command=command,
+            workdir=workdir,
+            run_dir=run_dir,
+            timeout_s=job.timeout_s,
+            kind=RunKind.evidence,
+            repetition=1 + runs,
+            probe=PROBE,
+            test_id=test_id,
+            wrapping=Wrapping(env=env),
+        )
+    except BadInput:
+        return None
+    if measured.result.timed_out:
+        return None
+    if test_id is None:
+        return measured.result.wall_s if measured.result.exit_code == 0 else None
+    durations = [case.duration_s for case in measured.cases if case.test_id == test_id and case.outcome == "passed"]
+    return durations[0] if durations else None
+
+
+def describe(content: ConfirmContent) -> str:
+    """The experiment in one line, as the report and the job page say it."""
+    if content.verdict == FAILED:
+        return f"not confirmed: {content.reason} ({content.knob} at {content.config})"
+    with_s, without_s = _median(content.with_s), _median(content.without_s)
+    measured = f"{_s(with_s)} instead of {_s(without_s)}" if with_s is not None and without_s is not None else ""
+    interval = (
+        f" (with/without {content.ratio:.2f}x [{content.ratio_low:.2f} .. {content.ratio_high:.2f}])"
+        if content.ratio is not None and content.ratio_low is not None and content.ratio_high is not None
+        else ""
+    )
+    pairs = f"{len(content.with_s)} pairs"
+    if content.verdict == CONFIRMED:
+        return f"confirmed: with {content.knob} at {content.config}, {measured}{interval}, {pairs}"
+    if content.verdict == NOT_CONFIRMED:
+        return f"not confirmed: with {content.knob} at {content.config}, {measured}{interval}, {pairs}"
+    return f"undecided: with {content.knob} at {content.config}, {measured}{interval}: {content.reason}"
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.3f} s" if seconds < 10 else f"{seconds:.1f} s"

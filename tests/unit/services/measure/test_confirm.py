@@ -1,0 +1,133 @@
+"""The confirm step's pieces on recorded numbers: two arms judged in pairs
+(services/measure/sequential.py compare_arms), the knobs of each cause
+(services/measure/confirm.py), and a diagnosis that keeps or drops its cause by the
+experiment (services/diagnose/diagnoses.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.diagnose.diagnoses import build_diagnoses
+from services.diagnose.report_parts import ReportFinding
+from services.evidence import ConfirmContent
+from services.measure import confirm
+from services.measure.sequential import DIFFERENT, SAME, UNDECIDED, SequentialRule, compare_arms
+from services.models import JobConfig
+
+RULE = SequentialRule(looks=8, change_ratio=1.2)
+
+
+def test_a_knob_that_halves_the_time_is_decided_at_the_first_look_that_can_decide():
+    rng = random.Random(7)
+    treated = [0.30 * rng.uniform(0.9, 1.1) for _ in range(8)]
+    control = [0.60 * rng.uniform(0.85, 1.15) for _ in range(8)]
+    verdicts = [compare_arms(treated[:j], control[:j], RULE) for j in range(1, 9)]
+    # 1 / C(2j, j) reaches half the 1 % level at j = 5 (1/252): no look before can decide.
+    assert [v.verdict for v in verdicts[:4]] == [UNDECIDED] * 4
+    fifth = verdicts[4]
+    assert fifth.verdict == DIFFERENT and not fifth.slower, fifth
+    assert 0.4 < fifth.ratio < 0.6 and fifth.ratio_low is not None and fifth.ratio_high < 1 / 1.2, fifth
+
+
+def test_a_knob_that_changes_nothing_is_never_called_faster_beyond_the_level():
+    """Under "the knob does nothing" the runs of both arms are exchangeable: over 2,000
+    experiments of 8 pairs, stopped at the first look that decides, "faster with the
+    knob" (a confirmation) at most at the rule's 1 % level, its one side."""
+    rng = random.Random(11)
+    confirmed = 0
+    for _ in range(2000):
+        treated = [rng.lognormvariate(0, 0.3) for _ in range(8)]
+        control = [rng.lognormvariate(0, 0.3) for _ in range(8)]
+        for pairs in range(1, 9):
+            judgement = compare_arms(treated[:pairs], control[:pairs], RULE)
+            if judgement.verdict != UNDECIDED:
+                confirmed += judgement.verdict == DIFFERENT and not judgement.slower
+                break
+    assert confirmed / 2000 <= 0.01, confirmed
+
+
+def test_arms_within_the_change_ratio_end_same_once_their_interval_says_so():
+    rng = random.Random(3)
+    treated = [1.0 * rng.uniform(0.98, 1.02) for _ in range(8)]
+    control = [1.0 * rng.uniform(0.98, 1.02) for _ in range(8)]
+    assert compare_arms(treated, control, RULE).verdict == SAME
+    with pytest.raises(ValueError):
+        compare_arms(treated[:3], control[:2], RULE)
+
+
+def test_each_cause_s_knobs_and_those_with_none():
+    quota, cores = JobConfig(label="cpus=0.5", cpus=0.5), JobConfig(label="cpuset=0-1", cpus=None)
+    [gil] = confirm.knobs_for("gil_contention", cores)
+    assert gil.name == "sys.setswitchinterval(0.0005)" and gil.shim and "setswitchinterval" in gil.shim
+    pools, count = confirm.knobs_for("cpu_throttling", quota)
+    # A half-core quota pays for one thread.
+    assert pools.env["OPENBLAS_NUM_THREADS"] == "1" and pools.env["OMP_NUM_THREADS"] == "1", pools
+    assert count.env["PYTHON_CPU_COUNT"] == "1" and count.shim and "os.cpu_count" in count.shim
+    assert confirm.knobs_for("cpu_throttling", JobConfig(label="cpus=2.5", cpus=2.5))[0].env["MKL_NUM_THREADS"] == "2"
+    # Throttling without a quota is no knob's, and a blocked loop is the code's own.
+    assert confirm.knobs_for("cpu_throttling", cores) == []
+    assert confirm.knobs_for("event_loop_blocked", cores) == []
+
+
+def _finding(id_: int, kind: str, config: str) -> ReportFinding:
+    return ReportFinding(
+        id=id_,
+        kind=kind,
+        severity="high",
+        title=f"{kind} title",
+        detail="",
+        config=config,
+        test=None,
+        metrics={},
+        evidence=[10 + id_],
+        fingerprint=str(id_),
+        status="new",
+        regression=False,
+    )
+
+
+def _tried(verdict: str, with_s: list[float], without_s: list[float]) -> ConfirmContent:
+    return ConfirmContent(
+        cause="gil_contention",
+        finding=2,
+        knob="sys.setswitchinterval(0.0005)",
+        says="the GIL's switch interval 0.5 ms instead of 5 ms",
+        config="cpuset=0-1",
+        verdict=verdict,
+        with_s=with_s,
+        without_s=without_s,
+        ratio=sum(with_s) / sum(without_s),
+        ratio_low=0.2,
+        ratio_high=0.4,
+    )
+
+
+FINDINGS = [_finding(1, "cpu_sensitivity", "cpuset=0-1"), _finding(2, "gil_contention", "cpuset=0-1")]
+
+
+def test_a_confirmed_cause_stays_and_says_what_its_knob_did():
+    tried = _tried(confirm.CONFIRMED, [0.3] * 5, [1.2] * 5)
+    [story] = build_diagnoses(FINDINGS, {11: "strace", 12: "gdb", 99: "confirm"}, [(99, tried)])
+    assert story.cause is not None and story.cause.kind == "gil_contention"
+    assert story.knob_confirmed is True and story.knob_evidence == 99 and 99 in [e.id for e in story.evidence]
+    assert story.knob is not None and story.knob.startswith(
+        "confirmed: with sys.setswitchinterval(0.0005) at cpuset=0-1, 0.300 s instead of 1.200 s"
+    ), story.knob
+
+
+def test_a_cause_its_knob_did_not_bear_out_is_not_established_never_a_guess():
+    tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5)
+    [story] = build_diagnoses(FINDINGS, {11: "strace", 12: "gdb", 99: "confirm"}, [(99, tried)])
+    assert story.cause is None and story.knob_confirmed is False
+    assert story.not_established == "gil_contention's knob, turned, did not make it faster"
+    assert story.knob is not None and story.knob.startswith("not confirmed: with sys.setswitchinterval(0.0005)")
+    # No other cause is named in its place: the advice is the symptom's.
+    assert "rerun with --evidence" in story.advice
+
+
+def test_an_experiment_on_another_finding_changes_nothing():
+    tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5).model_copy(update={"finding": 77})
+    [story] = build_diagnoses(FINDINGS, {}, [(99, tried)])
+    assert story.cause is not None and story.knob is None and story.knob_confirmed is None
