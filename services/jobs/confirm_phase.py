@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import diagnose
 from services.diagnose.diagnoses import build_diagnoses
+from services.diagnose.findings import Severity
 from services.jobs.report import report_finding
 from services.jobs.workspace import Checkpoint, Progress
 from services.measure import confirm
@@ -37,8 +38,12 @@ def confirm_phase(
     causes = [
         confirm.Cause(d.test, d.cause.kind, d.cause.finding)
         for d in diagnoses
-        # A command that failed or hung has no time for a knob to change.
-        if d.cause is not None and not d.cause.from_command and d.symptom.kind != "command_failed"
+        # A command that failed or hung has no time for a knob to change; a low note is
+        # no slowdown worth runs to prove.
+        if d.cause is not None
+        and not d.cause.from_command
+        and d.symptom.kind != "command_failed"
+        and d.severity in (Severity.medium, Severity.high)
     ]
     return confirm.confirm(
         session, job, executor, settings.thresholds, causes, workdir=workdir, progress=progress, checkpoint=checkpoint

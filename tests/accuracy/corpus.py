@@ -75,6 +75,11 @@ class Side:
     # Kinds that must not be found at medium or high severity on this side (`forbid:`): a
     # pathology's own finding beside, say, a suite's healthy tests read as CPU-sensitive.
     forbid: list[str] = field(default_factory=list)
+    # What turning the expected cause's knob must show (`expect_knob:`, services/measure/
+    # confirm.py): "confirmed" (the diagnosis names the cause, proven), or "not confirmed"
+    # (a case built so that the obvious knob does not help: the cause is then not
+    # established). A healthy twin gets no confirm step at all.
+    expect_knob: str | None = None
 
     @property
     def name(self) -> str:
@@ -90,6 +95,8 @@ class Outcome:
     causes: list[str] = field(default_factory=list)  # the cause kind of each diagnosis
     cause_texts: list[str] = field(default_factory=list)  # and its text, in the same order
     cause_tests: list[str | None] = field(default_factory=list)  # and its test (None: the command)
+    # Each experiment's outcome: True confirmed, False not (services/measure/confirm.py).
+    knobs: list[bool] = field(default_factory=list)
 
     @property
     def kinds(self) -> set[str]:
@@ -139,12 +146,24 @@ class Outcome:
         return expected is None or (test is not None and (test == expected or test.endswith("/" + expected)))
 
     @property
+    def knob_right(self) -> bool | None:
+        """Whether the knobs turned say what the case expects; a healthy twin's: none
+        turned. None where the case expects nothing of them."""
+        if self.side.variant == "healthy":
+            return not self.knobs
+        if self.side.expect_knob is None:
+            return None
+        return (self.side.expect_knob == "confirmed") in self.knobs
+
+    @property
     def forbidden(self) -> list[tuple[str, str]]:
         return [(kind, severity) for kind, severity in self.found if kind in self.side.forbid and severity in SERIOUS]
 
     @property
     def failed(self) -> bool:
         if self.error or self.missed or self.cause_right is False or self.attributed is False or self.forbidden:
+            return True
+        if self.knob_right is False:
             return True
         # A healthy twin may carry a low note, never a medium or high finding, tolerated
         # or not: a twin's tolerate list excuses a note in the precision count only.
@@ -173,6 +192,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     None,
                     case.get("interpreter", interpreter),
                     None if healthy else case.get("expect_cause"),
+                    expect_knob=None if healthy else case.get("expect_knob"),
                 )
                 cases[name] = (bool(case.get("quick")), [side])
             continue
@@ -195,6 +215,7 @@ def load_cases() -> dict[str, tuple[bool, list[Side]]]:
                     part.get("expect_cause_in") if variant == "pathology" else None,
                     part.get("expect_cause_test") if variant == "pathology" else None,
                     part.get("forbid", []),
+                    part.get("expect_knob") if variant == "pathology" else None,
                 )
             )
         cases[directory.name] = (bool(spec.get("quick")), sides)
@@ -388,6 +409,7 @@ def run_side(side: Side, executor: str, out_dir: Path) -> Outcome:
         causes=causes_of(diagnoses),
         cause_texts=cause_texts_of(diagnoses),
         cause_tests=cause_tests_of(diagnoses),
+        knobs=[d["knob_confirmed"] for d in diagnoses if d.get("knob_confirmed") is not None],
     )
 
 
@@ -532,6 +554,8 @@ def _summarize(outcomes: list[Outcome], path: Path, executor: str) -> int:
                 "causes": o.causes,
                 "cause_tests": o.cause_tests,
                 "attributed": o.attributed,
+                "expect_knob": o.side.expect_knob,
+                "knobs": o.knobs,
             }
             for o in outcomes
         ],
@@ -583,6 +607,7 @@ def rejudge(cases: dict[str, tuple[bool, list[Side]]], run_dir: Path) -> int:
                         causes=causes_of(diagnoses),
                         cause_texts=cause_texts_of(diagnoses),
                         cause_tests=cause_tests_of(diagnoses),
+                        knobs=[d["knob_confirmed"] for d in diagnoses if d.get("knob_confirmed") is not None],
                     )
                 )
             _print_outcome(outcomes[-1])
@@ -635,6 +660,10 @@ def _print_outcome(outcome: Outcome) -> None:
             f" on {outcome.side.expect_cause_test}" if outcome.side.expect_cause_test else ""
         )
         print(f"     cause: expected {wanted}, diagnosed {named or 'none'} ({mark})")
+    if outcome.knob_right is not None and (outcome.side.expect_knob or outcome.knobs):
+        turned = ", ".join("confirmed" if knob else "not confirmed" for knob in outcome.knobs) or "none turned"
+        wanted = outcome.side.expect_knob or "none turned (a healthy twin)"
+        print(f"     knob: expected {wanted}, {turned} ({'right' if outcome.knob_right else 'WRONG'})")
     sys.stdout.flush()
 
 
