@@ -264,6 +264,11 @@ class Run(Base):
     # The shard (JobShard.index) whose screen ran it; None for a job screened whole. Runs
     # of one shard are compared only with each other: one shard, one node.
     shard: Mapped[int | None] = mapped_column(Integer)
+    # How many processes ran its tests at once, as lagtrace read the pytest command and its
+    # configuration (pytest-xdist's -n; services/measure/pytest_workers.py xdist_workers):
+    # its tests' durations add up to at most this many times its wall time. None: not a
+    # pytest run, a run from before 0028, or a command whose workers could not be told.
+    test_workers: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     config: Mapped[JobConfig] = relationship(back_populates="runs")

@@ -252,6 +252,29 @@ class Thresholds(BaseModel):
     # ... and at least this many seconds apart (a 50 ms program traced is always slower).
     observer_effect_min_s: float = Field(0.1, ge=0)
 
+    # timing_disagrees: a run's JUnit durations are the job's own numbers (its conftest can
+    # rewrite report.duration); lagtrace's timer (the run's wall and CPU time, measured
+    # outside the job) is not. Their sum may exceed the wall time times the processes that
+    # ran tests at once (Run.test_workers: pytest-xdist's -n) by this share, a margin for
+    # clocks read at different instants (the half millisecond each case's rounding may add
+    # is counted apart): workers busy from the first to the last instant of a run still
+    # leave its start-up out of their sum (recorded -n 2 runs: 3.006 s in 2.16-2.20 s) ...
+    timing_disagrees_over_share: float = Field(0.05, ge=0)
+    # ... and by at least this many seconds, the floor of both checks. A test run alone
+    # (one JUnit case, one process) takes its duration plus pytest's start-up and
+    # teardown, which compute: in 8 runs here of a test sleeping 0.4 s alone (cpuset=0
+    # and 0-1), the timer's wall time was the duration plus the run's CPU time within 3 ms
+    # (0.65-0.81 s); with a conftest halving report.duration, 0.21-0.30 s more than that
+    # (tests/unit/services/diagnose/test_timing_disagrees.py). Well above the noise, below
+    # what halving a 0.4 s test hides.
+    timing_disagrees_min_s: float = Field(0.15, ge=0)
+    # ... and the timer's wall time at least this many times the duration plus the CPU
+    # time (stretched by the other processes busy on its CPUs and by a quota, plus one
+    # throttling pause): the halved 0.4 s test gave
+    # 1.37-1.53, the honest one 1.00-1.01. A start-up waiting off the CPU (a conftest's
+    # pytest_sessionstart that sleeps) disagrees as well, and the finding says so.
+    timing_disagrees_under_ratio: float = Field(1.25, gt=1)
+
     # slow_startup: start-up (imports, pytest plugin loading and collection) at least this
     # share of the run's wall time and at least slow_startup_min_s long, in the fastest
     # configuration (a quota slows start-up by its factor: that is physics). pytest with

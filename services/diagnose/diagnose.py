@@ -15,6 +15,7 @@ from services.diagnose import (
     gil_contention,
     hot_path,
     stall,
+    timing_disagrees,
     triage,
 )
 from services.diagnose.context import RuleContext
@@ -35,7 +36,9 @@ EVIDENCE_RULES = (
     stall.check,
 )
 # command_failed is no drill target: a command that always fails is traced failing.
-RULES = (command_failed.check, *TIMING_RULES, *EVIDENCE_RULES)
+# timing_disagrees neither: it says the job's numbers cannot be trusted, and a tracer
+# would not tell who rewrote them.
+RULES = (command_failed.check, timing_disagrees.check, *TIMING_RULES, *EVIDENCE_RULES)
 
 
 def diagnose(session: Session, job: Job, thresholds: Thresholds) -> list[Finding]:

@@ -82,6 +82,11 @@ ADVICE = {
     "stall": "Read the stacks taken at the stall: the frames show where it stood still.",
 }
 UNEXPLAINED = {
+    "timing_disagrees": (
+        "Read the suite's conftest.py files and plugins for hooks that change report.duration "
+        "(pytest_runtest_logreport, a pytest_runtest_makereport hookwrapper) or wait outside any test; until "
+        "then, the verdicts on this test rest on durations lagtrace's timer does not bear out."
+    ),
     "slower_since": (
         "Screen the last fast and the first slow commit interleaved on one machine (a pull request of the "
         "first slow commit against the last fast one) to confirm the step, then read the diff between them."

@@ -350,6 +350,25 @@ class TinyReadsTracedMetrics(Metrics):
     histogram: dict[str, int]  # size bucket ("<=64", ">65536") -> reads
 
 
+class TimingDisagreesMetrics(Metrics):
+    """timing_disagrees: the JUnit durations a run reported against lagtrace's timer, the
+    median of the configuration's runs that were judged."""
+
+    # over: the durations add up to more than the timer allows; under: the timer saw
+    # more than the test's duration and the run's CPU time explain.
+    direction: Literal["over", "under"]
+    reported_s: float  # the test's duration (or, over, the run's sum of durations)
+    wall_s: float  # the run's wall time, as lagtrace timed it
+    cpu_s: float | None  # the run's CPU time (under); None for over
+    # The timer's bound: over, the most the durations can add up to (wall x workers);
+    # under, the least the run can take (duration + CPU time, stretched by a quota).
+    bound_s: float
+    gap_s: float  # how far past the bound, seconds
+    ratio: float  # reported over bound (over), wall over bound (under); > 1
+    workers: int | None  # processes that ran tests at once (Run.test_workers)
+    runs: list[int]  # the runs judged (Run ids)
+
+
 class TinyReadsCountedMetrics(Metrics):
     """tiny_reads from the timing runs' /proc io counters."""
 
@@ -377,6 +396,7 @@ KINDS: dict[str, Any] = {
     "slow_startup": SlowStartupImportsMetrics | SlowStartupPytestMetrics,
     "slower_than_base": SlowerThanBaseMetrics,
     "stall": StallMetrics,
+    "timing_disagrees": TimingDisagreesMetrics,
     "tiny_reads": TinyReadsTracedMetrics | TinyReadsCountedMetrics,
 }
 _READERS: dict[str, TypeAdapter[Metrics]] = {kind: TypeAdapter(shape) for kind, shape in KINDS.items()}

@@ -8,6 +8,7 @@ import hashlib
 import logging
 import math
 import os
+import shlex
 import stat
 import tomllib
 import xml.etree.ElementTree as ET
@@ -274,6 +275,37 @@ def rootdir(command: list[str], workdir: Path, ceiling: Path | None = None) -> P
         if (base / "setup.py").is_file():
             return base
     return here
+
+
+def config_addopts(command: list[str], workdir: Path, ceiling: Path | None) -> list[str]:
+    """The addopts of the configuration file pytest reads for ``command`` in ``workdir``
+    (services/measure/pytest_workers.py reads pytest-xdist's workers in them); raises
+    ValueError where its quotes do not balance."""
+    here = workdir.resolve()
+    config = _option(_arguments(command), "-c", "--config-file", "--inifile")
+    if config is not None:
+        path = _inside((ceiling or workdir).resolve(), here / config)
+        candidates = [path] if path.is_file() else []
+    else:
+        base = rootdir(command, workdir, ceiling)
+        candidates = [base / name for name in CONFIG_FILES if _has_pytest_config(base / name)]
+    for path in candidates[:1]:
+        try:
+            text = path.read_text(errors="replace")
+            if path.name.endswith(".toml"):
+                tool = tomllib.loads(text).get("tool", {})
+                section = tool.get("pytest", {}) if isinstance(tool, dict) else {}
+                options = section.get("ini_options", section) if isinstance(section, dict) else {}
+                value = options.get("addopts", "") if isinstance(options, dict) else ""
+                return [str(v) for v in value] if isinstance(value, list) else shlex.split(str(value))
+            parser = configparser.ConfigParser(interpolation=None, strict=False)
+            parser.read_string(text)
+        except (tomllib.TOMLDecodeError, configparser.Error, OSError, UnicodeDecodeError):
+            return []
+        for name in ("pytest", "tool:pytest"):
+            if parser.has_option(name, "addopts"):
+                return shlex.split(parser.get(name, "addopts"))
+    return []
 
 
 def _arguments(command: list[str]) -> list[str]:

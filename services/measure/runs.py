@@ -6,6 +6,7 @@ wrapped (pytest writes JUnit XML), executed and stored the same way whoever aske
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from services.measure import pytest_command
+from services.measure import pytest_command, pytest_workers
 from services.measure.configs import cpu_config
 from services.measure.executors.base import Executor, RunResult, RunWatcher
 from services.measure.executors.base import RunRequest as ExecutorRequest
@@ -84,6 +85,7 @@ def run_once(
         )
     )
     cases = pytest_command.parse(junit_file) if is_pytest else []
+    workers = test_workers(executor, command, workdir, wrapping.env) if is_pytest else None
     uncollected = pytest_command.collection_errors(junit_file) if is_pytest else []
     if uncollected and result.output_tail is not None:
         # Each module and its exception first: the last lines of pytest's output rarely
@@ -91,8 +93,20 @@ def run_once(
         result = replace(
             result, output_tail=pytest_command.describe_collection_errors(uncollected) + result.output_tail
         )
-    run = store_run(session, job_config, kind, repetition, result, cases, probe=probe, test_id=test_id)
+    run = store_run(
+        session, job_config, kind, repetition, result, cases, probe=probe, test_id=test_id, test_workers=workers
+    )
     return Measured(run, result, cases, uncollected)
+
+
+def test_workers(executor: Executor, command: list[str], workdir: Path, env: dict[str, str]) -> int | None:
+    """How many processes the pytest command runs its tests in (pytest-xdist's workers),
+    read now, while the checkout is here: the sum of its durations is held against the
+    run's wall time that many times over (services/diagnose/timing_disagrees.py). ``-n
+    auto`` counts the most CPUs the command could see."""
+    cpus = max(os.cpu_count() or 1, len(executor.available_cpus()))
+    ceiling = pytest_command.search_ceiling(executor.name)
+    return pytest_workers.xdist_workers(command, workdir, ceiling, env, cpus)
 
 
 def store_run(
@@ -105,8 +119,10 @@ def store_run(
     *,
     probe: str | None = None,
     test_id: str | None = None,
+    test_workers: int | None = None,
 ) -> Run:
-    """Store one run (timing, or evidence with the probe and test it ran) with its test cases."""
+    """Store one run (timing, or evidence with the probe and test it ran) with its test cases
+    and the processes that ran them at once (None: not known)."""
     run = Run(
         config=job_config,
         kind=kind,
@@ -128,6 +144,7 @@ def store_run(
         foreign_cpus=result.foreign_cpus,
         read_syscalls=result.read_syscalls,
         read_bytes=result.read_bytes,
+        test_workers=test_workers,
         test_results=[
             TestResult(test_id=c.test_id, duration_s=c.duration_s, outcome=c.outcome, line=c.line) for c in cases
         ],
