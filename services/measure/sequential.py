@@ -173,11 +173,25 @@ def judge(stored: Sequence[float], fresh: Sequence[float], rule: SequentialRule,
     weights = [rule.weight(look, len(stored)) for look in range(1, len(fresh) + 1)]
     p_slower = min([1.0] + [p / w for (p, _), w in zip(per_look, weights, strict=True) if w > 0])
     p_faster = min([1.0] + [p / w for (_, p), w in zip(per_look, weights, strict=True) if w > 0])
-    k = len(fresh)
-    ratio, low, high = shift_interval(fresh, stored, rule.same_alpha * weights[-1])
+    return _verdict(fresh, stored, p_slower, p_faster, rule, rule.same_alpha * weights[-1])
+
+
+def _verdict(
+    fresh: Sequence[float],
+    stored: Sequence[float],
+    p_slower: float,
+    p_faster: float,
+    rule: SequentialRule,
+    alpha: float,
+) -> Judgement:
+    """DIFFERENT, SAME or UNDECIDED from the sequential p-values and the shift's interval
+    at the level ``alpha`` this look spends (``judge``, ``compare_arms``)."""
+    ratio, low, high = shift_interval(fresh, stored, alpha)
 
     def made(verdict: str, slower: bool = False) -> Judgement:
-        return Judgement(verdict, slower, k, len(stored), ratio, low, high, min(1.0, p_slower), min(1.0, p_faster))
+        return Judgement(
+            verdict, slower, len(fresh), len(stored), ratio, low, high, min(1.0, p_slower), min(1.0, p_faster)
+        )
 
     moved_s = statistics.median(fresh) - statistics.median(stored)
     if abs(moved_s) < rule.min_s:
@@ -235,17 +249,4 @@ def compare_arms(treated: Sequence[float], control: Sequence[float], rule: Seque
     weights = [weight(look) for look in range(1, looks + 1)]
     p_slower = min([1.0] + [p / w for (p, _), w in zip(per_look, weights, strict=True) if w > 0])
     p_faster = min([1.0] + [p / w for (_, p), w in zip(per_look, weights, strict=True) if w > 0])
-    ratio, low, high = shift_interval(treated, control, rule.same_alpha * weights[-1])
-
-    def made(verdict: str, slower: bool = False) -> Judgement:
-        return Judgement(verdict, slower, looks, looks, ratio, low, high, min(1.0, p_slower), min(1.0, p_faster))
-
-    if abs(statistics.median(treated) - statistics.median(control)) < rule.min_s:
-        return made(SAME)
-    if p_slower <= rule.alpha and ratio >= rule.change_ratio:
-        return made(DIFFERENT, slower=True)
-    if p_faster <= rule.alpha and ratio <= 1 / rule.change_ratio:
-        return made(DIFFERENT, slower=False)
-    if low is not None and high is not None and low >= 1 / rule.change_ratio and high <= rule.change_ratio:
-        return made(SAME)
-    return made(UNDECIDED)
+    return _verdict(treated, control, p_slower, p_faster, rule, rule.same_alpha * weights[-1])

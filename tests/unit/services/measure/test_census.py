@@ -12,6 +12,7 @@ from services.measure.probes import census
 from services.measure.probes.base import ProbeContext
 from services.settings import Settings
 from services.thresholds import Thresholds
+from tests.support.hidden_waits import BLOCKS_LOOP, HEADER
 
 TRACE = """\
 100 read(3</usr/lib/python3.11/os.py>, ""..., 4096) = 4096
@@ -134,37 +135,19 @@ def test_a_test_whose_loop_was_blocked_for_the_rule_s_share_and_seconds_is_a_sus
     assert census.suspects(content, durations, limits) == ["t::short_blocks", "t::one_block"]
 
 
-PLUGGED_SUITE = """\
-import asyncio
-import time
-
-
-def test_blocks_its_loop():
-    async def heartbeat():
-        while True:
-            await asyncio.sleep(0.005)
-
-    async def main():
-        beat = asyncio.create_task(heartbeat())
-        await asyncio.sleep(0.02)
-        time.sleep(0.2)  # a synchronous call on the loop's thread
-        beat.cancel()
-
-    asyncio.run(main())
-
-
-def test_awaits():
-    async def main():
-        await asyncio.gather(*(asyncio.sleep(0.1) for _ in range(20)))
-
-    asyncio.run(main())
-
+# The suite's hidden waits: a coroutine blocking its loop and its twin that awaits, beside
+# a test that computes.
+PLUGGED_SUITE = (
+    HEADER
+    + BLOCKS_LOOP
+    + """
 
 def test_works():
     n = 0
     for i in range(300_000):
         n += i % 7
 """
+)
 
 
 def test_the_plugin_counts_each_test_s_work_switches_and_blocked_loop_in_a_real_pytest_run(tmp_path):
@@ -181,10 +164,10 @@ def test_the_plugin_counts_each_test_s_work_switches_and_blocked_loop_in_a_real_
     assert finished.returncode == 0, finished.stdout + finished.stderr
     counted = census.read_counters(run_dir / census.IDS_FILE)
     assert set(counted) == {
-        f"test_plugged.py::{name}" for name in ("test_blocks_its_loop", "test_awaits", "test_works")
+        f"test_plugged.py::{name}" for name in ("test_blocks_its_loop", "test_awaits_its_wait", "test_works")
     }
     blocked, awaits, works = (
-        counted[f"test_plugged.py::{name}"] for name in ("test_blocks_its_loop", "test_awaits", "test_works")
+        counted[f"test_plugged.py::{name}"] for name in ("test_blocks_its_loop", "test_awaits_its_wait", "test_works")
     )
     assert 0.19 <= blocked["loop_blocked_s"] <= blocked["wall_s"] and blocked["loop_held"] >= 1, blocked
     assert blocked["loop_longest_s"] >= 0.19 and blocked["cpu_s"] < 0.1, blocked
