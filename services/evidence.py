@@ -480,7 +480,10 @@ class CensusContent(EvidenceContent):
 
 class ConfirmContent(EvidenceContent):
     cause: str  # the diagnosed cause's kind
-    finding: int | None = None  # the cause's finding when the experiment ran
+    # Its subject: the test (None: the whole command). A diagnosis reads the experiment on
+    # its test, cause and configuration: the rules run again after it, and their findings
+    # are new rows.
+    test: str | None = None
     knob: str  # what was turned, as a user would set it ("OPENBLAS_NUM_THREADS=1 ...")
     says: str  # the same in words
     config: str  # where: the cause's slow configuration

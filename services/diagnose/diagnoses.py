@@ -177,7 +177,8 @@ def build_diagnoses(
 ) -> list[Diagnosis]:
     """Group report findings by test (None: the whole command) into diagnoses, worst first;
     ``evidence_kinds``: each evidence entry's kind by its id; ``confirmations``: the
-    confirm step's experiments (evidence id, content), each on its cause's finding."""
+    confirm step's experiments (evidence id, content), each on its test, cause and
+    configuration."""
     groups: dict[str | None, list[ReportFinding]] = {}
     for finding in findings:
         groups.setdefault(finding.test, []).append(finding)
@@ -200,7 +201,11 @@ def build_diagnoses(
             matching = [f for f in command_causes if f.config in slow_configs]
             if matching:
                 cause, inherited = matching[0], True
-        tried = [(i, c) for i, c in confirmations if cause is not None and c.finding == cause.id and not inherited]
+        tried = [
+            (i, c)
+            for i, c in confirmations
+            if cause is not None and not inherited and (c.test, c.cause, c.config) == (test, cause.kind, cause.config)
+        ]
         confirmed = next(((i, c) for i, c in tried if c.verdict == confirm.CONFIRMED), None)
         knob = "; ".join(confirm.describe(c) for _, c in tried) if confirmed is None else confirm.describe(confirmed[1])
         if cause is not None and tried and confirmed is None:

@@ -166,7 +166,7 @@ def confirm(
             content = _experiment(
                 session, job, executor, thresholds, config, cause.test, command, knob, workdir, checkpoint
             )
-            content.cause, content.finding = cause.kind, cause.finding
+            content.cause, content.test = cause.kind, cause.test
             # The configuration's own job: ``job`` may be a shard's view of it (drill.py _store_evidence).
             session.add(
                 Evidence(

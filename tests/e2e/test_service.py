@@ -537,6 +537,12 @@ def test_worker_with_the_docker_executor_finds_gil_contention_at_the_stall(stack
     kinds = [f["kind"] for f in report["findings"]]
     assert "gil_contention" in kinds, f"{kinds}; {latency_note(report)}"
     assert "stall" in kinds
+    # The cause proven by its knob in the container, through the worker, on PostgreSQL:
+    # the experiment is read back on the findings the rules made after it.
+    [story] = [d for d in report["diagnoses"] if d["test"] is None]
+    assert story["cause"] is not None and story["cause"]["kind"] == "gil_contention", story
+    assert story["knob_confirmed"] is True, story
+    assert story["knob"].startswith("confirmed: with sys.setswitchinterval(0.0005) at cpuset=0-1"), story
 
 
 def require_docker() -> None:

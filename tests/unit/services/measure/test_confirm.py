@@ -91,7 +91,7 @@ def _finding(id_: int, kind: str, config: str) -> ReportFinding:
 def _tried(verdict: str, with_s: list[float], without_s: list[float]) -> ConfirmContent:
     return ConfirmContent(
         cause="gil_contention",
-        finding=2,
+        test=None,
         knob="sys.setswitchinterval(0.0005)",
         says="the GIL's switch interval 0.5 ms instead of 5 ms",
         config="cpuset=0-1",
@@ -127,7 +127,8 @@ def test_a_cause_its_knob_did_not_bear_out_is_not_established_never_a_guess():
     assert "rerun with --evidence" in story.advice
 
 
-def test_an_experiment_on_another_finding_changes_nothing():
-    tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5).model_copy(update={"finding": 77})
-    [story] = build_diagnoses(FINDINGS, {}, [(99, tried)])
-    assert story.cause is not None and story.knob is None and story.knob_confirmed is None
+def test_an_experiment_on_another_test_or_configuration_changes_nothing():
+    for other in ({"test": "t.py::test_other"}, {"config": "cpus=0.5"}):
+        tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5).model_copy(update=other)
+        [story] = build_diagnoses(FINDINGS, {}, [(99, tried)])
+        assert story.cause is not None and story.knob is None and story.knob_confirmed is None
