@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class EvidenceKind(enum.StrEnum):
@@ -134,6 +134,10 @@ class ProfiledFunction(_Model):
     # (slow_startup's subject), not the program at work.
     importing_samples: int = 0
     waiting: bool = False  # a known blocking wait (a lock, a selector): samples, not CPU
+    # Of its cumulative samples, those whose innermost frame was such a wait: a caller
+    # of Queue.get is on the stack while its thread sleeps, which is no CPU of its own.
+    # Stored only where there were any, as profiles recorded before it were.
+    waiting_samples: int = Field(default=0, exclude_if=lambda samples: samples == 0)
     # The frame that calls it most often (where it was innermost-but-one on the stack).
     caller: PythonFrame | None = None
 

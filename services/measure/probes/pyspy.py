@@ -31,6 +31,12 @@ FLAMEGRAPH_FILE = "pyspy-flamegraph.svg"
 RATE_HZ = 100  # py-spy's default: 1-17 % overhead measured here (docs/explanations/design.md)
 TOP_FRAMES = 5
 TOP_FUNCTIONS = 8
+# Functions listed per thread by their time on the stack, beside the TOP_FUNCTIONS by own
+# time. The hot path's differential sums a function over threads: one listed in one
+# thread and cut from another's list sums too few seconds, and a starlette websocket
+# test's route frame was named over the `_asgi_receive` loop it awaits, which one of its
+# two portal threads had cut (the corpus's starlette_ws_suite, 7 Dec 2026).
+ON_STACK_FUNCTIONS = 40
 
 
 class PySpyRecordProbe(TracerProbe):
@@ -161,7 +167,9 @@ def is_import_machinery(file: str) -> bool:
     return file.startswith("<frozen importlib._bootstrap")
 
 
-def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTIONS) -> list[dict]:
+def summarize_functions(
+    profile: dict, threads: int = 3, top: int = TOP_FUNCTIONS, on_stack: int = ON_STACK_FUNCTIONS
+) -> list[dict]:
     """For the busiest threads: the functions holding their samples, with own share
     (the function itself was running or waiting there) and cumulative share (it was on
     the stack), and the line that held most of its own samples.
@@ -179,6 +187,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
         own: Counter = Counter()
         cumulative: Counter = Counter()
         importing: Counter = Counter()
+        blocked: Counter = Counter()
         lines: dict[tuple[str, str], Counter] = {}
         # Who calls each function (the frame above its innermost occurrence): where a
         # library's primitive (a sleep, a lock) sits in a loop, the loop is the caller's.
@@ -193,9 +202,11 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
             own[leaf] += 1
             lines.setdefault(leaf, Counter())[frames[stack[-1]].get("line")] += 1
             during_import = any(is_import_machinery(keys[index][1]) for index in stack)
+            in_a_wait = is_waiting(*leaf)
             for key in {keys[index] for index in stack}:
                 cumulative[key] += 1
                 importing[key] += during_import
+                blocked[key] += in_a_wait
             for index in stack:
                 lines.setdefault(keys[index], Counter())
             innermost = {keys[index]: position for position, index in enumerate(stack)}
@@ -204,7 +215,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                     callers.setdefault(key, Counter())[stack[position - 1]] += 1
         ranked = sorted(cumulative, key=lambda key: (-own[key], -cumulative[key]))[:top]
         by_cumulative = sorted(cumulative, key=lambda key: -cumulative[key])
-        chosen = list(dict.fromkeys(ranked + [key for key in by_cumulative if key not in ranked][:top]))
+        chosen = list(dict.fromkeys(ranked + [key for key in by_cumulative if key not in ranked][:on_stack]))
         tables.append(
             {
                 "thread": thread["name"],
@@ -221,6 +232,7 @@ def summarize_functions(profile: dict, threads: int = 3, top: int = TOP_FUNCTION
                         "own_pct": round(100.0 * own[(name, file)] / total, 1),
                         "cumulative_pct": round(100.0 * cumulative[(name, file)] / total, 1),
                         "importing_samples": importing[(name, file)],
+                        "waiting_samples": blocked[(name, file)],
                         "waiting": is_waiting(name, file),
                         "caller": _caller(callers.get((name, file)), frames),
                     }

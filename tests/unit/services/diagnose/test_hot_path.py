@@ -18,15 +18,34 @@ def test_functions_have_own_and_cumulative_shares_per_thread():
     tables = pyspy.summarize_functions(_profile())
     main = tables[0]
     assert main["samples"] == max(t["samples"] for t in tables)
-    by_name = {f["function"]: f for f in main["functions"]}
-    read = by_name["HTTPResponse.read"]
-    assert read["file"].endswith("urllib3/response.py") and read["line"]
+    read = next(
+        f
+        for f in main["functions"]
+        if f["function"] == "HTTPResponse.read" and f["file"].endswith("urllib3/response.py")
+    )
+    assert read["line"]
     assert read["own_pct"] <= read["cumulative_pct"] <= 100
     # py-spy's "process N" / "thread (N)" root frames are labels, not functions.
     assert not any(f["function"].startswith(("process ", "thread (")) for t in tables for f in t["functions"])
     # The server thread waits in its selector the whole time.
     server = next(t for t in tables if "serve_forever" in t["thread"])
     assert server["functions"][0]["function"].endswith("select") and server["functions"][0]["own_pct"] == 100
+
+
+def test_a_functions_samples_under_a_blocking_wait_are_counted_apart():
+    # The server thread sits in its selector: every sample of serve_forever is under a
+    # wait, no CPU of its own (the differential subtracts them). The client reading the
+    # response runs in HTTPResponse.read far more than it waits there.
+    tables = pyspy.summarize_functions(_profile())
+    server = next(t for t in tables if "serve_forever" in t["thread"])
+    serve = next(f for f in server["functions"] if f["function"].endswith("serve_forever"))
+    assert serve["waiting_samples"] == serve["cumulative_samples"] > 0
+    read = next(
+        f
+        for f in tables[0]["functions"]
+        if f["function"] == "HTTPResponse.read" and f["file"].endswith("urllib3/response.py")
+    )
+    assert read["waiting_samples"] < read["cumulative_samples"] / 2
 
 
 def _job(cpu_share: float):
