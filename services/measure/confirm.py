@@ -18,7 +18,12 @@ The knobs are the ones the fixes are made of:
   variables, read when the library loads), then, where that did not do it, the CPU count
   the interpreter reports set to the quota (``PYTHON_CPU_COUNT`` on CPython 3.13 and
   later, a start-up shim of ``os.cpu_count`` before it): a pool sized from the host's
-  CPUs is sized from the quota.
+  CPUs is sized from the quota;
+- ``slow_startup`` of a pytest command: each pytest plugin whose imports the start-up
+  evidence names, taken out with ``-p no:NAME``, one at a time. ``-p no:`` takes the name
+  of the plugin's entry point, not its module's (hypothesis's is ``hypothesispytest``), so
+  one run in the job's own environment first reads which installed plugin ships each
+  module named (``PLUGINS_SCRIPT``); a module no plugin ships gets no knob.
 
 Confirmed: the knob made the test faster by at least the rule's change ratio, decided. Not
 confirmed: decided no faster, or not decided within the pairs: the diagnosis then names no
@@ -29,6 +34,8 @@ evidence run (probe ``confirm``), listed with the others; the budget bounds them
 from __future__ import annotations
 
 import math
+import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -42,6 +49,7 @@ from services.errors import BadInput
 from services.evidence import ConfirmContent, EvidenceKind, dump
 from services.measure import budget, pytest_command
 from services.measure.executors.base import Executor
+from services.measure.install import read_regular_file
 from services.measure.probes.hooks import install_hook
 from services.measure.runs import Wrapping, run_once
 from services.measure.sequential import DIFFERENT, SAME, SequentialRule, compare_arms
@@ -76,6 +84,29 @@ CPU_COUNT_SHIM = (
 )
 
 
+# Run in the job's environment with the modules as arguments: for each, the pytest11 entry
+# points (https://docs.pytest.org/en/stable/how-to/writing_plugins.html) of the
+# distribution that installs it, one "lagtrace-plugin MODULE NAME" line each. A
+# distribution's modules are the top-level names of its files (its RECORD), and the
+# module its entry point loads.
+PLUGINS_SCRIPT = (
+    "import sys\n"
+    "from importlib import metadata\n"
+    "wanted = set(sys.argv[1:])\n"
+    "for ep in metadata.entry_points(group='pytest11'):\n"
+    "    tops = {ep.module.split('.')[0]}\n"
+    "    for f in (ep.dist.files or []) if ep.dist is not None else []:\n"
+    "        if f.parts and not f.parts[0].endswith(('.dist-info', '.data', '.egg-info')):\n"
+    "            tops.add(f.parts[0].removesuffix('.py'))\n"
+    "    for top in sorted(tops & wanted):\n"
+    "        print('lagtrace-plugin', top, ep.name)\n"
+)
+_PLUGIN_LINE = re.compile(r"^lagtrace-plugin ([A-Za-z_][A-Za-z0-9_]{0,99}) ([A-Za-z0-9_.\-]{1,100})$")
+# The plugins tried for one slow start-up: the slowest the evidence names.
+MAX_PLUGINS = 3
+PLUGINS_OUTPUT_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class Cause:
     """A diagnosis's cause, as the confirm step reads it (services/diagnose/diagnoses.py):
@@ -94,6 +125,7 @@ class Knob:
     says: str
     env: dict[str, str] = field(default_factory=dict)
     shim: str | None = None  # a sitecustomize run at start-up, reading ``env``
+    args: tuple[str, ...] = ()  # options added to the command (pytest reads them anywhere)
 
 
 def knobs_for(cause: str, config: JobConfig) -> list[Knob]:
@@ -129,6 +161,36 @@ def knobs_for(cause: str, config: JobConfig) -> list[Knob]:
     return []
 
 
+def plugin_knobs(plugins: dict[str, list[str]]) -> list[Knob]:
+    """One knob per module a plugin ships (``plugins``: module -> the entry-point names
+    of its distribution's pytest plugins, slowest module first)."""
+    knobs = []
+    for module, names in plugins.items():
+        if not names:
+            continue
+        args = tuple(arg for name in names for arg in ("-p", f"no:{name}"))
+        knobs.append(Knob(" ".join(args), f"the pytest plugin that imports {module} taken out", args=args))
+    return knobs[:MAX_PLUGINS]
+
+
+def read_plugins(output: str | None, modules: list[str]) -> dict[str, list[str]]:
+    """PLUGINS_SCRIPT's lines, in the order of ``modules``; any other line (the job's
+    output is its own, and not trusted) is ignored."""
+    found: dict[str, list[str]] = {module: [] for module in modules}
+    for line in (output or "").splitlines():
+        match = _PLUGIN_LINE.match(line.strip())
+        if match and match[1] in found and match[2] not in found[match[1]]:
+            found[match[1]].append(match[2])
+    return found
+
+
+def startup_modules(metrics: dict | None) -> list[str]:
+    """The top-level modules of the imports a slow_startup finding names, slowest first."""
+    names = [entry.get("module", "") for entry in (metrics or {}).get("slowest") or [] if isinstance(entry, dict)]
+    tops = [name.split(".")[0] for name in names if isinstance(name, str) and name]
+    return list(dict.fromkeys(top for top in tops if top.isidentifier()))
+
+
 def rule_of(thresholds: Thresholds) -> SequentialRule:
     """The project's sequential rule (its level and change ratio, as a gate judges), over
     at most ``confirm_max_pairs`` pairs."""
@@ -155,6 +217,10 @@ def confirm(
         finding = session.get(Finding, cause.finding)
         config = next((c for c in job.configs if finding is not None and c.label == finding.config_label), None)
         knobs = knobs_for(cause.kind, config) if config is not None else []
+        if config is not None and cause.kind == "slow_startup" and pytest_command.is_pytest(job.command):
+            modules = startup_modules(finding.metrics if finding is not None else None)
+            if modules:
+                knobs = plugin_knobs(_plugins(session, executor, job, config, modules, workdir))
         if config is None or not knobs:
             continue
         tried += 1
@@ -178,6 +244,38 @@ def confirm(
             if content.verdict == CONFIRMED:
                 break
     return tried
+
+
+def _plugins(
+    session: Session, executor: Executor, job: Job, config: JobConfig, modules: list[str], workdir: Path
+) -> dict[str, list[str]]:
+    """Which pytest plugin ships each module, read by one run of PLUGINS_SCRIPT in the job's
+    environment (its interpreter: the command's own where it names one)."""
+    program = job.command[0] if os.path.basename(job.command[0]).startswith("python") else "python"
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-confirm{job.id}-"))
+    try:
+        runs = sum(1 for run in config.runs if run.kind is RunKind.evidence)
+        measured = run_once(
+            session,
+            executor,
+            config,
+            command=[program, "-c", PLUGINS_SCRIPT, *modules],
+            workdir=workdir,
+            run_dir=scratch,
+            timeout_s=60.0,
+            kind=RunKind.evidence,
+            repetition=1 + runs,
+            probe=PROBE,
+        )
+        if measured.result.exit_code != 0:
+            return {}
+        # What the command printed (each executor writes it there); not through a link.
+        output = read_regular_file(scratch / "output.log", max_bytes=PLUGINS_OUTPUT_BYTES)
+    except BadInput:
+        return {}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return read_plugins(output.decode("utf-8", "replace"), modules)
 
 
 def _experiment(
@@ -254,7 +352,7 @@ def _timed(
             session,
             executor,
             config,
-            command=command,
+            command=[*command, *knob.args] if knob is not None else command,
             workdir=workdir,
             run_dir=run_dir,
             timeout_s=job.timeout_s,

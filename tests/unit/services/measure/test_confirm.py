@@ -6,6 +6,8 @@ experiment (services/diagnose/diagnoses.py)."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -132,3 +134,44 @@ def test_an_experiment_on_another_test_or_configuration_changes_nothing():
         tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5).model_copy(update=other)
         [story] = build_diagnoses(FINDINGS, {}, [(99, tried)])
         assert story.cause is not None and story.knob is None and story.knob_confirmed is None
+
+
+def test_a_slow_start_up_s_knobs_are_its_plugins_by_their_entry_point_names():
+    metrics = {
+        "slowest": [
+            {"module": "hypothesis.internal.observability", "cumulative_s": 0.081, "self_s": 0.01},
+            {"module": "faker.factory", "cumulative_s": 0.074, "self_s": 0.01},
+            {"module": "coverage", "cumulative_s": 0.041, "self_s": 0.01},
+            {"module": "hypothesis.strategies", "cumulative_s": 0.02, "self_s": 0.01},
+        ]
+    }
+    modules = confirm.startup_modules(metrics)
+    assert modules == ["hypothesis", "faker", "coverage"]
+    # What PLUGINS_SCRIPT printed in the job's environment, among the job's own output,
+    # which is not trusted: only well-formed lines for modules asked about count.
+    output = (
+        "lagtrace-plugin hypothesis hypothesispytest\n"
+        "some warning the interpreter printed\n"
+        "lagtrace-plugin faker faker\n"
+        "lagtrace-plugin faker faker\n"
+        "lagtrace-plugin os evil\n"
+        "lagtrace-plugin faker no:x;rm -rf /\n"
+    )
+    plugins = confirm.read_plugins(output, modules)
+    assert plugins == {"hypothesis": ["hypothesispytest"], "faker": ["faker"], "coverage": []}
+    knobs = confirm.plugin_knobs(plugins)
+    # coverage is no plugin's module (pytest-cov imports it): no knob for it.
+    assert [k.args for k in knobs] == [("-p", "no:hypothesispytest"), ("-p", "no:faker")]
+    assert knobs[0].name == "-p no:hypothesispytest" and "hypothesis" in knobs[0].says
+
+
+def test_the_plugins_script_reads_the_entry_points_of_this_environment():
+    # This interpreter's environment has pytest-xdist and pytest-timeout (make install-test).
+    found = subprocess.run(
+        [sys.executable, "-c", confirm.PLUGINS_SCRIPT, "xdist", "pytest_timeout", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    plugins = confirm.read_plugins(found, ["xdist", "pytest_timeout", "json"])
+    assert "xdist" in plugins["xdist"] and plugins["pytest_timeout"] == ["timeout"] and plugins["json"] == []
