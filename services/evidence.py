@@ -162,6 +162,10 @@ class PySpyRecordContent(EvidenceContent):
     event_loop: bool | None = None
     timed_out: bool | None = None
     stopped_before_timeout: bool | None = None
+    # A regression's profile: "head" (the pull request's head) or "base" (its base commit),
+    # in the configuration that showed it (services/measure/drill.py profile_commits);
+    # None: the drill's, of one commit in two configurations.
+    side: str | None = Field(default=None, exclude_if=lambda side: side is None)
 
 
 # --- stacks at the stall ------------------------------------------------------------

@@ -21,6 +21,9 @@ class Thresholds(BaseModel):
     # medium / high. Lower than a configuration's: a test that got 2x slower in one commit
     # costs every later run twice its time, a change worth a look, not a note.
     regression_medium_ratio: float = Field(1.5, gt=1.0)
+    # A pull request's regressed tests profiled on its head and its base commit, the
+    # largest regressions first (services/jobs/commit_profiles.py): two py-spy runs each.
+    regression_profile_max_tests: int = Field(3, ge=0)
     regression_high_ratio: float = Field(3.0, gt=1.0)
     # ... and the slow median at least this many seconds above the fast one: a 2x of a
     # 3 ms test is a scheduler tick, not a finding.

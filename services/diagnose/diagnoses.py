@@ -19,7 +19,7 @@ from services.evidence import ConfirmContent
 from services.measure import confirm
 
 # What a user sees first: how the latency misbehaves.
-SYMPTOMS = ("cpu_sensitivity", "slower_since", "latency_flaky", "stall", "command_failed")
+SYMPTOMS = ("cpu_sensitivity", "slower_since", "slower_than_base", "latency_flaky", "stall", "command_failed")
 # Why. Every cause kind states the seconds of a run its mechanism accounts for
 # (``accounts_s``: a blocked loop's blocked seconds, a syscall's system time per run, a
 # wait's wall minus CPU, what differs between the slow and the fast configuration where a
@@ -90,6 +90,10 @@ UNEXPLAINED = {
     "slower_since": (
         "Screen the last fast and the first slow commit interleaved on one machine (a pull request of the "
         "first slow commit against the last fast one) to confirm the step, then read the diff between them."
+    ),
+    "slower_than_base": (
+        "No profile of the head against the base commit named what grew (py-spy was not among the evidence, or "
+        "the budget left it out): read the pull request's diff of this test and what it calls."
     ),
     "cpu_sensitivity": (
         "No evidence names the cause yet: rerun with --evidence strace,pyspy,core to trace the slow and the "

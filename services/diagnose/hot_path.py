@@ -57,6 +57,11 @@ HARNESS = (
     "/xdist/",
     "/execnet/",
     "<string>",
+    # lagtrace's own plugins in an evidence run: the amplifier repeats the drilled test
+    # (services/measure/probes/amplify.py), the census and stall clock watch it.
+    "/lagtrace_amplify.py",
+    "/lagtrace_census.py",
+    "/lagtrace_stall_clock.py",
 )
 
 
@@ -82,7 +87,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
     limits = context.thresholds
     by_label = {config.label: config for config in context.job.configs}
     best: dict[str | None, tuple[Evidence, ThreadFunctions]] = {}
-    for evidence, content in context.evidence_of(PySpyRecordContent):
+    # A regression's profiles (one configuration, two commits) are compared apart, below.
+    records = [(e, c) for e, c in context.evidence_of(PySpyRecordContent) if c.side is None]
+    for evidence, content in records:
         tables = content.functions or []
         run = context.run_of(evidence)
         if not tables or run is None or run.wall_s < limits.hot_path_min_wall_s or evidence.config is None:
@@ -91,9 +98,8 @@ def check(context: RuleContext) -> list[FindingDraft]:
         table = max(tables, key=lambda t: t.samples * (1 - t.waiting_pct / 100))
         if evidence.test_id not in best or table.samples > best[evidence.test_id][1].samples:
             best[evidence.test_id] = (evidence, table)
-    drafts = []
-    compared: set[str | None] = set()
-    records = context.evidence_of(PySpyRecordContent)
+    drafts = _between_commits(context)
+    compared: set[str | None] = {draft.test_id for draft in drafts}
     # A slowdown between two configurations asks for the differential answer, a low one
     # too: the drill took the subject's evidence in both, and only what grew is named. (A
     # spread within one configuration, latency_flaky, compares no two configurations.)
@@ -324,12 +330,100 @@ def _differential(
     if slow_median is None or fast_median is None or slow_median <= fast_median:
         return None
     slowdown = slow_median - fast_median
+    found = _growth(context, profiles[pair.slow][1], profiles[pair.fast][1], slowdown)
+    if found is None:
+        return None
+    top, named = found
+    # A profile is taken under the tracer, in runs slower than the timing runs' median:
+    # what it shows is never claimed beyond the slowdown the timing runs measured.
+    accounts = min(top.accounts_s, slowdown)
+    versus = f"{pair.slow} against {pair.fast}"
+    return FindingDraft(
+        kind="hot_path",
+        severity=Severity.low,
+        title=(
+            f"{subject(test_id)} spends {_s(accounts)} more per run in {top.function.function} "
+            f"({_short(top.function.file)}:{top.function.line}){_called_from(top.function)} "
+            f"with {pair.slow} than with {pair.fast}"
+        ),
+        detail=(
+            f"py-spy record of the test in both configurations ({versus}), per run of the test, "
+            "on the stack and not waiting, summed over threads (at most the test's own duration): "
+            + _listed(named)
+            + f". The test is {_s(slowdown)} slower with {pair.slow} ({_s(slow_median)} vs {_s(fast_median)} "
+            "median): what grew is where the slowdown goes. Make the function wait on an event instead of "
+            "looping, do less per call, or call it less often"
+        ),
+        config_label=pair.slow,
+        test_id=test_id,
+        metrics=_growth_metrics(named, top, accounts, pair.slow, pair.fast),
+        evidence_ids=[profiles[pair.slow][0].id, profiles[pair.fast][0].id],
+    )
+
+
+def _between_commits(context: RuleContext) -> list[FindingDraft]:
+    """A regressed test profiled in one configuration on the pull request's head and on its
+    base commit (services/measure/drill.py profile_commits): the frames whose time grew
+    from the base to the head, with the seconds, as the differential between two
+    configurations names them. The slowdown is the profiled runs' own (per run of the
+    test, head less base): no timing run of the base is stored in the same configuration
+    for a gate, which judges against history."""
+    sides: dict[str, dict[str, tuple[Evidence, PySpyRecordContent]]] = {}
+    for evidence, content in context.evidence_of(PySpyRecordContent):
+        if content.side is not None and evidence.test_id is not None and evidence.config is not None:
+            sides.setdefault(evidence.test_id, {})[content.side] = (evidence, content)
+    drafts = []
+    for test_id, found in sides.items():
+        if "head" not in found or "base" not in found:
+            continue
+        (head_evidence, head), (base_evidence, base) = found["head"], found["base"]
+        if head.run is None or base.run is None or head_evidence.config is None:
+            continue
+        slowdown = head.run.observed_s - base.run.observed_s
+        if slowdown <= 0:
+            continue  # under the profiler the head was no slower: nothing to account for
+        grown = _growth(context, head, base, slowdown)
+        if grown is None:
+            continue
+        top, named = grown
+        accounts = min(top.accounts_s, slowdown)
+        label = head_evidence.config.label
+        drafts.append(
+            FindingDraft(
+                kind="hot_path",
+                severity=Severity.low,
+                title=(
+                    f"{subject(test_id)} spends {_s(accounts)} more per run in {top.function.function} "
+                    f"({_short(top.function.file)}:{top.function.line}){_called_from(top.function)} "
+                    f"on this commit than on the base commit, with {label}"
+                ),
+                detail=(
+                    f"py-spy record of the test with {label} on the head and on the base commit, per run of the "
+                    "test, on the stack and not waiting, summed over threads (at most the test's own duration): "
+                    + _listed(named)
+                    + f". Under the profiler the test took {_s(head.run.observed_s)} per run on the head and "
+                    f"{_s(base.run.observed_s)} on the base: what grew is where the regression goes"
+                ),
+                config_label=label,
+                test_id=test_id,
+                metrics=_growth_metrics(named, top, accounts, "head", "base commit"),
+                evidence_ids=[head_evidence.id, base_evidence.id],
+            )
+        )
+    return drafts
+
+
+def _growth(
+    context: RuleContext, slow_content: PySpyRecordContent, fast_content: PySpyRecordContent, slowdown: float
+) -> tuple[_Growth, list[_Growth]] | None:
+    """What grew from the fast profile to the slow one: the function named, and those
+    listed with it (the named first)."""
     entry = context.thresholds.hot_path_entry_point_share
     # A thread's root in either profile is one in both: a portal thread's run() held 93 %
     # of its samples on one core and 100 % on two, and its whole thread read as growth
     # (test_hot_path.py::test_a_threads_root_in_either_profile_is_never_what_grew).
-    roots = _roots(profiles[pair.slow][1], entry) | _roots(profiles[pair.fast][1], entry)
-    slow, fast = _per_repetition(profiles[pair.slow][1], roots), _per_repetition(profiles[pair.fast][1], roots)
+    roots = _roots(slow_content, entry) | _roots(fast_content, entry)
+    slow, fast = _per_repetition(slow_content, roots), _per_repetition(fast_content, roots)
     grown = [
         _Growth(function, seconds, fast.get(key, (function, 0.0))[1])
         for key, (function, seconds) in slow.items()
@@ -354,46 +448,27 @@ def _differential(
     # never the innermost, whatever its own samples: a starlette websocket route's frame
     # held more of its samples at the top of the stack than the `_asgi_receive` loop it
     # awaits, in a profile of 200 samples a thread.
-    callers = _callers(profiles[pair.slow][1])
+    callers = _callers(slow_content)
     inner = [g for g in near if not any(h is not g and _key(g.function) in _above(h.function, callers) for h in near)]
     top = max(inner or near, key=lambda g: (_own_share(g.function), -g.slow_s))
     named = [top, *[g for g in sorted(grown, key=lambda g: -g.accounts_s) if g is not top][: NAMED - 1]]
-    # A profile is taken under the tracer, in runs slower than the timing runs' median:
-    # what it shows is never claimed beyond the slowdown the timing runs measured.
-    accounts = min(top.accounts_s, slowdown)
-    versus = f"{pair.slow} against {pair.fast}"
-    return FindingDraft(
-        kind="hot_path",
-        severity=Severity.low,
-        title=(
-            f"{subject(test_id)} spends {_s(accounts)} more per run in {top.function.function} "
-            f"({_short(top.function.file)}:{top.function.line}){_called_from(top.function)} "
-            f"with {pair.slow} than with {pair.fast}"
+    return top, named
+
+
+def _listed(named: list[_Growth]) -> str:
+    return "; ".join(
+        f"{g.function.function} ({g.function.file}:{g.function.line}) {_s(g.slow_s)} vs {_s(g.fast_s)}" for g in named
+    )
+
+
+def _growth_metrics(named: list[_Growth], top: _Growth, accounts: float, slow: str, fast: str) -> HotPathGrowthMetrics:
+    return HotPathGrowthMetrics(
+        functions=[g.function for g in named],
+        per_run_s={
+            f"{g.function.function} ({_short(g.function.file)})": {slow: g.slow_s, fast: g.fast_s} for g in named
+        },
+        accounts_s=round(accounts, 6),
+        slow_vs_fast=(
+            f"in {slow} {top.function.function} was on the stack {_s(top.slow_s)} per run; in {fast}, {_s(top.fast_s)}"
         ),
-        detail=(
-            f"py-spy record of the test in both configurations ({versus}), per run of the test, "
-            "on the stack and not waiting, summed over threads (at most the test's own duration): "
-            + "; ".join(
-                f"{g.function.function} ({g.function.file}:{g.function.line}) {_s(g.slow_s)} vs {_s(g.fast_s)}"
-                for g in named
-            )
-            + f". The test is {_s(slowdown)} slower with {pair.slow} ({_s(slow_median)} vs {_s(fast_median)} "
-            "median): what grew is where the slowdown goes. Make the function wait on an event instead of "
-            "looping, do less per call, or call it less often"
-        ),
-        config_label=pair.slow,
-        test_id=test_id,
-        metrics=HotPathGrowthMetrics(
-            functions=[g.function for g in named],
-            per_run_s={
-                f"{g.function.function} ({_short(g.function.file)})": {pair.slow: g.slow_s, pair.fast: g.fast_s}
-                for g in named
-            },
-            accounts_s=round(accounts, 6),
-            slow_vs_fast=(
-                f"in {pair.slow} {top.function.function} was on the stack {_s(top.slow_s)} per run; "
-                f"in {pair.fast}, {_s(top.fast_s)}"
-            ),
-        ),
-        evidence_ids=[profiles[pair.slow][0].id, profiles[pair.fast][0].id],
     )

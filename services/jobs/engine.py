@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
 from services.jobs import gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
+from services.jobs.commit_profiles import profile_phase
 from services.jobs.confirm_phase import confirm_phase
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
 from services.jobs.drill_targets import census_suspects, drill_targets
@@ -482,6 +483,17 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
         with checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):
             drill_phase(
                 session, settings, job, executor, workdir=directory, progress=progress_of(job), checkpoint=checkpoint
+            )
+            # A regressed test's cause: its profile on the head against the base commit's.
+            profile_phase(
+                session,
+                settings,
+                job,
+                source,
+                executor,
+                workdir=directory,
+                progress=progress_of(job),
+                checkpoint=checkpoint,
             )
     except JobCancelled:
         task.state = TaskState.cancelled

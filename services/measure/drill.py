@@ -10,6 +10,7 @@ they produce, so a rule can tell when a tracer changed what it observed.
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import tempfile
@@ -193,6 +194,72 @@ def drill(
         )
         progress(f"budget: {sum(map(len, left_out.values()))} evidence runs left out ({', '.join(left_out)})")
     return count
+
+
+@dataclass(frozen=True)
+class Side:
+    """One commit's checkout, profiled for a regression: ``name`` "head" (the job's own) or
+    "base" (the pull request's base commit)."""
+
+    name: str
+    executor: Executor
+    workdir: Path
+
+
+def profile_commits(
+    session: Session,
+    job: Job,
+    thresholds: Thresholds,
+    store: ArtifactStore,
+    regressed: list[tuple[str, Summary, str]],
+    sides: list[Side],
+    *,
+    progress: Progress = lambda message: None,
+    checkpoint: Callable[[], None] = lambda: None,
+) -> int:
+    """Each regressed test (its id, its head summary, the configuration that showed it)
+    profiled with py-spy on each side, amplified as the drill profiles a test; the
+    profiles are marked with their side, their frames' files made relative to their
+    checkout (two checkouts, one repository: services/diagnose/hot_path.py compares them
+    frame by frame). How many runs that took."""
+    by_label = {config.label: config for config in job.configs}
+    scratch = Path(tempfile.mkdtemp(prefix=f"lagtrace-job{job.id}-commits-"))
+    count = 0
+    try:
+        for test_id, summary, label in regressed:
+            config = by_label.get(label)
+            if config is None:
+                continue
+            timeout = job.timeout_s or max(
+                thresholds.evidence_timeout_min_s, thresholds.evidence_timeout_multiple * summary.median
+            )
+            for side in sides:
+                ceiling = pytest_command.search_ceiling(job.executor)
+                command = pytest_command.narrow_to_test(job.command, test_id, side.workdir, ceiling=ceiling)
+                target = Target(test_id, command, {label: summary}, (label, label))
+                if not budget.fits(job, thresholds, _estimate_s(job, config, target, "pyspy")):
+                    budget.leave_out(job, thresholds, budget.DRILL, [f"{test_id} on the {side.name}: pyspy"])
+                    continue
+                count += 1
+                run_dir = scratch / f"{count}-{side.name}"
+                run_dir.mkdir()
+                context = ProbeContext(side.executor, run_dir, timeout, timeout, thresholds.last_snapshot_lead_s)
+                stored = config.job.evidence  # the configuration's own job (_store_evidence)
+                before = {id(e) for e in stored}
+                _evidence_run(session, job, config, target, "pyspy", context, store, progress, side.workdir)
+                relative = functools.partial(_within, f"{side.workdir}/")
+                for evidence in [e for e in stored if id(e) not in before and e.kind == EvidenceKind.pyspy]:
+                    evidence.content = {**_repository_paths(evidence.content, relative), "side": side.name}
+                session.flush()
+                checkpoint()
+                shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return count
+
+
+def _within(prefix: str, text: str) -> str:
+    return text.replace(prefix, "")
 
 
 def _needless(job: Job, job_config: JobConfig, target: Target, name: str) -> str | None:

@@ -132,6 +132,58 @@ def test_a_pull_request_that_slows_one_test_5x_fails_until_its_finding_is_muted(
     )
 
 
+# The head adds a CPU loop to one test: the regression's cause is that frame, found by
+# profiling the test on the head and on the base commit in the configuration that showed it.
+LOOP_TESTS = """import time
+
+
+def test_steady():
+    time.sleep(0.04)
+
+
+def added_loop(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_target():
+    time.sleep(0.03)
+    {target}
+"""
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_pull_request_that_adds_a_cpu_loop_to_a_test_names_the_added_frame_as_its_cause(api, tmp_path):
+    api.token = api.new_token("octo/demo")
+    yml = "command: python3 -m pytest -q tests\nconfigs: [cpuset=0]\nrepeat: 5\nevidence: [pyspy]\n"
+    repository = make_pull_request(
+        tmp_path / "repo", yml, base_s="pass", head_s="added_loop(0.1)", speed_tests=LOOP_TESTS
+    )
+    register(api.settings, api.session_factory, repository.url)
+    response = deliver(api, pull_request_payload(repository), "pr-loop", "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=300)
+    assert job["status"] == "done", job["error"]
+    report = job["report"]
+    verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
+    assert verdicts[TARGET]["verdict"] == "regressed", verdicts[TARGET]
+    # One profile of the test on each commit, in the configuration that showed it.
+    sides = sorted(
+        e["content"]["side"] for e in report["evidence"] if e["kind"] == "pyspy" and e["content"].get("side")
+    )
+    assert sides == ["base", "head"], [e["content"].get("side") for e in report["evidence"]]
+    [grown] = [f for f in report["findings"] if f["kind"] == "hot_path" and f["test"] == TARGET]
+    assert "added_loop" in grown["title"] and "than on the base commit" in grown["title"], grown["title"]
+    # About the 0.1 s the loop takes per run (the profile's runs, under py-spy).
+    assert 0.05 <= grown["metrics"]["accounts_s"] <= 0.2, grown["metrics"]
+    [diagnosis] = [d for d in report["diagnoses"] if d["test"] == TARGET]
+    assert diagnosis["symptom"]["kind"] == "slower_than_base", diagnosis
+    assert diagnosis["cause"]["kind"] == "hot_path" and "added_loop" in diagnosis["cause"]["text"], diagnosis
+    assert diagnosis["severity"] in ("medium", "high"), diagnosis
+
+
 @pytest.mark.latency
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_pull_request_on_a_suite_of_real_size_compares_only_what_the_survey_kept(api, tmp_path):

@@ -40,16 +40,18 @@ def test_filler(n):
 def make_pull_request(
     path: Path,
     lagtrace_yml: str,
-    base_s: float,
-    head_s: float,
+    base_s: float | str,
+    head_s: float | str,
     filler: int = 0,
     files: dict[str, str] | None = None,
     head_files: dict[str, str] | None = None,
+    speed_tests: str = SPEED_TESTS,
 ) -> PullRequestRepository:
     """main holds tests/test_speed.py with test_target sleeping ``base_s`` (and ``filler``
     more quick tests in tests/test_filler.py, and ``files`` by path); the head commit (on
-    branch `slower`) makes it sleep ``head_s`` and adds ``head_files``. Returns the file://
-    URL and both commits."""
+    branch `slower`) makes it sleep ``head_s`` and adds ``head_files``. ``speed_tests``: the
+    test file's text, its ``{target}`` filled with ``base_s``, then ``head_s``. Returns the
+    file:// URL and both commits."""
     (path / "tests").mkdir(parents=True)
     (path / ".lagtrace.yml").write_text(lagtrace_yml)
     for name, text in (files or {}).items():
@@ -58,8 +60,8 @@ def make_pull_request(
         (path / "tests" / "test_filler.py").write_text(FILLER.format(count=filler))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(path)]
 
-    def commit(target: float, message: str) -> str:
-        (path / TEST_FILE).write_text(SPEED_TESTS.format(target=target))
+    def commit(target: float | str, message: str) -> str:
+        (path / TEST_FILE).write_text(speed_tests.format(target=target))
         subprocess.run([*git, "add", "."], check=True)
         subprocess.run([*git, "commit", "-qm", message], check=True)
         return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
