@@ -47,6 +47,15 @@ def wait_for(found, timeout_s: float = 60):
     raise AssertionError("not reached in time")
 
 
+def opened(api, repository, delivery: str, timeout_s: float = 240) -> dict:
+    """The job of a pull request opened on ``repository``, done."""
+    response = deliver(api, pull_request_payload(repository), delivery, "pull_request")
+    assert response.status_code == 202, response.get_json()
+    job = api.wait(response.get_json()["job_id"], timeout_s=timeout_s)
+    assert job["status"] == "done", job["error"]
+    return job
+
+
 def check_run_id(github_server, job_id: int) -> int:
     [created] = [r for r in github_server.check_runs() if r.method == "POST" and r.body["external_id"] == str(job_id)]
     patched = [r for r in github_server.check_runs() if r.method == "PATCH" and r.body["external_id"] == str(job_id)]
@@ -162,11 +171,7 @@ def test_a_pull_request_that_adds_a_cpu_loop_to_a_test_names_the_added_frame_as_
         tmp_path / "repo", yml, base_s="pass", head_s="added_loop(0.1)", speed_tests=LOOP_TESTS
     )
     register(api.settings, api.session_factory, repository.url)
-    response = deliver(api, pull_request_payload(repository), "pr-loop", "pull_request")
-    assert response.status_code == 202, response.get_json()
-    job = api.wait(response.get_json()["job_id"], timeout_s=300)
-    assert job["status"] == "done", job["error"]
-    report = job["report"]
+    report = opened(api, repository, "pr-loop", timeout_s=300)["report"]
     verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
     assert verdicts[TARGET]["verdict"] == "regressed", verdicts[TARGET]
     # One profile of the test on each commit, in the configuration that showed it.
@@ -237,10 +242,7 @@ def test_a_test_new_in_the_pull_request_is_new_and_left_out_of_the_whole_command
     added = {"tests/test_added.py": "import time\n\n\ndef test_added():\n    time.sleep(0.5)\n"}
     repository = make_pull_request(tmp_path / "repo", LAGTRACE_YML, base_s=0.03, head_s=0.03, head_files=added)
     register(api.settings, api.session_factory, repository.url)
-    response = deliver(api, pull_request_payload(repository), "pr-new-test", "pull_request")
-    assert response.status_code == 202, response.get_json()
-    job = api.wait(response.get_json()["job_id"], timeout_s=240)
-    assert job["status"] == "done", job["error"]
+    job = opened(api, repository, "pr-new-test")
     report = job["report"]
     verdicts = {row["test"]: row for row in report["base_comparison"]["tests"]}
     new = verdicts["tests/test_added.py::test_added"]
