@@ -385,7 +385,9 @@ class JobSource(Base):
     # The commit the ref resolved to at prepare time: a rerun measures the same code.
     commit_sha: Mapped[str | None] = mapped_column(String(64))
     # An uploaded tarball lives in the database so that every worker node can unpack it.
-    archive: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # Deferred: read only where it is unpacked or copied, never by a list of jobs, which
+    # reads up to 200 sources a request (tests/api/test_archive_reads.py).
+    archive: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
     # True when command and configurations are read from the repository's .lagtrace.yml.
     from_repository_config: Mapped[bool] = mapped_column(default=False)
     image: Mapped[str | None] = mapped_column(String(255))
