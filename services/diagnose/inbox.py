@@ -19,10 +19,13 @@ from sqlalchemy.orm import Session
 
 from services.diagnose.findings import SEVERITY_ORDER
 from services.diagnose.metrics import Metrics, metrics_of, ratio_of
+from services.evidence import EvidenceKind
+from services.measure.confirm import CONFIRMED
 from services.models import (
     COMMAND_KINDS,
     TEST_TIMING_KINDS,
     UNTRACED,
+    Evidence,
     Finding,
     Job,
     JobConfig,
@@ -58,6 +61,14 @@ class InboxFinding:
     regression: bool
 
 
+@dataclass(frozen=True)
+class Knob:
+    """A cause's knob turned on the newest finding's test in its job (services/measure/confirm.py)."""
+
+    cause: str
+    confirmed: bool
+
+
 @dataclass
 class FindingGroup:
     """One problem (fingerprint) across jobs, represented by its newest finding."""
@@ -68,6 +79,7 @@ class FindingGroup:
     recurrence: int  # jobs it was found in
     first_seen: dt.datetime
     last_seen: dt.datetime
+    knobs: list[Knob] = field(default_factory=list)
 
     @property
     def impact(self) -> float:
@@ -159,7 +171,9 @@ def inbox(
         values = {"visible": visible, "kind": kind, "offset": offset, "limit": limit}
         if status:
             values["status"] = TriageStatus(status)
-        return [_group(row) for row in session.execute(_problems_page(bool(kind), bool(status)), values)]
+        return _with_knobs(
+            session, [_group(row) for row in session.execute(_problems_page(bool(kind), bool(status)), values)]
+        )
     groups = (
         select(
             Finding.fingerprint,
@@ -189,7 +203,28 @@ def inbox(
     )
     if status:
         query = query.where(Finding.status == TriageStatus(status))
-    return [_group(row) for row in session.execute(query)]
+    return _with_knobs(session, [_group(row) for row in session.execute(query)])
+
+
+def _with_knobs(session: Session, groups: list[FindingGroup]) -> list[FindingGroup]:
+    """Each group's knobs: the confirm step's experiments on its newest finding's test (or
+    whole command) in that finding's job, in one query for the page."""
+    jobs = {group.latest.job_id for group in groups}
+    if not jobs:
+        return groups
+    # A cause is confirmed where any of its knobs was (the pools' cap, then the CPU count).
+    found: dict[tuple[int, str | None], dict[str, bool]] = defaultdict(dict)
+    experiments = select(Evidence.job_id, Evidence.test_id, Evidence.content).where(
+        Evidence.kind == EvidenceKind.confirm, Evidence.job_id.in_(jobs)
+    )
+    for job_id, test_id, content in session.execute(experiments.order_by(Evidence.id)):
+        if isinstance(content, dict) and isinstance(content.get("cause"), str):
+            causes = found[(job_id, test_id)]
+            causes[content["cause"]] = causes.get(content["cause"], False) or content.get("verdict") == CONFIRMED
+    for group in groups:
+        causes = found.get((group.latest.job_id, group.latest.test_id), {})
+        group.knobs = [Knob(cause, confirmed) for cause, confirmed in causes.items()]
+    return groups
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from services.diagnose.findings import fingerprint
 from services.jobs.lifecycle import get_or_create_project
 from services.jobs.submit import _rerun_command
 from services.measure.drill import NO_TARGETS
-from services.models import Finding, Job, JobShard, JobStatus, JobTask, TaskState, TestResult, TriageEvent
+from services.models import Evidence, Finding, Job, JobShard, JobStatus, JobTask, TaskState, TestResult, TriageEvent
 from tests.web.conftest import PASSWORD
 from tests.web.sample_data import TEST_SLOW, TEST_STEADY, store_handoff_job
 
@@ -43,6 +43,28 @@ def test_inbox_groups_by_fingerprint_sorted_by_impact(dashboard):
     assert all(">3<" in row for row in rows)
     assert "2026-11-01" in rows[0] and "2026-11-03" in rows[0]
     assert f'href="/jobs/{ids[-1]}"' in rows[0]  # last seen links the newest job
+
+
+def test_inbox_says_which_causes_their_knob_confirmed(dashboard):
+    dashboard.add_user("ann", ["demo"])
+    with dashboard.session_factory() as session:
+        confirmed, refuted = (store_handoff_job(session, dashboard.settings, project=p) for p in ("demo", "other"))
+        for job, verdict in ((confirmed, "confirmed"), (refuted, "not confirmed")):
+            config = job.configs[-1]
+            content = {"status": "ok", "cause": "gil_contention", "test": TEST_SLOW, "knob": "k", "says": "s"}
+            content |= {"config": config.label, "verdict": verdict, "with_s": [0.2] * 5, "without_s": [1.2] * 5}
+            session.add(Evidence(job=job, config=config, test_id=TEST_SLOW, kind="confirm", content=content))
+        session.commit()
+    dashboard.add_user("bob", ["demo", "other"])
+    assert dashboard.sign_in("bob").status_code == 302
+    html = dashboard.page("/")
+    rows = re.findall(r"<tr>\s*<td><span class=\"sev.*?</tr>", html, re.S)
+    demo = [row for row in rows if "<td>demo</td>" in row]
+    other = [row for row in rows if "<td>other</td>" in row]
+    # Every row of the test in the job shows it: the symptom and each cause found there.
+    assert demo and all("gil_contention confirmed by its knob" in row for row in demo), demo
+    assert other and all("gil_contention: its knob did not help" in row for row in other), other
+    assert "confirmed by its knob" not in "".join(other)
 
 
 def test_inbox_filters_by_kind_severity_status_and_project(dashboard):
