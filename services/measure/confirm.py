@@ -364,6 +364,8 @@ def _timed(
         )
     except BadInput:
         return None
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)  # its files are read: nothing of it is kept
     if measured.result.timed_out:
         return None
     if test_id is None:

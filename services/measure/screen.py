@@ -125,6 +125,23 @@ def screen(
     ) -> None:
         run_dir = scratch / f"{job_config.position}-{repetition}-{kind.value}{'-base' if on_base else ''}"
         run_dir.mkdir()
+        # A run's directory goes once its files are read: a step that kept them all held
+        # whatever each run wrote there until it ended (runs of 3.9 GB each fit under the
+        # per-run cap and filled the disk together; tests/cli/test_run_scratch.py).
+        try:
+            measure_in(run_dir, job_config, kind, repetition, on_base, command, base_command)
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def measure_in(
+        run_dir: Path,
+        job_config: JobConfig,
+        kind: RunKind,
+        repetition: int,
+        on_base: bool,
+        command: list[str] | None,
+        base_command: list[str] | None,
+    ) -> None:
         if on_base and base is not None:
             kind = {RunKind.warmup: RunKind.base_warmup, RunKind.focus: RunKind.base_focus}.get(kind, RunKind.base)
         traced = census.wrapping(job_config, run_dir) if census is not None and kind is RunKind.warmup else None
