@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     # connects only to those (http.curloptResolve; no redirects).
     repository_allowed_networks: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_archive_bytes: int = Field(50 * 1024 * 1024, gt=0)
+    # What one project's uploaded archives may hold in the database together: a new one
+    # drops the oldest finished jobs' archives first (services/jobs/archives.py).
+    max_project_archive_bytes: int = Field(1024 * 1024 * 1024, gt=0)
     # An uploaded tarball unpacked: total bytes, members, and unpacked/packed ratio (a bomb).
     max_archive_unpacked_bytes: int = Field(500 * 1024 * 1024, gt=0)
     max_archive_members: int = Field(20000, gt=0)

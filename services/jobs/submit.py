@@ -17,7 +17,7 @@ from services.diagnose import change_points
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.diagnose.report_parts import ReportFinding
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs import shards, summaries, workers
+from services.jobs import archives, shards, summaries, workers
 from services.jobs.dispatch import PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -93,6 +93,7 @@ def submit_job(
             check_ref(ref)
     elif archive is not None:
         check_archive(archive, settings)
+        archives.make_room(session, settings, project, len(archive))
     configs = _check_spec(spec, settings) if spec else []
     if spec is not None:
         spec = enforce_policy(spec, settings, project)
@@ -221,6 +222,12 @@ def job_on_source_of(
     source = session.get(JobSource, earlier.id)
     if source is None:
         raise Conflict(f"job {earlier.id} was run with `lagtrace run`, not through the service: rerun it there")
+    # Read before room is made: the room may be the earlier job's own archive.
+    archive = source.archive
+    if source.kind == "archive":
+        if archive is None:
+            raise Conflict(f"job {earlier.id}: {archives.DROPPED}")
+        archives.make_room(session, settings, earlier.project, len(archive))
     if not earlier.command:
         raise Conflict(f"job {earlier.id} has not read its .lagtrace.yml yet: rerun it once it is running")
     spec = JobSpec(
@@ -258,7 +265,7 @@ def job_on_source_of(
             repository_url=source.repository_url,
             ref=source.ref,
             commit_sha=source.commit_sha,
-            archive=source.archive,
+            archive=archive,
             image=source.image,
             github_repository=source.github_repository,
             github_head_sha=source.github_head_sha,
