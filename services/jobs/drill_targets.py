@@ -12,9 +12,10 @@ from services.diagnose.context import DrillPair, RuleContext
 from services.diagnose.findings import SEVERITY_ORDER, Severity
 from services.diagnose.symptoms import screen_findings
 from services.measure import pytest_command
-from services.measure.drill import Target, survey_census
+from services.measure.drill import Target
 from services.measure.samples import ran_through, surveyed
 from services.measure.stats import Summary, median_interval
+from services.measure.survey_census import survey_census
 from services.models import COMMAND_KINDS, Job, Run, RunKind
 from services.settings import Settings
 

@@ -48,9 +48,10 @@ from services.jobs.workspace import (
 from services.measure import budget, nodelock
 from services.measure.artifacts import make_artifact_store
 from services.measure.configs import cpu_config, cpus_touched
-from services.measure.drill import SurveyCensus, Target, drill, no_targets, survey_census
+from services.measure.drill import Target, drill, evidence_option, no_targets
 from services.measure.executors import Executor
 from services.measure.screen import BaseSide, screen
+from services.measure.survey_census import SurveyCensus, survey_census
 from services.models import Job, JobKind, JobShard, JobStatus, JobTask, RunKind, TaskState
 from services.settings import Settings
 
@@ -319,13 +320,6 @@ class JobCancelled(Exception):
     """Raised at a checkpoint once the job was cancelled: the step stops there."""
 
 
-def _evidence_option(probes: list[str] | None) -> str | None:
-    """The stored probe list as plan_job takes it (the `--evidence` text)."""
-    if probes is None:
-        return None
-    return ",".join(probes) or "none"
-
-
 def _stop_if_cancelled(session: Session, job: Job, task: JobTask) -> Checkpoint:
     """A checkpoint: commit what was measured (if the step is still ours), then stop if the
     job was cancelled meanwhile."""
@@ -375,20 +369,13 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 repeat=job.repeat,
                 timeout_s=job.timeout_s,
                 workdir=directory,
-                evidence=_evidence_option(job.probes),
+                evidence=evidence_option(job.probes),
                 stall_after_s=job.stall_after_s,
                 progress=progress_of(job),
                 machine="this worker",
                 budget_s=job.budget_s,
             )
-            split, split_note = shards.plan(
-                session,
-                settings,
-                job,
-                executor,
-                directory,
-                progress=progress_of(job),
-            )
+            split, split_note = shards.plan(session, settings, job, executor, directory, progress=progress_of(job))
         finally:
             sources.remove(directory)
     except (BadInput, sources.SourceError) as exc:

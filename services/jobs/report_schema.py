@@ -92,7 +92,7 @@ class ReportConfig(_Part):
     # Timed runs a busy neighbour disturbed (Thresholds.retake_foreign_cpus), each taken
     # again: on record, in no statistic.
     disturbed_runs: list[ReportRun] = []
-    # The survey's run that the census traced (services/measure/drill.py SurveyCensus):
+    # The survey's run that the census traced (services/measure/survey_census.py SurveyCensus):
     # its tracer's time is in its wall time and every duration, so it is evidence, in no
     # statistic, table or ratio (a suite heavy in reads ran 3x slower under it).
     traced_runs: list[ReportRun] = []

@@ -233,7 +233,7 @@ def confirm(
                 session, job, executor, thresholds, config, cause.test, command, knob, workdir, checkpoint
             )
             content.cause, content.test = cause.kind, cause.test
-            # The configuration's own job: ``job`` may be a shard's view of it (drill.py _store_evidence).
+            # The configuration's own job: ``job`` may be a shard's view of it (services/measure/evidence_store.py).
             session.add(
                 Evidence(
                     job=config.job, config=config, test_id=cause.test, kind=EvidenceKind.confirm, content=dump(content)

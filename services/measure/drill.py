@@ -11,13 +11,11 @@ they produce, so a rule can tell when a tracer changed what it observed.
 from __future__ import annotations
 
 import functools
-import math
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -30,19 +28,19 @@ from services.evidence import (
     PySpyRecordContent,
     StallAttempt,
     StallContent,
-    dump,
 )
 from services.measure import budget, pytest_command
-from services.measure.artifacts import ArtifactStore, ArtifactTooLarge
+from services.measure.artifacts import ArtifactStore
 from services.measure.configs import cpu_config
+from services.measure.evidence_store import repository_paths, store_evidence
 from services.measure.executors.base import Executor
-from services.measure.probes import PROBES, EvidenceDraft, ProbeContext, amplify
+from services.measure.probes import PROBES, ProbeContext, amplify
 from services.measure.probes.base import FAILED, NO_STALL, unavailable
-from services.measure.probes.census import CensusProbe, calls, suspects
-from services.measure.runs import Measured, Wrapping, run_once
+from services.measure.runs import Wrapping, run_once
 from services.measure.samples import ran_through, succeeded
 from services.measure.stats import Summary
-from services.models import COMMAND_KINDS, Evidence, Job, JobConfig, Run, RunKind
+from services.measure.survey_census import survey_census
+from services.models import COMMAND_KINDS, Job, JobConfig, RunKind
 from services.thresholds import Thresholds
 
 Progress = Callable[[str], None]
@@ -88,6 +86,13 @@ def parse_evidence(text: str | None) -> list[str] | None:
             f"(known: {', '.join(PROBES)}, or all, or none)"
         )
     return list(dict.fromkeys(names))
+
+
+def evidence_option(probes: list[str] | None) -> str | None:
+    """A stored probe list as the `--evidence` text (parse_evidence's inverse)."""
+    if probes is None:
+        return None
+    return ",".join(probes) or "none"
 
 
 @dataclass(frozen=True)
@@ -249,7 +254,7 @@ def profile_commits(
                 _evidence_run(session, job, config, target, "pyspy", context, store, progress, side.workdir)
                 relative = functools.partial(_within, f"{side.workdir}/")
                 for evidence in [e for e in stored if id(e) not in before and e.kind == EvidenceKind.pyspy]:
-                    evidence.content = {**_repository_paths(evidence.content, relative), "side": side.name}
+                    evidence.content = {**repository_paths(evidence.content, relative), "side": side.name}
                 session.flush()
                 checkpoint()
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -325,29 +330,6 @@ def _one_side(job: Job, target: Target) -> str:
         return cpus.cpus is not None, cpus.effective_cpus, label != slow
 
     return min(dict.fromkeys([slow, fast]), key=cost)
-
-
-def census_config(job: Job) -> JobConfig | None:
-    """The configuration whose survey run the census traces: without a quota (a throttled
-    run's durations are what the quota made them), and on the fewest CPUs, where tracer and
-    traced take turns on one core (each ptrace stop cost 3-5x more across two cores:
-    docs/explanations/cost-model.md), so its slowdown is least. Never the widest when there
-    is another: the widest is the gate's configuration (services/jobs/gate.py), whose
-    untraced survey runs are the history gates compare with. None: every one has a quota."""
-    free = [config for config in job.configs if config.cpus is None]
-    gate = budget.widest(job)
-    others = [config for config in free if config is not gate] or free
-    return min(others, key=lambda c: (cpu_config(c).effective_cpus, c.position), default=None)
-
-
-def survey_census(job: Job) -> list[Evidence]:
-    """The census evidence the survey took (SurveyCensus): one per traced survey run, so
-    one per shard of a suite screened in shards, each on its shard's node."""
-    return [
-        evidence
-        for evidence in job.evidence
-        if evidence.kind == EvidenceKind.census and evidence.run is not None and evidence.run.kind is RunKind.survey
-    ]
 
 
 def _census_cleared_reads(job: Job, test_id: str) -> bool:
@@ -432,7 +414,7 @@ def _evidence_run(
         probe = PROBES[name](context)
         missing = probe.unavailable()
         if missing is not None:
-            _store_evidence(session, job, job_config, target.test_id, None, missing, store, context.executor)
+            store_evidence(session, job, job_config, target.test_id, None, missing, store, context.executor)
             progress(f"evidence {name} in {where}: {missing.content.reason}")
             return
         command, env = target.command, probe.env()
@@ -459,7 +441,7 @@ def _evidence_run(
             # The screen ran this command, so what failed to start is the probe's tool (a
             # tool_path that does not exist, or is not executable): the job goes on.
             failed = unavailable(probe.kind, f"the {name} evidence run could not start: {exc}", FAILED)
-            _store_evidence(session, job, job_config, target.test_id, None, failed, store, context.executor)
+            store_evidence(session, job, job_config, target.test_id, None, failed, store, context.executor)
             progress(f"evidence {name} in {where}: {failed.content.reason}")
             return
         run, result, cases = measured.run, measured.result, measured.cases
@@ -519,7 +501,7 @@ def _evidence_run(
     for draft in drafts:
         draft.content.probe = draft.content.probe or name
         draft.content.run = observer
-        _store_evidence(session, job, job_config, target.test_id, run, draft, store, context.executor)
+        store_evidence(session, job, job_config, target.test_id, run, draft, store, context.executor)
     summary = ", ".join(f"{d.kind} {d.status}" for d in drafts)
     progress(
         f"evidence {name} in {where}: {result.wall_s:.3f} s"
@@ -527,115 +509,6 @@ def _evidence_run(
         + (f" after {len(earlier) + 1} attempts" if earlier else "")
         + f"; {summary}"
     )
-
-
-class SurveyCensus:
-    """The census (services/measure/probes/census.py) taken in the survey itself: the head's
-    warm-up run in one configuration (``census_config``) runs under the census's strace, so
-    each test's sleeps and reads cost the tracer's overhead, not another run of the suite (a
-    census run of its own cost 1.03 x a 300 s suite: a fifth of a job). Its tests that look
-    like polling or tiny reads (``suspects``) are stored in its evidence, which the drill
-    reads on whichever worker finishes the job. The traced run is evidence, never timing
-    (Run.traced): no figure of the report, the history or the budget's unit comes from it."""
-
-    def __init__(
-        self,
-        session: Session,
-        job: Job,
-        executor: Executor,
-        thresholds: Thresholds,
-        store: ArtifactStore,
-        progress: Progress = lambda message: None,
-    ) -> None:
-        self.session, self.job, self.executor = session, job, executor
-        self.thresholds, self.store, self.progress = thresholds, store, progress
-        chosen = census_config(job)
-        self.label = chosen.label if chosen is not None else None
-        self.counted: CensusContent | None = None
-        self._probe: CensusProbe | None = None
-
-    def wrapping(self, job_config: JobConfig, run_dir: Path) -> Wrapping | None:
-        """The census's tracer around this warm-up run, or None: another configuration, not
-        a pytest command, probes named by the user (they get what they asked for), or no
-        strace here (said once, in the census's evidence)."""
-        if job_config.label != self.label or self.job.probes is not None:
-            return None
-        if not pytest_command.is_pytest(self.job.command):
-            return None
-        timeout = self.job.timeout_s
-        context = ProbeContext(self.executor, run_dir, stall_after_s=timeout or math.inf, timeout_s=timeout)
-        probe = CensusProbe(context)
-        probe.floor_s = self.thresholds.event_loop_blocked_floor_s
-        missing = probe.unavailable()
-        if missing is not None:
-            _store_evidence(self.session, self.job, job_config, None, None, missing, self.store, self.executor)
-            self.progress(f"census in {job_config.label}: {missing.content.reason}")
-            return None
-        self._probe = probe
-        return Wrapping(probe.command, probe.env(), probe.watcher(), ptrace=probe.ptrace)
-
-    def collect(self, job_config: JobConfig, measured: Measured) -> bool:
-        """Store the census of the traced run; False when the tracer never ran the suite
-        (no test reported, no trace): the caller takes that run again, untraced."""
-        if self._probe is None:
-            raise RuntimeError("collect() without wrapping(): nothing was traced")
-        [draft] = self._probe.collect(measured.result)
-        self._probe = None
-        if not measured.cases and not (isinstance(draft.content, CensusContent) and draft.content.ok):
-            return False
-        draft.content.probe = CensusProbe.name
-        counted = draft.content if isinstance(draft.content, CensusContent) and draft.content.ok else None
-        if counted is not None:
-            self.counted = counted
-            # A test's rate of sleeps is judged over what it would have taken untraced.
-            added = self.tracer_s().get(job_config.label, {})
-            durations = {
-                case.test_id: case.duration_s - added.get(case.test_id, 0.0)
-                for case in measured.cases
-                if case.outcome == "passed"
-            }
-            counted.suspects = suspects(counted, durations, self.thresholds)
-        _store_evidence(self.session, self.job, job_config, None, measured.run, draft, self.store, self.executor)
-        if counted is None:
-            self.progress(f"census in {job_config.label}: {draft.content.reason}")
-            return True
-        found = counted.suspects or []
-        self.progress(
-            f"census in {job_config.label} (its survey run, traced): {counted.tests_seen or 0} tests; "
-            + (
-                f"{len(found)} polled, read in tiny pieces or blocked an event loop: {', '.join(found[:5])}"
-                if found
-                else "none polled, read in tiny pieces or blocked an event loop"
-            )
-        )
-        return True
-
-    def tracer_s(self) -> dict[str, dict[str, float]]:
-        """What the tracer added to each test's duration in the traced run (its sleeps and
-        reads times the cost of one traced call, as the run timed it), by configuration
-        label: the survey judges the traced durations less this."""
-        if self.counted is None or self.label is None or not self.counted.traced_call_s:
-            return {}
-        cost = self.counted.traced_call_s
-        return {self.label: {test_id: calls(test) * cost for test_id, test in (self.counted.tests or {}).items()}}
-
-    def perturbed(self) -> set[str]:
-        """The tests whose traced calls cost so much that the estimate of what they added
-        could be off by the smallest difference a timing verdict judges
-        (cpu_sensitivity_min_s): their survey duration in the traced configuration cannot
-        clear them, so they go on to the focused screen, whose runs are untraced."""
-        return {
-            test_id
-            for added in self.tracer_s().values()
-            for test_id, seconds in added.items()
-            if TRACER_ERROR * seconds >= self.thresholds.cpu_sensitivity_min_s
-        }
-
-
-# How far one traced call's cost, timed on the plugin's lseeks, may be from a read's or a
-# sleep's in the tests (a read also names its descriptor): 150-190 us a read here, under
-# `strace --seccomp-bpf`, against 0.3-0.4 us untraced.
-TRACER_ERROR = 0.5
 
 
 # The probes whose evidence a short test's repetitions sharpen: samples, snapshots, syscall
@@ -660,50 +533,3 @@ def _amplification(target: Target, label: str, probe: str) -> tuple[int, float]:
         planned = amplify.iterations(slow, amplify.PROFILE_TARGET_S, amplify.PROFILE_MAX_ITERATIONS)
         return planned, amplify.PROFILE_TARGET_S
     return amplify.iterations(slow), amplify.TARGET_S
-
-
-def _store_evidence(
-    session: Session,
-    job: Job,
-    job_config: JobConfig,
-    test_id: str | None,
-    run: Run | None,
-    draft: EvidenceDraft,
-    store: ArtifactStore,
-    executor: Executor,
-) -> Evidence:
-    artifacts = []
-    for file in draft.files:
-        key = f"job-{job.id}/run-{run.id if run else 'none'}/{file.name}"
-        try:
-            artifacts.append(store.put(key, file.path, file.media_type).as_dict())
-        except (ArtifactTooLarge, OSError) as exc:
-            artifacts.append({"name": file.name, "media_type": file.media_type, "stored": False, "reason": str(exc)})
-    evidence = Evidence(
-        # The configuration's own job: ``job`` may be the job as a shard or a gate's matrix
-        # narrowed it (services/jobs/shards.py), which the session cannot store.
-        job=job_config.job,
-        config=job_config,
-        run=run,
-        test_id=test_id,
-        kind=draft.kind,
-        # Frames' files, traced paths: the checkout's as repository paths, not as the
-        # command saw them (/workspace/... in a container).
-        content=_repository_paths(dump(draft.content), executor.repository_paths),
-        text=executor.repository_paths(draft.text) if draft.text is not None else None,
-        artifacts=artifacts,
-    )
-    session.add(evidence)
-    session.flush()
-    return evidence
-
-
-def _repository_paths(value: Any, translate: Callable[[str], str]) -> Any:
-    """Every string in the evidence content translated (keys stay: they are field names)."""
-    if isinstance(value, str):
-        return translate(value)
-    if isinstance(value, dict):
-        return {key: _repository_paths(item, translate) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_repository_paths(item, translate) for item in value]
-    return value

@@ -130,7 +130,7 @@ def suspicion(
     CERTAIN for a failure, a missing result or a stall, else its slowest configuration over
     the time to beat (what a quota or lost cores explain), at least ``survey_ratio`` for a
     test ``flagged``: by the previous job (flagged_before), or slowed by the census's tracer
-    in the survey (drill.SurveyCensus.perturbed). A budget reruns the most suspicious first.
+    in the survey (survey_census.SurveyCensus.perturbed). A budget reruns the most suspicious first.
     ``tracer_s``: per configuration label, what a tracer added to each test's duration
     (the census's run), taken off before it is judged."""
     quotas = {config.label: config.cpus for config in configs if config.cpus is not None}

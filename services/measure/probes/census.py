@@ -3,7 +3,7 @@
 A suite of real size is never traced whole with every probe (docs/explanations/cost-model.md: each costs the
 suite's time again), yet a test that polls with 0.5 ms sleeps, or reads a socket a byte at
 a time, leaves no mark on the timing screen: it is neither slow nor CPU-sensitive. The
-census is the survey's own run of the suite in one configuration (drill.SurveyCensus: a
+census is the survey's own run of the suite in one configuration (survey_census.SurveyCensus: a
 run of its own cost the suite's time again), under strace, tracing only sleeps and reads
 (``--seccomp-bpf`` leaves every other syscall untraced and free), with the test boundaries
 marked in the same trace: a small pytest plugin seeks a descriptor it opened on /dev/null to
@@ -311,7 +311,7 @@ class CensusProbe(ReadSizesProbe):
     def command(self, command: list[str]) -> list[str]:
         return [*super().command(command), "-p", PLUGIN]
 
-    # The threshold's default: the survey sets its job's (drill.SurveyCensus).
+    # The threshold's default: the survey sets its job's (survey_census.SurveyCensus).
     floor_s = Thresholds().event_loop_blocked_floor_s
 
     def env(self) -> dict[str, str]:

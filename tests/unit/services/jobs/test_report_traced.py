@@ -9,8 +9,8 @@ import datetime as dt
 from services.jobs.report import build_report
 from services.jobs.report_text import render_text
 from services.measure import budget
-from services.measure.drill import census_config
 from services.measure.samples import collect
+from services.measure.survey_census import census_config
 from services.models import Job, JobStatus, Project, RunKind
 from tests.unit.jobs import job, run
 
