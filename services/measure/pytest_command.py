@@ -402,11 +402,22 @@ COLLECTION_FAILURE = "collection failure"
 COLLECTION_ERROR_LINE = "lagtrace: pytest could not collect "
 
 
+def read_junit(path: Path) -> tuple[list[TestCase], list[CollectionError]]:
+    """A JUnit XML file's test cases and the modules pytest could not collect, read once (a
+    run's report is read this way: parse and collection_errors each read the file)."""
+    read = _cases(path)
+    return _test_cases(read), _collection_errors(read)
+
+
 def parse(path: Path) -> list[TestCase]:
     """The test cases of a JUnit XML file; a module that failed to collect is no test case
     (collection_errors reads those)."""
+    return _test_cases(_cases(path))
+
+
+def _test_cases(read: list[_Case]) -> list[TestCase]:
     cases: list[TestCase] = []
-    for case in _cases(path):
+    for case in read:
         if case.collection_failure is None:
             duration = _duration(case.attrib.get("time"))
             cases.append(TestCase(_node_id(case), duration, case.outcome or "passed", _line(case), _iterations(case)))
@@ -451,8 +462,12 @@ def _count(value: str | None) -> int | None:
 
 def collection_errors(path: Path) -> list[CollectionError]:
     """The modules pytest could not collect, each with the exception it raised."""
+    return _collection_errors(_cases(path))
+
+
+def _collection_errors(read: list[_Case]) -> list[CollectionError]:
     found = []
-    for case in _cases(path):
+    for case in read:
         if case.collection_failure is not None:
             module = case.attrib.get("file") or case.attrib.get("name") or "?"
             found.append(CollectionError(_bounded(module), _exception_line(case.collection_failure)))

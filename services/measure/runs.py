@@ -84,9 +84,8 @@ def run_once(
             ptrace=wrapping.ptrace,
         )
     )
-    cases = pytest_command.parse(junit_file) if is_pytest else []
+    cases, uncollected = pytest_command.read_junit(junit_file) if is_pytest else ([], [])
     workers = test_workers(executor, command, workdir, wrapping.env) if is_pytest else None
-    uncollected = pytest_command.collection_errors(junit_file) if is_pytest else []
     if uncollected and result.output_tail is not None:
         # Each module and its exception first: the last lines of pytest's output rarely
         # reach the first one's (and the rule and the report read them from here).

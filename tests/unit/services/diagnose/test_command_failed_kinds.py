@@ -35,6 +35,15 @@ def test_a_collection_error_is_no_test_case_but_a_module_and_its_exception():
     ]
 
 
+def test_a_runs_report_is_read_once_for_its_cases_and_its_collection_errors():
+    # What a run stores (services/measure/runs.py): both from one reading of the file.
+    assert pytest_command.read_junit(RECORDED) == (
+        pytest_command.parse(RECORDED),
+        pytest_command.collection_errors(RECORDED),
+    )
+    assert len(pytest_command.read_junit(RECORDED)[1]) == 2
+
+
 def _pytest_job(configs: dict) -> object:
     built = job(configs)
     built.command = ["python3", "-m", "pytest", "-q"]
