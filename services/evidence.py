@@ -504,6 +504,9 @@ class ConfirmContent(EvidenceContent):
     ratio_low: float | None = None
     ratio_high: float | None = None
     p_faster: float | None = None  # the sequential p-value of "faster with the knob"
+    # What the experiment cost: its runs and their wall time, the command's start-up included.
+    runs: int | None = None
+    runs_s: float | None = None
 
 
 CONTENT: dict[EvidenceKind, type[EvidenceContent]] = {

@@ -229,9 +229,12 @@ def confirm(
             ceiling = pytest_command.search_ceiling(job.executor)
             command = pytest_command.narrow_to_test(command, cause.test, workdir, ceiling=ceiling)
         for knob in knobs:
+            earlier = {id(run) for run in config.runs}
             content = _experiment(
                 session, job, executor, thresholds, config, cause.test, command, knob, workdir, checkpoint
             )
+            spent = [run for run in config.runs if id(run) not in earlier and run.probe == PROBE]
+            content.runs, content.runs_s = len(spent), round(sum(run.wall_s for run in spent), 3)
             content.cause, content.test = cause.kind, cause.test
             # The configuration's own job: ``job`` may be a shard's view of it (services/measure/evidence_store.py).
             session.add(
@@ -386,6 +389,10 @@ def describe(content: ConfirmContent) -> str:
         else ""
     )
     pairs = f"{len(content.with_s)} pairs"
+    if content.runs and content.runs_s is not None:
+        # Its cost against the test's own time where it is slow (the arm without the knob).
+        against = f", {content.runs_s / without_s:.0f}x the test's time" if without_s else ""
+        pairs += f" ({content.runs} runs, {_s(content.runs_s)}{against})"
     if content.verdict == CONFIRMED:
         return f"confirmed: with {content.knob} at {content.config}, {measured}{interval}, {pairs}"
     if content.verdict == NOT_CONFIRMED:

@@ -119,6 +119,13 @@ def test_a_confirmed_cause_stays_and_says_what_its_knob_did():
     ), story.knob
 
 
+def test_an_experiment_says_what_it_cost_against_the_tests_own_time():
+    tried = _tried(confirm.CONFIRMED, [0.3] * 5, [1.2] * 5).model_copy(update={"runs": 10, "runs_s": 9.0})
+    # 10 runs, 9.0 s of wall time in all, against the 1.2 s the test takes without the knob.
+    assert confirm.describe(tried).endswith(", 5 pairs (10 runs, 9.000 s, 8x the test's time)"), confirm.describe(tried)
+    assert "runs" not in confirm.describe(_tried(confirm.CONFIRMED, [0.3] * 5, [1.2] * 5)).split("pairs")[1]
+
+
 def test_a_cause_its_knob_did_not_bear_out_is_not_established_never_a_guess():
     tried = _tried(confirm.NOT_CONFIRMED, [1.2] * 5, [1.2] * 5)
     [story] = build_diagnoses(FINDINGS, {11: "strace", 12: "gdb", 99: "confirm"}, [(99, tried)])
