@@ -144,6 +144,7 @@ def narrow_to_test(
         node_id = _guessed_invocation_node_id(node_id, command)
     if is_test_path is None:
         is_test_path = _exists_in(workdir) if workdir is not None else _named_like_a_test_path(node_id)
+        is_test_path = _with_pyargs_modules(command, [node_id], is_test_path)
     return [*_without_test_paths(command, is_test_path), node_id]
 
 
@@ -152,18 +153,25 @@ def narrow_to_tests(command: list[str], node_ids: list[str], workdir: Path, ceil
     order given (the focused screen reruns the tests its survey could not clear)."""
     root, here = rootdir(command, workdir, ceiling), workdir.resolve()
     ids = [_relative_to(node_id, root, here) for node_id in dict.fromkeys(node_ids)]
-    is_test_path = _exists_in(workdir)
-    if "--pyargs" in command:
-        # `--pyargs jsonschema.tests.test_validators`: a module the nodes' files live in,
-        # which would otherwise still be collected whole beside them.
-        files = ["/" + node.split("::", 1)[0].removesuffix(".py") + "/" for node in ids]
-        exists = is_test_path
-
-        def is_test_path(argument: str) -> bool:
-            dotted = "/" + argument.replace(".", "/") + "/"
-            return exists(argument) or any(dotted in file for file in files)
-
+    is_test_path = _with_pyargs_modules(command, ids, _exists_in(workdir))
     return [*_without_test_paths(command, is_test_path), *ids]
+
+
+def _with_pyargs_modules(
+    command: list[str], node_ids: list[str], is_test_path: Callable[[str], bool]
+) -> Callable[[str], bool]:
+    """Under `--pyargs jsonschema.tests.test_validators`, a module the nodes' files live in
+    is a test path too: it would otherwise still be collected whole beside them (a drilled
+    simplejson test ran the whole suite under strace until the 30 s timeout, a false stall)."""
+    if "--pyargs" not in command:
+        return is_test_path
+    files = ["/" + node.split("::", 1)[0].removesuffix(".py") + "/" for node in node_ids]
+
+    def with_modules(argument: str) -> bool:
+        dotted = "/" + argument.replace(".", "/") + "/"
+        return is_test_path(argument) or any(dotted in file for file in files)
+
+    return with_modules
 
 
 def _without_test_paths(command: list[str], is_test_path: Callable[[str], bool]) -> list[str]:

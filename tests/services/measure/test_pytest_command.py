@@ -151,3 +151,7 @@ def test_a_pyargs_suite_narrowed_to_some_of_its_tests_runs_only_those(tmp_path):
     narrowed = junit.narrow_to_tests(command, ids[1:], tmp_path)
     assert "mypkg.tests" not in narrowed and narrowed[-3:] == ["-k", "tests", ids[1]]
     assert _junit_ids(narrowed, tmp_path, tmp_path / "one.xml") == (0, ids[1:])
+    # The drill's narrowing to one test, the same way.
+    alone = junit.narrow_to_test(command, ids[0], tmp_path)
+    assert "mypkg.tests" not in alone and alone[-1] == ids[0]
+    assert _junit_ids(alone, tmp_path, tmp_path / "alone.xml") == (0, ids[:1])
