@@ -21,9 +21,8 @@ from services.jobs.workspace import Checkpoint, Progress, checkout
 from services.measure.artifacts import make_artifact_store
 from services.measure.drill import Side, profile_commits
 from services.measure.executors import Executor
-from services.measure.samples import collect
 from services.measure.stats import Summary, median_interval
-from services.models import Job, JobKind, JobSource, RunKind
+from services.models import Job, JobKind, JobSource
 from services.settings import Settings
 from services.thresholds import Thresholds
 
@@ -42,10 +41,7 @@ def regressed(job: Job, thresholds: Thresholds) -> list[tuple[str, Summary, str]
                 if test.verdict == gate.REGRESSED and test.ratio is not None and test.fresh_s:
                     found.append((test.ratio, test.test, median_interval(judged_runs(test.fresh_s)), judged.config))
     else:
-        new = pull_requests.new_tests(job)
-        head = pull_requests.head_samples(job, new)
-        changes = pull_requests.compare(collect(job, RunKind.base), head, thresholds, job.screen_seed or 0, new)
-        for change in changes:
+        for change in pull_requests.changes_of(job, thresholds):
             if change.verdict == pull_requests.REGRESSED and change.test_id is not None:
                 found.append((change.ratio or 0.0, change.test_id, change.head, change.config))
     found.sort(key=lambda entry: -entry[0])

@@ -147,11 +147,15 @@ def verdict(
     return TOO_NOISY
 
 
+def changes_of(job: Job, thresholds: Thresholds) -> list[Change]:
+    """The job's comparison with its base commit as its runs stand now."""
+    new = new_tests(job)
+    return compare(collect(job, RunKind.base), head_samples(job, new), thresholds, job.screen_seed or 0, new)
+
+
 def needs_runs(job: Job, thresholds: Thresholds) -> list[str]:
     """The configurations whose comparison more runs could still decide (the screen's stopping rule)."""
-    new = new_tests(job)
-    changes = compare(collect(job, RunKind.base), head_samples(job, new), thresholds, job.screen_seed or 0, new)
-    return list(dict.fromkeys(c.config for c in changes if c.verdict == TOO_NOISY))
+    return list(dict.fromkeys(c.config for c in changes_of(job, thresholds) if c.verdict == TOO_NOISY))
 
 
 def record(session: Session, job: Job, thresholds: Thresholds) -> list[BaseComparison]:
