@@ -251,6 +251,9 @@ class Run(Base):
     # Average CPUs that other processes kept busy during the run: a loaded neighbour
     # core changes the latency under study, so the report warns about it.
     foreign_cpus: Mapped[float] = mapped_column(Float, default=0.0)
+    # How long the command's main thread waited on a run queue for a CPU (/proc/PID/
+    # schedstat): the wait an average busy core cannot tell. None: not known (older runs).
+    run_delay_s: Mapped[float | None] = mapped_column(Float)
     # read()-family syscalls and bytes (/proc io syscr and rchar of the reaped command).
     read_syscalls: Mapped[int | None] = mapped_column(Integer)
     read_bytes: Mapped[int | None] = mapped_column(BigInteger)

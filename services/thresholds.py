@@ -276,8 +276,8 @@ class Thresholds(BaseModel):
     # what halving a 0.4 s test hides.
     timing_disagrees_min_s: float = Field(0.15, ge=0)
     # ... and the timer's wall time at least this many times the duration plus the CPU
-    # time (stretched by the other processes busy on its CPUs and by a quota, plus one
-    # throttling pause): the halved 0.4 s test gave
+    # time (stretched by a quota, plus one throttling pause) plus its wait for a CPU (the
+    # kernel's run-queue delay): the halved 0.4 s test gave
     # 1.37-1.53, the honest one 1.00-1.01. A start-up waiting off the CPU (a conftest's
     # pytest_sessionstart that sleeps) disagrees as well, and the finding says so.
     timing_disagrees_under_ratio: float = Field(1.25, gt=1)

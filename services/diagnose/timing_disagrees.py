@@ -10,9 +10,10 @@ judged unchanged. The run's wall and CPU time are lagtrace's, measured outside t
   wall time once per process that ran them at once (pytest-xdist's ``-n``, read from
   the command and its configuration when the run was taken: Run.test_workers);
 - under: a test run alone (one JUnit case, one process) takes its duration plus
-  pytest's start-up and teardown, which compute: the run's CPU time (stretched by the
-  other processes busy on its CPUs and by a quota, plus one throttling pause) bounds
-  them, so the timer cannot see much more than the duration and the CPU time together.
+  pytest's start-up and teardown, which compute: the run's CPU time (stretched by a
+  quota, plus one throttling pause) and its wait for a CPU (the kernel's run-queue
+  delay, or what the other processes busy on its CPUs account for) bound them, so the
+  timer cannot see much more than the duration, the CPU time and the wait together.
 
 A disagreement is no verdict: the timing verdicts stand on the reported durations, and
 this finding says they cannot be trusted, by how much, in which runs. Judged on the
@@ -111,13 +112,15 @@ def _looks(run: Run, config: JobConfig, limits: Thresholds) -> list[tuple[str | 
     if run.test_workers == 1 and len(run.test_results) == 1:
         [result] = run.test_results
         cpu_s = run.user_s + run.sys_s
-        # Other processes busy on its CPUs (Run.foreign_cpus) stretch its computing: it
-        # waits its turn. A quota stretches it by its factor, and its period may pause it
-        # once more.
-        stretched = cpu_s * (1 + run.foreign_cpus)
+        # Other processes busy on its CPUs stretch its computing: it waits its turn. The
+        # kernel's count of that wait (Run.run_delay_s) where there is one, and never less
+        # than the average busy CPUs (Run.foreign_cpus) account for: behind two busy
+        # processes on one core a run waits twice its CPU time, while the average says at
+        # most once. A quota stretches it by its factor, and its period may pause it once more.
+        waited_s = max(cpu_s * run.foreign_cpus, run.run_delay_s or 0.0)
         quota = config.cpus
-        startup_s = stretched / min(quota, 1.0) + THROTTLE_PAUSE_S if quota else stretched
-        bound_s = result.duration_s + startup_s
+        startup_s = cpu_s / min(quota, 1.0) + THROTTLE_PAUSE_S if quota else cpu_s
+        bound_s = result.duration_s + startup_s + waited_s
         gap_s = wall - bound_s
         ratio = wall / bound_s if bound_s > 0 else float("inf")
         found.append((result.test_id, "under", _Look(run, result.duration_s, cpu_s, bound_s, gap_s, ratio)))

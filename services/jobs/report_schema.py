@@ -75,6 +75,8 @@ class ReportRun(_Part):
     nr_throttled: int | None
     throttled_s: Number | None
     foreign_cpus: Number
+    # The command's main thread's wait for a CPU (the kernel's run-queue delay); None: not known.
+    run_delay_s: Number | None = None
     read_syscalls: int | None
     read_bytes: int | None
 

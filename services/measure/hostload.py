@@ -51,6 +51,20 @@ def foreign_cpus(busy_before: float, busy_after: float, own_cpu_s: float, wall_s
     return max(0.0, (busy_after - busy_before - own_cpu_s) / wall_s)
 
 
+def run_delay_s(pid: int) -> float | None:
+    """How long ``pid``'s main thread waited on a run queue for a CPU (the second field of
+    /proc/PID/schedstat, in ns: docs.kernel.org/scheduler/sched-stats.html). Read once it
+    has ended but before it is reaped (waitid WNOWAIT), when the count is final. What
+    foreign_cpus cannot say: an average busy core says nothing of how many others queued
+    with the run, and a run behind two of them waits twice its own CPU time. None where
+    the kernel keeps no such count (no CONFIG_SCHED_INFO)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def shared_cores_warning(environ: dict[str, str] | None = None) -> str | None:
     """What a worker in a Kubernetes pod says at start when its CPU set is the whole node's:
     every other pod's work then lands on the cores it measures on, and runs are taken

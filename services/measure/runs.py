@@ -141,6 +141,7 @@ def store_run(
         throttled_s=result.throttled_s,
         output_tail=result.output_tail,
         foreign_cpus=result.foreign_cpus,
+        run_delay_s=result.run_delay_s,
         read_syscalls=result.read_syscalls,
         read_bytes=result.read_bytes,
         test_workers=test_workers,

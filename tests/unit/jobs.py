@@ -27,6 +27,7 @@ def run(
     test_id: str | None = None,
     repetition: int = 1,
     foreign_cpus: float = 0.0,
+    run_delay_s: float | None = None,
 ) -> Run:
     return Run(
         id=next(_ids),
@@ -47,6 +48,7 @@ def run(
         probe=probe,
         test_id=test_id,
         foreign_cpus=foreign_cpus,
+        run_delay_s=run_delay_s,
         test_results=[
             TestResult(test_id=t, duration_s=d, outcome=(outcomes or {}).get(t, "passed"))
             for t, d in (tests or {}).items()

@@ -80,6 +80,8 @@ class RunResult:
     throttled_s: float | None
     output_tail: str | None  # the last lines the command printed, when it failed
     foreign_cpus: float = 0.0  # CPUs other processes kept busy meanwhile (services/hostload.py)
+    # The command's main thread's time waiting for a CPU (hostload.run_delay_s); None: not known.
+    run_delay_s: float | None = None
     # read()-family syscalls and their bytes (/proc io syscr, rchar): socket recv*() is
     # not counted there, strace evidence covers it.
     read_syscalls: int | None = None

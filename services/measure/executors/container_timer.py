@@ -79,6 +79,15 @@ def busy_cpu_seconds():
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def run_delay_s(pid):
+    """The ended command's wait on a run queue, as services/hostload.py reads it."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def own_io(handle):
     """The timer's I/O counters, which take in the command's once it is reaped (as in
     services/hostload.py): the difference is the command's read syscalls and bytes.
@@ -150,6 +159,7 @@ def main():
     # PEP 475: waitid and wait4 resume by themselves after the alarm handler.
     wait_unreaped(pid)
     wall_s = time.perf_counter() - started
+    delay_s = run_delay_s(pid)
     if clock is not None:
         clock.stop()
     _, status, usage = os.wait4(pid, 0)
@@ -176,6 +186,7 @@ def main():
         "timed_out": bool(timed_out),
         "throttling": throttling,
         "busy_cpu_s": [busy_before, busy_after],
+        "run_delay_s": delay_s,
         "read_syscalls": io_after["syscr"] - io_before["syscr"],
         "read_bytes": io_after["rchar"] - io_before["rchar"],
         "oom_killed": before_oom is not None and after_oom is not None and after_oom > before_oom,

@@ -404,6 +404,7 @@ class DockerExecutor:
             throttled_s=throttling[2] if throttling else None,
             output_tail=tail,
             foreign_cpus=foreign_cpus,
+            run_delay_s=_seconds_or_none(measured.get("run_delay_s")),
             read_syscalls=measured["read_syscalls"],
             read_bytes=measured["read_bytes"],
             oom_killed=oom_killed,
@@ -421,6 +422,12 @@ class DockerExecutor:
         if engine_trouble(exc):
             return EngineUnavailable(f"the Docker engine failed to run {what}: {message}", answered=True)
         return LagtraceError(f"the Docker engine failed to run {what}: {message}")
+
+
+def _seconds_or_none(value: object) -> float | None:
+    """A number the container's timer printed, or None: a timer of an older image prints
+    none, and what a container prints is read, not trusted."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _lines(stream):

@@ -183,6 +183,7 @@ class LocalExecutor:
                 # Ended but not reaped (WNOWAIT) until a snapshot in progress is done.
                 wait_unreaped(proc.pid)
                 wall_s = time.perf_counter() - started
+                run_delay_s = hostload.run_delay_s(proc.pid)
                 if clock is not None:
                     clock.stop()
                 _, status, usage = os.wait4(proc.pid, 0)
@@ -212,6 +213,7 @@ class LocalExecutor:
             nr_throttled=stat.nr_throttled if stat else None,
             throttled_s=stat.throttled_s if stat else None,
             foreign_cpus=hostload.foreign_cpus(busy_before, busy_after, usage.ru_utime + usage.ru_stime, wall_s),
+            run_delay_s=run_delay_s,
             read_syscalls=io_after["syscr"] - io_before["syscr"],
             read_bytes=io_after["rchar"] - io_before["rchar"],
             output_tail=_tail(output_path) if exit_code != 0 or timed_out.is_set() else None,

@@ -184,6 +184,8 @@ def test_quota_pinning_and_rusage_are_measured_inside_the_container(workdir, tmp
     assert result.wall_s >= 0.45
     assert result.nr_throttled and result.nr_periods >= result.nr_throttled and result.throttled_s > 0
     assert result.read_syscalls > 0 and result.read_bytes > 0  # the interpreter reads its modules
+    # The kernel's count of its wait for a CPU, read inside by the timer before it reaps.
+    assert result.run_delay_s is not None and result.run_delay_s >= 0
 
 
 def test_timeout_kills_the_command_and_keeps_the_measurement(workdir, tmp_path):

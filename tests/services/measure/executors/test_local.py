@@ -1,7 +1,9 @@
 """The local executor, for real: affinity, cgroup quotas, rusage, timeouts, bad commands."""
 
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -89,6 +91,24 @@ def test_half_a_cpu_quota_throttles_and_doubles_cpu_bound_wall_time(executor, tm
     assert 1.6 < ratio < 2.6, (half, whole)
     for nr_throttled, nr_periods, throttled_s in throttled:
         assert nr_periods >= 5 and nr_throttled >= nr_periods // 2 and throttled_s > 0.2
+
+
+@pytest.mark.latency
+def test_the_kernels_count_of_the_wait_for_a_cpu_accounts_for_a_run_behind_a_busy_loop(executor, tmp_path):
+    # 0.3 s of CPU on core 0, with a busy loop pinned there: the run waits about as long
+    # as it computes, and its wall time is its CPU time plus that wait.
+    pinned = CpuConfig("cpuset=0", cpuset=(0,))
+    alone = run(executor, tmp_path, BURN.format(seconds=0.3), pinned)
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    try:
+        behind = run(executor, tmp_path, BURN.format(seconds=0.3), pinned)
+    finally:
+        loop.kill()
+        loop.wait()
+    assert alone.run_delay_s is not None and alone.run_delay_s < 0.1
+    assert behind.run_delay_s is not None and behind.run_delay_s > 0.15
+    cpu_s = behind.user_s + behind.sys_s
+    assert behind.wall_s == pytest.approx(cpu_s + behind.run_delay_s, abs=0.1)
 
 
 def test_unenforceable_quota_is_refused_not_ignored(tmp_path):

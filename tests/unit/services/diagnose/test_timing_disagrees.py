@@ -150,6 +150,38 @@ def test_a_quota_and_a_busy_neighbour_stretch_the_start_up():
     assert check(job({"cpuset=0": alone([(1.0, 0.3)] * 3, 0.4)}))
 
 
+# `pytest test_suite.py::test_sleeps` alone (a 0.6 s sleep) pinned to CPU 0 beside two busy
+# loops pinned there too (7 Dec 2026): wall, CPU time, foreign_cpus and the kernel's
+# run-queue delay of three runs, each reporting 0.605-0.612 s. The busy core's average
+# (0.78-0.81 CPUs) says the run waited at most 0.8x its CPU time; it waited 2x.
+BEHIND_TWO = [(1.538, 0.313, 0.79, 0.624), (1.727, 0.375, 0.78, 0.750), (1.349, 0.251, 0.81, 0.496)]
+
+
+def test_a_run_queued_behind_two_busy_processes_agrees_by_the_kernels_wait():
+    def runs(delays: bool) -> list[Run]:
+        return with_workers(
+            [
+                run(
+                    wall, user_s=cpu, tests={SLEEPS: 0.605}, foreign_cpus=foreign, run_delay_s=delay if delays else None
+                )
+                for wall, cpu, foreign, delay in BEHIND_TWO
+            ],
+            1,
+        )
+
+    assert check(job({"cpuset=0": runs(delays=True)})) == []
+    # Without the kernel's count, the average busy CPUs leave 0.29-0.45 s unexplained.
+    assert check(job({"cpuset=0": runs(delays=False)}))
+    # A conftest taking 0.4 s off is still found behind them: the wait does not cover it
+    # (0.3 s off, 1.24x in the median run, stays under the ratio the start-up's noise needs).
+    shortened = with_workers(
+        [run(wall, user_s=cpu, tests={SLEEPS: 0.2}, foreign_cpus=f, run_delay_s=d) for wall, cpu, f, d in BEHIND_TWO], 1
+    )
+    [finding] = check(job({"cpuset=0": shortened}))
+    assert isinstance(finding.metrics, TimingDisagreesMetrics) and finding.metrics.direction == "under"
+    assert finding.metrics.gap_s == pytest.approx(0.4, abs=0.02)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
