@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from cli.bisect import bisect
 from services.errors import BadInput, LagtraceError, ServiceUnreachable
 from services.settings import Settings
 
@@ -705,6 +706,9 @@ def submit(
         click.echo(said, err=True)
     if status:
         sys.exit(status)
+
+
+cli.add_command(bisect)
 
 
 def main() -> None:

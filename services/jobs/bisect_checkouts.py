@@ -1,0 +1,196 @@
+"""A bisect's runs: the commits it measures, each checked out once into a git worktree.
+
+The search is services/jobs/bisect.py's; this module gives it its runs. Each commit it
+asks for is checked out once into a worktree of its own (``git worktree add --detach``,
+removed at the end), and the command, narrowed to the one test, runs there in the
+configuration through the executor, as every lagtrace run does
+(services/measure/runs.py ``run_once``): the test's time is its JUnit duration.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
+
+from services.errors import BadInput
+from services.jobs.bisect import BisectResult, MeasureFailed
+from services.measure import pytest_command
+from services.measure.configs import CpuConfig
+from services.measure.executors.base import Executor
+from services.measure.runs import run_once
+from services.models import Base, Job, JobConfig, Project, RunKind
+
+
+def commit_range(repo: Path, good: str, bad: str) -> tuple[Path, str, list[str]]:
+    """The repository's top, the folder of it ``repo`` names, and the commits from
+    ``good`` to ``bad`` along the first-parent line, oldest first; BadInput names the
+    argument at fault."""
+
+    if not repo.is_dir():
+        raise BadInput(f"--repo {repo}: no such directory")
+    try:
+        top = Path(_git(repo, "rev-parse", "--show-toplevel"))
+        folder = _git(repo, "rev-parse", "--show-prefix")
+    except subprocess.CalledProcessError:
+        raise BadInput(f"--repo {repo}: not a git repository") from None
+    shas = {}
+    for flag, rev in (("--good", good), ("--bad", bad)):
+        try:
+            shas[flag] = _git(top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+        except subprocess.CalledProcessError:
+            raise BadInput(f"{flag} {rev}: no such commit in {top}") from None
+    if shas["--good"] == shas["--bad"]:
+        raise BadInput(f"--good {good} and --bad {bad} are the same commit: there is nothing between them")
+    if subprocess.run(["git", "-C", str(top), "merge-base", "--is-ancestor", shas["--good"], shas["--bad"]]).returncode:
+        raise BadInput(f"--good {good} is not an ancestor of --bad {bad}")
+    # The first-parent line: a merge is one step, as the branch it landed on saw it.
+    later = _git(top, "rev-list", "--reverse", "--first-parent", f"{shas['--good']}..{shas['--bad']}").split()
+    if not later or _git(top, "rev-parse", f"{later[0]}^") != shas["--good"]:
+        raise BadInput(f"--good {good} is not on the first-parent line of --bad {bad} (a commit of a merged branch)")
+    return top, folder, [shas["--good"], *later]
+
+
+class Checkouts:
+    """The commits the search measures, each checked out once into its own worktree under
+    one temporary directory; all removed on the way out.
+
+    ``run_once`` stores each run (it is what the screen and the confirm step run through);
+    a bisect keeps nothing, so its runs go to a scratch database in memory, dropped with it.
+    """
+
+    def __init__(
+        self,
+        top: Path,
+        folder: str,
+        executor: Executor,
+        config: CpuConfig,
+        command: list[str],
+        test_id: str,
+        timeout_s: float | None,
+        progress: Callable[[str], None],
+    ):
+        self.top, self.folder, self.executor, self.config = top, folder, executor, config
+        self.command, self.test_id, self.timeout_s = command, test_id, timeout_s
+        self.progress = progress
+        self.worktrees: dict[str, tuple[Path, list[str]]] = {}
+
+    def __enter__(self) -> Checkouts:
+
+        self.scratch = Path(tempfile.mkdtemp(prefix="lagtrace-bisect-"))
+        self.engine = create_engine("sqlite://")
+        Base.metadata.create_all(self.engine)
+        self.session = Session(self.engine)
+        job = Job(project=Project(name="bisect"), command=self.command, executor=self.executor.name, repeat=1)
+        self.job_config = JobConfig(
+            job=job, position=0, label=self.config.label, cpus=self.config.cpus, cpuset=self.config.cpuset_text
+        )
+        self.session.add(self.job_config)
+        self.session.flush()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for path, _ in self.worktrees.values():
+            git = ["git", "-C", str(self.top), "worktree", "remove", "--force", str(path)]
+            subprocess.run(git, capture_output=True, check=False)
+        subprocess.run(["git", "-C", str(self.top), "worktree", "prune"], capture_output=True, check=False)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        self.session.close()
+        self.engine.dispose()
+
+    def _checkout(self, sha: str) -> tuple[Path, list[str]]:
+        """The commit's worktree (its folder the command runs in) and the command narrowed to the test there."""
+
+        if sha not in self.worktrees:
+            path = self.scratch / sha[:12]
+            _git(self.top, "worktree", "add", "--detach", "--quiet", str(path), sha)
+            workdir = path / self.folder
+            self.executor.prepare(workdir, self.progress)
+            self.executor.check_command(self.command, workdir)
+            ceiling = pytest_command.search_ceiling(self.executor.name)
+            narrowed = pytest_command.narrow_to_test(self.command, self.test_id, workdir, ceiling=ceiling)
+            self.worktrees[sha] = (workdir, narrowed)
+        return self.worktrees[sha]
+
+    def measure(self, sha: str, n: int) -> list[float]:
+        """``n`` runs of the test at ``sha``: its JUnit durations (MeasureFailed: it did not pass)."""
+
+        workdir, command = self._checkout(sha)
+        durations = []
+        for _ in range(n):
+            run_dir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
+            try:
+                measured = run_once(
+                    self.session,
+                    self.executor,
+                    self.job_config,
+                    command=command,
+                    workdir=workdir,
+                    run_dir=run_dir,
+                    timeout_s=self.timeout_s,
+                    kind=RunKind.timing,
+                    repetition=1 + len(self.job_config.runs),
+                    test_id=self.test_id,
+                )
+            except BadInput as exc:
+                raise MeasureFailed(sha, str(exc)) from None
+            finally:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            result = measured.result
+            if result.timed_out:
+                raise MeasureFailed(sha, f"the run timed out after {result.wall_s:.1f} s")
+            if why := pytest_command.nothing_ran(result.exit_code, self.test_id):
+                raise MeasureFailed(sha, why)
+            cases = measured.cases
+            if len(cases) != 1:
+                raise MeasureFailed(sha, f"{self.test_id} ran {len(cases)} test cases, not one: name one case")
+            if cases[0].outcome != "passed":
+                raise MeasureFailed(sha, f"{cases[0].test_id} {cases[0].outcome}: {(result.output_tail or '').strip()}")
+            durations.append(cases[0].duration_s)
+        return durations
+
+
+def verdict_text(result: BisectResult, test_id: str, subject: Callable[[str], str]) -> str:
+    """The verdict in a few lines: what changed where, by how much, and what finding it cost."""
+    where = f" in {result.config}" if result.config else ""
+    lines = []
+    if result.verdict == "culprit" and result.culprit is not None:
+        sha = result.commits[result.culprit]
+        before = statistics.median(result.durations(result.commits[result.culprit - 1]))
+        after = statistics.median(result.durations(sha))
+        interval = (
+            f" [{result.ratio_low:.2f} .. {result.ratio_high:.2f}]"
+            if result.ratio_low is not None and result.ratio_high is not None
+            else ""
+        )
+        lines.append(
+            f"culprit: {sha[:10]} {subject(sha)!r} (commit {result.culprit + 1} of {len(result.commits)}) made "
+            f"{test_id} {result.direction}{where}: {result.ratio:.2f}x its parent's time{interval}, "
+            f"{before:.3f} s -> {after:.3f} s"
+        )
+        lines += [
+            f"  also {result.direction}: {result.commits[i][:10]} {subject(result.commits[i])!r}" for i in result.also
+        ]
+    elif result.verdict == "no_culprit":
+        lines.append(f"no culprit: {test_id}{where}: {result.reason}")
+    else:
+        lines.append(f"undecided: {test_id}{where}: {result.reason}")
+    lines.append(f"cost: {result.cost()}")
+    return "\n".join(lines)
+
+
+def _git(where: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def subject(top: Path, sha: str) -> str:
+    """The commit's subject line, as the verdict names it."""
+    return _git(top, "log", "-1", "--format=%s", sha)
