@@ -19,11 +19,14 @@ The knobs are the ones the fixes are made of:
   the interpreter reports set to the quota (``PYTHON_CPU_COUNT`` on CPython 3.13 and
   later, a start-up shim of ``os.cpu_count`` before it): a pool sized from the host's
   CPUs is sized from the quota;
-- ``slow_startup`` of a pytest command: each pytest plugin whose imports the start-up
-  evidence names, taken out with ``-p no:NAME``, one at a time. ``-p no:`` takes the name
-  of the plugin's entry point, not its module's (hypothesis's is ``hypothesispytest``), so
-  one run in the job's own environment first reads which installed plugin ships each
-  module named (``PLUGINS_SCRIPT``); a module no plugin ships gets no knob.
+- ``slow_startup`` of a pytest command: the pytest plugins whose imports the start-up
+  evidence names, taken out with ``-p no:NAME``: one alone where its imports alone could
+  make the run faster by the rule's change ratio, then all of them together (18 plugins
+  of about 0.05 s each cost a start-up together what none costs alone; which of them costs
+  what, the import times already say). ``-p no:`` takes the name of the plugin's entry
+  point, not its module's (hypothesis's is ``hypothesispytest``), so one run in the job's
+  own environment first reads which installed plugin ships each module named
+  (``PLUGINS_SCRIPT``); a module no plugin ships gets no knob.
 
 Confirmed: the knob made the test faster by at least the rule's change ratio, decided. Not
 confirmed: decided no faster, or not decided within the pairs: the diagnosis then names no
@@ -161,16 +164,39 @@ def knobs_for(cause: str, config: JobConfig) -> list[Knob]:
     return []
 
 
-def plugin_knobs(plugins: dict[str, list[str]]) -> list[Knob]:
-    """One knob per module a plugin ships (``plugins``: module -> the entry-point names
-    of its distribution's pytest plugins, slowest module first)."""
-    knobs = []
-    for module, names in plugins.items():
-        if not names:
-            continue
-        args = tuple(arg for name in names for arg in ("-p", f"no:{name}"))
-        knobs.append(Knob(" ".join(args), f"the pytest plugin that imports {module} taken out", args=args))
-    return knobs[:MAX_PLUGINS]
+def plugin_knobs(
+    plugins: dict[str, list[str]],
+    seconds: dict[str, float] | None = None,
+    run_s: float | None = None,
+    change_ratio: float = 1.2,
+) -> list[Knob]:
+    """The plugins' knobs (``plugins``: module -> the entry-point names of its
+    distribution's pytest plugins, slowest module first; ``seconds``: each module's import
+    time as the start-up evidence measured it; ``run_s``: the run's time without a knob).
+
+    A plugin alone, where its imports alone could make the run ``change_ratio`` faster (a
+    smaller saving cannot confirm, and its pairs would be spent for nothing; without the
+    times, each is tried), the slowest ``MAX_PLUGINS``; then, where two or more plugins
+    are named, all of them together."""
+    named = {module: names for module, names in plugins.items() if names}
+
+    def knob(modules: list[str]) -> Knob:
+        args = tuple(arg for module in modules for name in named[module] for arg in ("-p", f"no:{name}"))
+        which = (
+            f"the pytest plugin that imports {modules[0]}"
+            if len(modules) == 1
+            else (f"the {len(modules)} pytest plugins that import {', '.join(modules)}")
+        )
+        return Knob(" ".join(args), f"{which} taken out", args=args)
+
+    def could_confirm(saved_s: float) -> bool:
+        return seconds is None or not run_s or saved_s >= run_s * (1 - 1 / change_ratio)
+
+    alone = [module for module in named if could_confirm((seconds or {}).get(module, 0.0))][:MAX_PLUGINS]
+    knobs = [knob([module]) for module in alone]
+    if len(named) > 1 and could_confirm(sum((seconds or {}).get(module, 0.0) for module in named)):
+        knobs.append(knob(list(named)))
+    return knobs
 
 
 def read_plugins(output: str | None, modules: list[str]) -> dict[str, list[str]]:
@@ -186,9 +212,22 @@ def read_plugins(output: str | None, modules: list[str]) -> dict[str, list[str]]
 
 def startup_modules(metrics: dict | None) -> list[str]:
     """The top-level modules of the imports a slow_startup finding names, slowest first."""
-    names = [entry.get("module", "") for entry in (metrics or {}).get("slowest") or [] if isinstance(entry, dict)]
-    tops = [name.split(".")[0] for name in names if isinstance(name, str) and name]
-    return list(dict.fromkeys(top for top in tops if top.isidentifier()))
+    return list(startup_seconds(metrics))
+
+
+def startup_seconds(metrics: dict | None) -> dict[str, float]:
+    """Each top-level module's import time as a slow_startup finding lists it (the longest
+    of its entries: a nested import's cumulative time is inside its parent's), slowest first."""
+    found: dict[str, float] = {}
+    for entry in (metrics or {}).get("slowest") or []:
+        name = entry.get("module") if isinstance(entry, dict) else None
+        seconds = entry.get("cumulative_s") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name or not name.split(".")[0].isidentifier():
+            continue
+        top = name.split(".")[0]
+        value = float(seconds) if isinstance(seconds, int | float) and not isinstance(seconds, bool) else 0.0
+        found[top] = max(found.get(top, 0.0), value)
+    return dict(sorted(found.items(), key=lambda item: -item[1]))
 
 
 def rule_of(thresholds: Thresholds) -> SequentialRule:
@@ -218,9 +257,10 @@ def confirm(
         config = next((c for c in job.configs if finding is not None and c.label == finding.config_label), None)
         knobs = knobs_for(cause.kind, config) if config is not None else []
         if config is not None and cause.kind == "slow_startup" and pytest_command.is_pytest(job.command):
-            modules = startup_modules(finding.metrics if finding is not None else None)
-            if modules:
-                knobs = plugin_knobs(_plugins(session, executor, job, config, modules, workdir))
+            seconds = startup_seconds(finding.metrics if finding is not None else None)
+            if seconds:
+                plugins = _plugins(session, executor, job, config, list(seconds), workdir)
+                knobs = plugin_knobs(plugins, seconds, _median_wall(config), rule_of(thresholds).change_ratio)
         if config is None or not knobs:
             continue
         tried += 1
@@ -398,6 +438,11 @@ def describe(content: ConfirmContent) -> str:
     if content.verdict == NOT_CONFIRMED:
         return f"not confirmed: with {content.knob} at {content.config}, {measured}{interval}, {pairs}"
     return f"undecided: with {content.knob} at {content.config}, {measured}{interval}: {content.reason}"
+
+
+def _median_wall(config: JobConfig) -> float | None:
+    """The configuration's timing median: the command's time without a knob."""
+    return _median([run.wall_s for run in config.runs if run.kind is RunKind.timing and run.exit_code == 0])
 
 
 def _median(values: list[float]) -> float | None:

@@ -166,10 +166,42 @@ def test_a_slow_start_up_s_knobs_are_its_plugins_by_their_entry_point_names():
     )
     plugins = confirm.read_plugins(output, modules)
     assert plugins == {"hypothesis": ["hypothesispytest"], "faker": ["faker"], "coverage": []}
+    # Without the times, each plugin alone, then both together. coverage is no plugin's
+    # module (pytest-cov imports it): no knob for it.
     knobs = confirm.plugin_knobs(plugins)
-    # coverage is no plugin's module (pytest-cov imports it): no knob for it.
-    assert [k.args for k in knobs] == [("-p", "no:hypothesispytest"), ("-p", "no:faker")]
+    together = ("-p", "no:hypothesispytest", "-p", "no:faker")
+    assert [k.args for k in knobs] == [("-p", "no:hypothesispytest"), ("-p", "no:faker"), together]
     assert knobs[0].name == "-p no:hypothesispytest" and "hypothesis" in knobs[0].says
+    assert knobs[2].says == "the 2 pytest plugins that import hypothesis, faker taken out"
+
+
+def test_a_plugin_is_tried_alone_only_where_its_imports_alone_could_confirm():
+    # The corpus's slow plugin start-up (examples/corpus/pytest_plugins): no plugin's
+    # imports are a sixth of the 0.67 s run (what a 1.2x change needs), together they are.
+    seconds = confirm.startup_seconds(
+        {
+            "slowest": [
+                {"module": "hypothesis.internal.observability", "cumulative_s": 0.097},
+                {"module": "faker.factory", "cumulative_s": 0.082},
+                {"module": "coverage", "cumulative_s": 0.056},
+                {"module": "pytest_httpserver.blocking_httpserver", "cumulative_s": 0.028},
+            ]
+        }
+    )
+    assert seconds == {"hypothesis": 0.097, "faker": 0.082, "coverage": 0.056, "pytest_httpserver": 0.028}
+    plugins = {
+        "hypothesis": ["hypothesispytest"],
+        "faker": ["faker"],
+        "coverage": [],
+        "pytest_httpserver": ["httpserver"],
+    }
+    [knob] = confirm.plugin_knobs(plugins, seconds, run_s=0.67, change_ratio=1.2)
+    assert knob.args == ("-p", "no:hypothesispytest", "-p", "no:faker", "-p", "no:httpserver")
+    # A plugin holding 1.2 s of a 1.5 s run is tried alone first.
+    slow = confirm.plugin_knobs({"slow": ["slow"], "faker": ["faker"]}, {"slow": 1.2, "faker": 0.08}, 1.5)
+    assert [k.args for k in slow] == [("-p", "no:slow"), ("-p", "no:slow", "-p", "no:faker")]
+    # Too little in all to change the run 1.2x: nothing to try.
+    assert confirm.plugin_knobs(plugins, {m: 0.01 for m in plugins}, run_s=0.67) == []
 
 
 def test_the_plugins_script_reads_the_entry_points_of_this_environment():
