@@ -39,7 +39,6 @@ from sqlalchemy.orm import Session
 
 from services.measure import budget, hostload, pytest_command, warm
 from services.measure.executors.base import Executor, RunResult
-from services.measure.probes.census import CensusProbe
 from services.measure.retakes import RETAKEN_KINDS, Neighbour, retake_while_disturbed
 from services.measure.runs import Measured, Wrapping, run_once
 from services.measure.samples import JobSamples, collect
@@ -164,7 +163,7 @@ def screen(
                 timeout_s=job.timeout_s,
                 kind=kind,
                 repetition=repetition,
-                probe=CensusProbe.name if wrapping is not None else None,
+                probe=census.run_probe() if wrapping is not None and census is not None else None,
                 wrapping=wrapping or warming,
             )
 

@@ -1,6 +1,13 @@
 """The survey's census: the head's warm-up run in one configuration traced by the census
 probe (services/measure/probes/census.py), so that each test's sleeps, reads and event
-loop cost the tracer's overhead, not another run of the suite."""
+loop cost the tracer's overhead, not another run of the suite.
+
+A command that is no pytest suite has no tests to count, but it may run an event loop
+that its own callbacks block: an asyncio server whose 96 requests each hold the loop 4 ms
+of CPU is blocked most of its run, and its timing is flat across configurations, so the
+screen finds nothing and no drill runs. Its warm-up run in the same configuration carries
+the asyncio_loop probe's hook (services/measure/probes/asyncio_loop.py): no tracer, a
+callback wrapper and a 5 ms heartbeat, in a run that was made anyway and is never timing."""
 
 from __future__ import annotations
 
@@ -10,13 +17,14 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from services.evidence import CensusContent, EvidenceKind
+from services.evidence import AsyncioLoopContent, CensusContent, EvidenceKind
 from services.measure import budget, pytest_command
 from services.measure.artifacts import ArtifactStore
 from services.measure.configs import cpu_config
 from services.measure.evidence_store import store_evidence
 from services.measure.executors.base import Executor
 from services.measure.probes import ProbeContext
+from services.measure.probes.asyncio_loop import AsyncioLoopProbe
 from services.measure.probes.census import CensusProbe, calls, suspects
 from services.measure.runs import Measured, Wrapping
 from services.models import Evidence, Job, JobConfig, RunKind
@@ -71,18 +79,27 @@ class SurveyCensus:
         chosen = census_config(job)
         self.label = chosen.label if chosen is not None else None
         self.counted: CensusContent | None = None
-        self._probe: CensusProbe | None = None
+        self._probe: CensusProbe | AsyncioLoopProbe | None = None
+
+    def run_probe(self) -> str | None:
+        """The probe the wrapped warm-up run is stored with: the census's tracer makes it a
+        traced run (Run.traced); the asyncio hook is no tracer, and leaves it a warm-up."""
+        return CensusProbe.name if isinstance(self._probe, CensusProbe) else None
 
     def wrapping(self, job_config: JobConfig, run_dir: Path) -> Wrapping | None:
-        """The census's tracer around this warm-up run, or None: another configuration, not
-        a pytest command, probes named by the user (they get what they asked for), or no
-        strace here (said once, in the census's evidence)."""
+        """The census's tracer around this warm-up run (a command that is no pytest suite:
+        the asyncio hook alone), or None: another configuration, probes named by the user
+        (they get what they asked for), or no strace here (said once, in the census's
+        evidence)."""
         if job_config.label != self.label or self.job.probes is not None:
-            return None
-        if not pytest_command.is_pytest(self.job.command):
             return None
         timeout = self.job.timeout_s
         context = ProbeContext(self.executor, run_dir, stall_after_s=timeout or math.inf, timeout_s=timeout)
+        if not pytest_command.is_pytest(self.job.command):
+            loop = AsyncioLoopProbe(context)
+            loop.floor_s = self.thresholds.event_loop_blocked_floor_s
+            self._probe = loop
+            return Wrapping(env=loop.env())
         probe = CensusProbe(context)
         probe.floor_s = self.thresholds.event_loop_blocked_floor_s
         missing = probe.unavailable()
@@ -98,6 +115,8 @@ class SurveyCensus:
         (no test reported, no trace): the caller takes that run again, untraced."""
         if self._probe is None:
             raise RuntimeError("collect() without wrapping(): nothing was traced")
+        if isinstance(self._probe, AsyncioLoopProbe):
+            return self._collect_loop(job_config, measured, self._probe)
         [draft] = self._probe.collect(measured.result)
         self._probe = None
         if not measured.cases and not (isinstance(draft.content, CensusContent) and draft.content.ok):
@@ -127,6 +146,21 @@ class SurveyCensus:
                 else "none polled, read in tiny pieces or blocked an event loop"
             )
         )
+        return True
+
+    def _collect_loop(self, job_config: JobConfig, measured: Measured, probe: AsyncioLoopProbe) -> bool:
+        """A command's warm-up with the asyncio hook: its evidence where a loop ran (the
+        event_loop_blocked rule weighs it as a drill's), nothing where none did."""
+        self._probe = None
+        [draft] = probe.collect(measured.result)
+        content = draft.content
+        if isinstance(content, AsyncioLoopContent) and content.ok:
+            store_evidence(self.session, self.job, job_config, None, measured.run, draft, self.store, self.executor)
+            held = content.held_s if content.held_s is not None else content.blocked_s
+            self.progress(
+                f"census in {job_config.label} (its warm-up run): an event loop ran, its callbacks held it "
+                f"{held or 0.0:.3f} s of {measured.result.wall_s:.3f} s"
+            )
         return True
 
     def tracer_s(self) -> dict[str, dict[str, float]]:
