@@ -24,6 +24,7 @@ from services.evidence import (
     CensusContent,
     EvidenceKind,
     EvidenceRunTiming,
+    EvidenceStatus,
     GilSamples,
     PySpyRecordContent,
     StallAttempt,
@@ -283,6 +284,8 @@ def _needless(job: Job, job_config: JobConfig, target: Target, name: str) -> str
             # (docs/explanations/cost-model.md, the drill).
             return f"no symptom compares the two configurations, strace traced it in {traced} alone"
     if target.test_id is None:
+        if name == "asyncio_loop" and _census_saw_no_loop(job):
+            return "the census's warm-up run ran no asyncio event loop"
         return None
     if name == "imports":
         # -X importtime is read for the whole command's start-up (slow_startup) only.
@@ -330,6 +333,21 @@ def _one_side(job: Job, target: Target) -> str:
         return cpus.cpus is not None, cpus.effective_cpus, label != slow
 
     return min(dict.fromkeys([slow, fast]), key=cost)
+
+
+def _census_saw_no_loop(job: Job) -> bool:
+    """Whether a command's census (its warm-up run with the asyncio hook:
+    services/measure/survey_census.py) ran to its end with no event loop in any process."""
+    return any(
+        evidence.kind == EvidenceKind.asyncio_loop
+        and evidence.test_id is None
+        and evidence.run is not None
+        and evidence.run.kind is RunKind.warmup
+        and not evidence.run.timed_out
+        and evidence.run.exit_code == 0
+        and evidence.parsed.status is EvidenceStatus.unavailable
+        for evidence in job.evidence
+    )
 
 
 def _census_cleared_reads(job: Job, test_id: str) -> bool:

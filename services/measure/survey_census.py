@@ -7,7 +7,8 @@ that its own callbacks block: an asyncio server whose 96 requests each hold the 
 of CPU is blocked most of its run, and its timing is flat across configurations, so the
 screen finds nothing and no drill runs. Its warm-up run in the same configuration carries
 the asyncio_loop probe's hook (services/measure/probes/asyncio_loop.py): no tracer, a
-callback wrapper and a 5 ms heartbeat, in a run that was made anyway and is never timing."""
+callback wrapper and a 5 ms heartbeat, in a run that was made anyway and is never timing.
+Where no loop ran, that is evidence too: the drill takes no asyncio_loop runs of it."""
 
 from __future__ import annotations
 
@@ -149,13 +150,14 @@ class SurveyCensus:
         return True
 
     def _collect_loop(self, job_config: JobConfig, measured: Measured, probe: AsyncioLoopProbe) -> bool:
-        """A command's warm-up with the asyncio hook: its evidence where a loop ran (the
-        event_loop_blocked rule weighs it as a drill's), nothing where none did."""
+        """A command's warm-up with the asyncio hook: its evidence, which the
+        event_loop_blocked rule weighs as a drill's where a loop ran, and which spares the
+        drill its asyncio_loop runs where none did (drill._needless)."""
         self._probe = None
         [draft] = probe.collect(measured.result)
+        store_evidence(self.session, self.job, job_config, None, measured.run, draft, self.store, self.executor)
         content = draft.content
         if isinstance(content, AsyncioLoopContent) and content.ok:
-            store_evidence(self.session, self.job, job_config, None, measured.run, draft, self.store, self.executor)
             held = content.held_s if content.held_s is not None else content.blocked_s
             self.progress(
                 f"census in {job_config.label} (its warm-up run): an event loop ran, its callbacks held it "

@@ -113,3 +113,29 @@ def test_py_spy_sees_an_event_loop_by_its_iteration_on_a_sampled_stack():
     assert ran_event_loop(_profile([0], [0, 1]))
     assert not ran_event_loop(_profile([0], [0, 2]))
     assert not ran_event_loop(_profile())
+
+
+def _census_of_command(built: Job, content: dict, exit_code: int = 0) -> None:
+    """A command's census: its warm-up run with the asyncio hook (services/measure/survey_census.py)."""
+    run = Run(kind=RunKind.warmup, repetition=1, wall_s=1.0, exit_code=exit_code, timed_out=False)
+    built.configs[0].runs.append(run)
+    built.evidence.append(Evidence(kind="asyncio_loop", content=content, config=built.configs[0], run=run))
+
+
+@pytest.mark.parametrize(
+    ("census", "exit_code", "needless"),
+    [
+        (None, 0, False),  # no census (probes named, or a pytest suite's): the drill looks
+        ({"status": "unavailable", "reason": "no process of the command ran an asyncio event loop"}, 0, True),
+        ({"status": "ok", "callbacks": 556, "blocked_s": 0.0, "held_s": 0.0}, 0, False),  # a loop ran
+        ({"status": "unavailable", "reason": "no process ..."}, 1, False),  # it failed before any loop?
+    ],
+)
+def test_the_whole_command_skips_the_asyncio_probe_where_its_census_ran_no_loop(census, exit_code, needless):
+    built, config, target = _job()
+    whole = Target(None, list(built.command), target.summaries)
+    if census is not None:
+        _census_of_command(built, census, exit_code)
+    reason = _needless(built, config, whole, "asyncio_loop")
+    assert (reason is not None) is needless, reason
+    assert _needless(built, config, whole, "pyspy") is None
