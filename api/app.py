@@ -6,7 +6,7 @@ import time
 
 from flask import Flask, g, request
 
-from api import artifacts, errors, findings, health, jobs, openapi, webhooks, workers
+from api import artifacts, bisects, errors, findings, health, jobs, openapi, webhooks, workers
 from api.metrics import make_metrics, metrics
 from services.context import AppContext
 
@@ -21,7 +21,7 @@ def register(app: Flask, context: AppContext) -> None:
     app.config["MAX_CONTENT_LENGTH"] = context.settings.max_archive_bytes + MULTIPART_OVERHEAD
     app.json.sort_keys = False  # type: ignore[attr-defined]
     context.extensions["metrics"] = make_metrics(context.session_factory)
-    for blueprint in (jobs.bp, findings.bp, artifacts.bp, webhooks.bp, health.bp, workers.bp, openapi.bp):
+    for blueprint in (jobs.bp, bisects.bp, findings.bp, artifacts.bp, webhooks.bp, health.bp, workers.bp, openapi.bp):
         app.register_blueprint(blueprint)
     errors.register(app)
 

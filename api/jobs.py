@@ -28,7 +28,7 @@ def _created(job):
     return response
 
 
-def _count_submission(who) -> None:
+def count_submission(who) -> None:
     # Per token: one leaked or scripted token cannot fill the queue (and the workers).
     ctx().submissions.take(f"token:{who.token_id}", "job submissions with this token")
 
@@ -36,7 +36,7 @@ def _count_submission(who) -> None:
 @bp.post("/jobs")
 def create_job():
     who = caller()
-    _count_submission(who)
+    count_submission(who)
     if request.mimetype == "multipart/form-data":
         if "archive" not in request.files:
             raise BadRequest(
@@ -104,7 +104,7 @@ def cancel_job(job_id: int):
 @bp.post("/jobs/<int:job_id>/rerun")
 def rerun_job(job_id: int):
     who = caller()
-    _count_submission(who)
+    count_submission(who)
     body = json_body(Rerun)
     parent = submissions.get_job(db(), who.project, job_id)
     job = submissions.rerun_job(
@@ -117,7 +117,7 @@ def rerun_job(job_id: int):
 def confirm_finding(finding_id: int):
     """A slower_since finding's two commits screened interleaved: a new job, as a rerun is."""
     who = caller()
-    _count_submission(who)
+    count_submission(who)
     finding = triage.get_finding(db(), who.project, finding_id)
     job = submissions.confirm_slower_since(db(), ctx().settings, finding, origin="api")
     return _created(job)

@@ -11,14 +11,14 @@ from typing import Any
 from flask import Blueprint, jsonify
 from pydantic import BaseModel
 
-from api.schemas import FindingListQuery, JobCreate, JobListQuery, Rerun, Triage
+from api.schemas import BisectCreate, FindingListQuery, JobCreate, JobListQuery, Rerun, Triage
 from services.context import ctx
 from services.settings import Settings
 
 bp = Blueprint("openapi", __name__, url_prefix="/api/v1")
 
 OPENAPI_PATH = "/api/v1/openapi.json"
-BODY_MODELS = (JobCreate, Rerun, Triage)
+BODY_MODELS = (JobCreate, Rerun, BisectCreate, Triage)
 ERRORS = {
     "400": "Malformed body (not JSON)",
     "401": "Missing or unknown token",
@@ -134,7 +134,12 @@ def document(settings: Settings | None = None) -> dict[str, Any]:
         },
     }
     for name, description in (
-        ("Job", "A job: status, progress, report (v1) once finished, comparison with its parent for reruns"),
+        (
+            "Job",
+            "A job: status, progress, report (v1) once finished, comparison with its parent for reruns; "
+            "a bisect job (kind bisect) has `bisect` instead of a report: its request and, once it ended, its result",
+        ),
+        ("BisectQueued", "The bisect job stored: job_id, status (queued) and url, the job's own (also in Location)"),
         ("JobList", "Jobs, newest first; next_before_id pages on"),
         ("Finding", "A finding with its triage state and history"),
         ("FindingList", "Findings, newest first"),
@@ -188,6 +193,14 @@ def document(settings: Settings | None = None) -> dict[str, Any]:
                 _responses("201", "The new job", "Job", ("400", "401", "404", "409", "415", "422")),
                 body="Rerun",
                 params=_path_id("job_id"),
+            )
+        },
+        "/api/v1/bisects": {
+            "post": _operation(
+                "Bisect: which commit between good and bad changed one test's time in one configuration "
+                "(a new job of kind bisect; GET its url for progress and, once it ended, bisect.result)",
+                _responses("202", "Queued", "BisectQueued", ("400", "401", "415", "422")),
+                body="BisectCreate",
             )
         },
         "/api/v1/findings/{finding_id}/confirm": {

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from api.errors import BadRequest
 from services.context import ctx
 from services.diagnose.findings import Severity
+from services.jobs.bisect_jobs import BisectSpec
 from services.jobs.sources import validation_problems
 from services.jobs.spec import JobSpec, RerunSpec, validation_context
 
@@ -33,6 +34,10 @@ class JobCreate(JobSpec):
 
 class Rerun(RerunSpec):
     """The body of POST /jobs/{id}/rerun."""
+
+
+class BisectCreate(BisectSpec):
+    """The body of POST /bisects: which commit between good and bad changed one test's time."""
 
 
 class Triage(BaseModel):

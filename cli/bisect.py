@@ -93,7 +93,7 @@ def bisect(
     from services.errors import BadInput
     from services.jobs.bisect import Budget
     from services.jobs.bisect import bisect as search
-    from services.jobs.bisect_checkouts import Checkouts, commit_range, subject, verdict_text
+    from services.jobs.bisect_checkouts import Checkouts, commit_range, scratch_config, subject, verdict_text
     from services.measure import pytest_command
     from services.measure.configs import format_cpulist, parse_spec
     from services.measure.confirm import rule_of
@@ -117,7 +117,10 @@ def bisect(
         raise BadInput(f"--config {config.label}: CPU quotas cannot be enforced on this machine: {problem}")
     _progress(f"bisect {test_id} in {config.label}: {len(commits)} commits, {commits[0][:10]}..{commits[-1][:10]}")
 
-    with Checkouts(top, folder, runner, config, list(command), test_id, timeout_s, _progress) as checkouts:
+    with (
+        scratch_config(list(command), runner, config) as (session, job_config),
+        Checkouts(session, job_config, top, folder, runner, list(command), test_id, timeout_s, _progress) as checkouts,
+    ):
         result = search(
             commits,
             checkouts.measure,

@@ -101,6 +101,10 @@ class RunKind(str, enum.Enum):
     # CALIBRATION): the node's own speed, compared with the same loop's runs in the jobs
     # of the gate's history.
     calibration = "calibration"
+    # A bisect's runs (services/jobs/bisect_step.py): one test narrowed at the commits the
+    # search picks, each run with its commit (commit_sha). Runs of many commits in one
+    # configuration: never a statistic of the job's configuration or of any history.
+    bisect = "bisect"
 
 
 # The runs whose wall time and counters time the whole command.
@@ -118,6 +122,10 @@ class JobKind(str, enum.Enum):
     # One run of the head's suite in one configuration, each test compared with its
     # stored history; only what moved goes on (services/measure/sequential.py).
     gate = "gate"
+    # The commit that changed one test's time, searched between a good and a bad commit
+    # (services/jobs/bisect.py; docs/explanations/bisect.md): its request and result are
+    # its Bisect row.
+    bisect = "bisect"
 
 
 class TriageStatus(str, enum.Enum):
@@ -272,6 +280,9 @@ class Run(Base):
     # its tests' durations add up to at most this many times its wall time. None: not a
     # pytest run, a run from before 0028, or a command whose workers could not be told.
     test_workers: Mapped[int | None] = mapped_column(Integer)
+    # The commit it ran at, where a job's runs are of several commits (a bisect's); None:
+    # the job's own commit (its source's), or a run from before 0030.
+    commit_sha: Mapped[str | None] = mapped_column(String(64))
     started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     config: Mapped[JobConfig] = relationship(back_populates="runs")
@@ -409,6 +420,27 @@ class JobSource(Base):
     pull_request_url: Mapped[str | None] = mapped_column(Text)
     # What fails the check run (.lagtrace.yml `fail_on`; None: the default policy).
     fail_on: Mapped[list[Any] | None] = mapped_column(JSON)
+
+    job: Mapped[Job] = relationship()
+
+
+class Bisect(Base):
+    """A bisect job's request and result (services/jobs/bisect_step.py): which commit
+    between ``good`` and ``bad`` changed one test's time in the job's one configuration."""
+
+    __tablename__ = "bisects"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    # Indexed: a test's page lists its bisects.
+    test_id: Mapped[str] = mapped_column(Text, index=True)
+    # The revisions as asked for (a branch, a tag, a commit), and the commits they resolved
+    # to when the step fetched the repository (None until then).
+    good: Mapped[str] = mapped_column(String(255))
+    bad: Mapped[str] = mapped_column(String(255))
+    good_sha: Mapped[str | None] = mapped_column(String(64))
+    bad_sha: Mapped[str | None] = mapped_column(String(64))
+    # services/jobs/bisect.py BisectResult.as_json(); None until the search ends.
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
     job: Mapped[Job] = relationship()
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.github.notify import notify_github
-from services.jobs import engine, lease
-from services.jobs.dispatch import NOTIFY, Step
+from services.jobs import bisect_step, engine, lease
+from services.jobs.dispatch import BISECT, NOTIFY, Step
 from services.settings import Settings
 
-HANDLERS: dict[str, lease.Handler] = {**engine.HANDLERS, NOTIFY: notify_github}
+# A bisect job's step is its own module's (the engine's hub stays small).
+HANDLERS: dict[str, lease.Handler] = {**engine.HANDLERS, BISECT: bisect_step.bisect_step, NOTIFY: notify_github}
 
 
 def run_step(session_factory: sessionmaker[Session], settings: Settings, step: Step) -> None:

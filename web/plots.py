@@ -238,3 +238,52 @@ def percentile_trend_plot(
         )
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def bisect_plot(result: dict, title: str) -> Markup:
+    """A bisect's measured commits by their place in the range (oldest left): each run as a
+    dot, the median as a bar, the culprit's place as a line (services/jobs/bisect.py as_json)."""
+    commits = result.get("commits") or []
+    if not commits:
+        return Markup('<p class="muted">No commit was measured.</p>')
+    width, height, left, right, top, bottom = 720, 200, 64, 20, 12, 30
+    count = max(int(result.get("range_commits") or 2), 2)
+    high = max(d for c in commits for d in c["durations_s"]) * 1.1 or 1.0
+
+    def xy(index: int, value: float) -> tuple[float, float]:
+        return left + index / (count - 1) * (width - left - right), top + (1 - value / high) * (height - top - bottom)
+
+    parts = [
+        f'<svg class="plot bisect" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+    ]
+    for tick in (0.0, high / 2, high):
+        _, ty = xy(0, tick)
+        parts.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
+            f"{escape(_seconds(tick) if tick else '0 s')}</text>"
+        )
+    culprit = result.get("culprit_index")
+    if culprit:
+        # Between the culprit's parent and the culprit: where the time changed.
+        px = (xy(culprit, 0)[0] + xy(culprit - 1, 0)[0]) / 2
+        parts.append(
+            f'<line class="culprit" x1="{px:.1f}" y1="{top}" x2="{px:.1f}" y2="{height - bottom}">'
+            f"<title>culprit: commit {culprit + 1} of {count}</title></line>"
+        )
+    for c in commits:
+        median = c["median_s"]
+        mx, my = xy(c["index"], median)
+        parts.append(
+            f'<line class="median" x1="{mx - 8:.1f}" y1="{my:.1f}" x2="{mx + 8:.1f}" y2="{my:.1f}">'
+            f"<title>commit {c['index'] + 1} {escape(c['sha'][:10])}: median {escape(_seconds(median))} "
+            f"of {len(c['durations_s'])} runs</title></line>"
+        )
+        for value in c["durations_s"]:
+            px, py = xy(c["index"], value)
+            tip = escape(_seconds(value))
+            parts.append(f'<circle class="dot" cx="{px:.1f}" cy="{py:.1f}" r="2.5"><title>{tip}</title></circle>')
+        parts.append(f'<text class="tick" x="{mx:.1f}" y="{height - 8}" text-anchor="middle">{c["index"] + 1}</text>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

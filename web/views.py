@@ -33,17 +33,17 @@ from services.diagnose.findings import Severity
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.errors import BadInput, Conflict, LagtraceError, NotFound
 from services.evidence import EvidenceKind
-from services.jobs import check_runs, lifecycle, summaries
+from services.jobs import bisect_jobs, check_runs, lifecycle, summaries
 from services.jobs import submit as submissions
 from services.jobs.sources import check_ref, check_repository_url, validation_problems
 from services.jobs.spec import JobSpec, RerunSpec, validation_context
 from services.measure.artifacts import make_artifact_store
 from services.measure.probes import PROBES, flamegraph
 from services.measure.samples import collect
-from services.models import Evidence, JobStatus, TriageStatus
+from services.models import Evidence, JobKind, JobStatus, TriageStatus
 from web import auth, catalogue, story
 from web.matrix import build_matrix
-from web.plots import percentile_trend_plot, strip_plot, trend_plot
+from web.plots import bisect_plot, percentile_trend_plot, strip_plot, trend_plot
 from web.wording import on_dashboard
 
 bp = Blueprint("web", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
@@ -521,8 +521,13 @@ def _job_page(found, rerun: dict[str, Any] | None = None, status: int = 200):
     detail = submissions.job_detail(db(), found, ctx().settings.thresholds, page=True, settings=ctx().settings)
     report = detail["report"]
     labels, rows = build_matrix(summaries.read_page(report)) if report else ([], [])
+    bisect: dict[str, Any] | None = detail.get("bisect")
+    result = bisect["result"] if bisect else None
+    plot = bisect_plot(result, f"{bisect['test']}: runs and median by commit") if bisect and result else ""
     return render_template(
         "job.html",
+        bisect=bisect,
+        bisect_plot=plot,
         busy=story.busy_machine(found, session=db()),
         job=found,
         detail=detail,
@@ -543,6 +548,8 @@ TESTS_PER_PAGE = 100
 def job_tests(job_id: int):
     """Every test of a finished job, widest spread first, a page at a time."""
     found = auth.visible_job(job_id)
+    if found.kind is JobKind.bisect:
+        raise NotFound(f"job {job_id} is a bisect of one test: its commits are on its page")
     if found.status not in lifecycle.FINISHED:
         raise NotFound(f"job {job_id} has not finished: its tests are on its page as they run")
     labels, rows = build_matrix(submissions.finished_report(db(), found, ctx().settings.thresholds))
@@ -667,11 +674,17 @@ def test_entry():
     if project_id is None or not test_id:
         # The catalogue links here with both: a bare /tests/entry names no test at all.
         raise NotFound("a test's page needs ?project=ID&id=TEST: open a test from the Tests list")
+    return _test_entry_page(project_id, test_id)
+
+
+def _test_entry_page(project_id: int, test_id: str, bisect: dict[str, Any] | None = None, status: int = 200):
+    """A test's page across jobs; ``bisect``: its bisect form as typed, with its problems (422)."""
     if project_id not in auth.project_ids():
         raise NotFound(f"project {project_id} does not exist or you cannot see it")
     project = require_project(db(), g.user, project_id)
     entry = catalogue.test_entry(db(), project, test_id)
-    if not entry.points and not entry.findings:
+    bisects = bisect_jobs.bisects_of_test(db(), project, test_id)
+    if not entry.points and not entry.findings and not bisects:
         raise NotFound(f"test {test_id!r} has no finished job in {project.name}")
     plots = [
         (
@@ -688,7 +701,43 @@ def test_entry():
         )
         for branch in entry.branches
     ]
-    return render_template("test_entry.html", entry=entry, plots=plots)
+    return render_template(
+        "test_entry.html",
+        entry=entry,
+        plots=plots,
+        bisects=bisects,
+        can_bisect=bool(project.repository_url),
+        bisect_form=bisect or {"config": "cpuset=0", "good": "", "bad": "", "problems": []},
+    ), status
+
+
+@bp.post("/tests/bisect")
+def bisect_test():
+    """The test page's bisect form: stored as the API stores it (services/jobs/bisect_jobs.py)."""
+    form = request.form
+    try:
+        project_id = int(form.get("project", ""))
+    except ValueError:
+        raise NotFound("project: choose one of yours") from None
+    test_id = form.get("test_id", "")
+    project = require_project(db(), g.user, project_id)
+    _count_submission()
+    typed = {name: form.get(name, "").strip() for name in ("config", "good", "bad")}
+    session_ = db()
+    try:
+        wanted = bisect_jobs.BisectSpec.model_validate({"project": project.name, "test": test_id, **typed})
+        job = bisect_jobs.submit_bisect(session_, ctx().settings, project, wanted, origin="web")
+    except (ValidationError, BadInput, Conflict) as exc:
+        session_.rollback()
+        problems = (
+            [{"field": p["field"], "message": f"{p['field']}: {p['message']}"} for p in validation_problems(exc)]
+            if isinstance(exc, ValidationError)
+            else [_problem(exc)]
+        )
+        return _test_entry_page(project_id, test_id, {**typed, "problems": problems}, 422)
+    session_.commit()  # the outbox sends the bisect step now
+    flash(f"Bisect of {test_id} queued as job {job.id}.")
+    return redirect(url_for("web.job", job_id=job.id))
 
 
 def _count_submission() -> None:

@@ -33,12 +33,12 @@ from services.db import make_engine, make_session_factory
 from services.jobs import outbox, sources
 from services.jobs import reconcile as reconciler
 from services.jobs import workers as registry
-from services.jobs.dispatch import FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
+from services.jobs.dispatch import BISECT, FINISH, NOTIFY, PREPARE, RECONCILE, SCREEN, Step
 from services.jobs.lease import drain
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.worker")
-# Measurement work (prepare, screen, finish): one task at a time per worker, hours long.
+# Measurement work (prepare, screen, finish, bisect): one task at a time per worker, hours long.
 QUEUE = "lagtrace"
 # Light work (the reconciler): seconds long, and served by every worker's own light pool
 # (cli/service.py), so it never waits behind a screen; behind one, the reconciler's message
@@ -432,7 +432,7 @@ def make_celery(settings: Settings) -> Celery:
         task.__name__ = task.__qualname__ = kind
         return app.task(name=task_name(kind))(task)
 
-    for kind in (PREPARE, SCREEN, FINISH, NOTIFY):
+    for kind in (PREPARE, SCREEN, FINISH, BISECT, NOTIFY):
         step_task(kind)
 
     passes = ReconcilePasses(settings.reconcile_interval_s / 2)

@@ -4,7 +4,10 @@ The search is services/jobs/bisect.py's; this module gives it its runs. Each com
 asks for is checked out once into a worktree of its own (``git worktree add --detach``,
 removed at the end), and the command, narrowed to the one test, runs there in the
 configuration through the executor, as every lagtrace run does
-(services/measure/runs.py ``run_once``): the test's time is its JUnit duration.
+(services/measure/runs.py ``run_once``): the test's time is its JUnit duration. The
+service's bisect step (services/jobs/bisect_step.py) gives it the job's session and
+configuration, a clone with the range's history and the job's executor; `lagtrace bisect`
+a scratch configuration (``scratch_config``), the user's repository and the local executor.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +26,15 @@ from sqlalchemy.orm import Session
 
 from services.errors import BadInput
 from services.jobs.bisect import BisectResult, MeasureFailed
+from services.jobs.sources import SourceError
 from services.measure import pytest_command
 from services.measure.configs import CpuConfig
 from services.measure.executors.base import Executor
 from services.measure.runs import run_once
 from services.models import Base, Job, JobConfig, Project, RunKind
+
+# git(where, *args): its output; it raises (CalledProcessError, SourceError) when git fails.
+Git = Callable[..., str]
 
 
 def commit_range(repo: Path, good: str, bad: str) -> tuple[Path, str, list[str]]:
@@ -47,70 +55,98 @@ def commit_range(repo: Path, good: str, bad: str) -> tuple[Path, str, list[str]]
             shas[flag] = _git(top, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
         except subprocess.CalledProcessError:
             raise BadInput(f"{flag} {rev}: no such commit in {top}") from None
-    if shas["--good"] == shas["--bad"]:
-        raise BadInput(f"--good {good} and --bad {bad} are the same commit: there is nothing between them")
-    if subprocess.run(["git", "-C", str(top), "merge-base", "--is-ancestor", shas["--good"], shas["--bad"]]).returncode:
-        raise BadInput(f"--good {good} is not an ancestor of --bad {bad}")
+    return top, folder, first_parent_range(_git, top, shas["--good"], shas["--bad"], (f"--good {good}", f"--bad {bad}"))
+
+
+def first_parent_range(git: Git, top: Path, good_sha: str, bad_sha: str, named: tuple[str, str]) -> list[str]:
+    """The commits from ``good_sha`` to ``bad_sha`` along the first-parent line, oldest
+    first; BadInput names the two ends as ``named`` says them (``--good REV``, ``good REV``)."""
+    good, bad = named
+    if good_sha == bad_sha:
+        raise BadInput(f"{good} and {bad} are the same commit: there is nothing between them")
+    try:
+        git(top, "merge-base", "--is-ancestor", good_sha, bad_sha)
+    except (subprocess.CalledProcessError, SourceError):
+        raise BadInput(f"{good} is not an ancestor of {bad}") from None
     # The first-parent line: a merge is one step, as the branch it landed on saw it.
-    later = _git(top, "rev-list", "--reverse", "--first-parent", f"{shas['--good']}..{shas['--bad']}").split()
-    if not later or _git(top, "rev-parse", f"{later[0]}^") != shas["--good"]:
-        raise BadInput(f"--good {good} is not on the first-parent line of --bad {bad} (a commit of a merged branch)")
-    return top, folder, [shas["--good"], *later]
+    later = git(top, "rev-list", "--reverse", "--first-parent", f"{good_sha}..{bad_sha}").split()
+    if not later or git(top, "rev-parse", f"{later[0]}^") != good_sha:
+        raise BadInput(f"{good} is not on the first-parent line of {bad} (a commit of a merged branch)")
+    return [good_sha, *later]
+
+
+@contextmanager
+def scratch_config(command: list[str], executor: Executor, config: CpuConfig) -> Iterator[tuple[Session, JobConfig]]:
+    """A job configuration in a scratch database in memory, dropped on the way out: where
+    `lagtrace bisect` stores its runs, which it keeps nothing of (the service stores them
+    with the job's own configuration)."""
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    session = Session(engine)
+    try:
+        job = Job(project=Project(name="bisect"), command=command, executor=executor.name, repeat=1)
+        job_config = JobConfig(job=job, position=0, label=config.label, cpus=config.cpus, cpuset=config.cpuset_text)
+        session.add(job_config)
+        session.flush()
+        yield session, job_config
+    finally:
+        session.close()
+        engine.dispose()
 
 
 class Checkouts:
     """The commits the search measures, each checked out once into its own worktree under
-    one temporary directory; all removed on the way out.
+    one directory (``scratch``, the caller's, or a temporary one removed on the way out);
+    the worktrees are removed on the way out.
 
-    ``run_once`` stores each run (it is what the screen and the confirm step run through);
-    a bisect keeps nothing, so its runs go to a scratch database in memory, dropped with it.
+    Each run is stored (``run_once``, what the screen and the confirm step run through) in
+    ``job_config`` with the commit it ran at; ``after_run`` is called after each (the
+    service commits there, and stops if the job was cancelled).
     """
 
     def __init__(
         self,
+        session: Session,
+        job_config: JobConfig,
         top: Path,
         folder: str,
         executor: Executor,
-        config: CpuConfig,
         command: list[str],
         test_id: str,
         timeout_s: float | None,
         progress: Callable[[str], None],
+        *,
+        scratch: Path | None = None,
+        git: Git | None = None,
+        after_run: Callable[[], None] = lambda: None,
     ):
-        self.top, self.folder, self.executor, self.config = top, folder, executor, config
+        self.session, self.job_config = session, job_config
+        self.top, self.folder, self.executor = top, folder, executor
         self.command, self.test_id, self.timeout_s = command, test_id, timeout_s
-        self.progress = progress
+        self.progress, self.after_run = progress, after_run
+        self.git: Git = git or _git
+        self.given_scratch = scratch
         self.worktrees: dict[str, tuple[Path, list[str]]] = {}
 
     def __enter__(self) -> Checkouts:
-
-        self.scratch = Path(tempfile.mkdtemp(prefix="lagtrace-bisect-"))
-        self.engine = create_engine("sqlite://")
-        Base.metadata.create_all(self.engine)
-        self.session = Session(self.engine)
-        job = Job(project=Project(name="bisect"), command=self.command, executor=self.executor.name, repeat=1)
-        self.job_config = JobConfig(
-            job=job, position=0, label=self.config.label, cpus=self.config.cpus, cpuset=self.config.cpuset_text
-        )
-        self.session.add(self.job_config)
-        self.session.flush()
+        self.scratch = self.given_scratch or Path(tempfile.mkdtemp(prefix="lagtrace-bisect-"))
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         for path, _ in self.worktrees.values():
-            git = ["git", "-C", str(self.top), "worktree", "remove", "--force", str(path)]
-            subprocess.run(git, capture_output=True, check=False)
-        subprocess.run(["git", "-C", str(self.top), "worktree", "prune"], capture_output=True, check=False)
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        self.session.close()
-        self.engine.dispose()
+            with suppress(subprocess.CalledProcessError, SourceError):
+                self.git(self.top, "worktree", "remove", "--force", str(path))
+        with suppress(subprocess.CalledProcessError, SourceError):
+            self.git(self.top, "worktree", "prune")
+        if self.given_scratch is None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _checkout(self, sha: str) -> tuple[Path, list[str]]:
         """The commit's worktree (its folder the command runs in) and the command narrowed to the test there."""
 
         if sha not in self.worktrees:
             path = self.scratch / sha[:12]
-            _git(self.top, "worktree", "add", "--detach", "--quiet", str(path), sha)
+            self.git(self.top, "worktree", "add", "--detach", "--quiet", str(path), sha)
             workdir = path / self.folder
             self.executor.prepare(workdir, self.progress)
             self.executor.check_command(self.command, workdir)
@@ -135,7 +171,7 @@ class Checkouts:
                     workdir=workdir,
                     run_dir=run_dir,
                     timeout_s=self.timeout_s,
-                    kind=RunKind.timing,
+                    kind=RunKind.bisect,
                     repetition=1 + len(self.job_config.runs),
                     test_id=self.test_id,
                 )
@@ -143,6 +179,8 @@ class Checkouts:
                 raise MeasureFailed(sha, str(exc)) from None
             finally:
                 shutil.rmtree(run_dir, ignore_errors=True)
+            measured.run.commit_sha = sha
+            self.after_run()
             result = measured.result
             if result.timed_out:
                 raise MeasureFailed(sha, f"the run timed out after {result.wall_s:.1f} s")

@@ -18,7 +18,9 @@ from typing import Protocol
 log = logging.getLogger("lagtrace.dispatch")
 
 PREPARE, SCREEN, FINISH, NOTIFY, RECONCILE = "prepare", "screen", "finish", "notify", "reconcile"
-STEPS = (PREPARE, SCREEN, FINISH, NOTIFY)
+# A bisect job's one step (services/jobs/bisect_step.py): fetch, search, measure.
+BISECT = "bisect"
+STEPS = (PREPARE, SCREEN, FINISH, BISECT, NOTIFY)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -479,10 +480,8 @@ def _git(settings: Settings, *args: str, cwd: Path) -> str:
     return done.stdout.strip()
 
 
-def _clone(source: JobSource, settings: Settings, directory: Path, commit: str | None = None) -> str:
-    # The resolved commit wins over the ref: every task of a job, and its reruns,
-    # measure the same code even if the branch moved meanwhile.
-    want = commit or source.commit_sha or source.ref or "HEAD"
+def _origin(source: JobSource, settings: Settings, directory: Path) -> None:
+    """An empty repository in ``directory`` whose origin is the job's repository URL."""
     check_repository_url(source.repository_url or "", settings)
     _git(settings, "init", "--quiet", cwd=directory)
     if urlsplit(source.repository_url or "").scheme in REMOTE_SCHEMES:
@@ -493,6 +492,79 @@ def _clone(source: JobSource, settings: Settings, directory: Path, commit: str |
         _git(settings, "config", "http.followRedirects", "false", cwd=directory)
     # `--` everywhere a URL or ref follows: neither may become an option (--upload-pack=...).
     _git(settings, "remote", "add", "--", "origin", source.repository_url or "", cwd=directory)
+
+
+def checkout_history(source: JobSource, settings: Settings, name: str) -> Path:
+    """The job's repository with the whole history of its branches and tags, nothing
+    checked out: a bisect makes a worktree of each commit it measures across a range, which
+    the one commit ``checkout`` fetches (``--depth=1``) does not hold (services/jobs/bisect_step.py)."""
+    directory = new_checkout_directory(settings, f"{source.job_id}-{name}")
+    try:
+        _origin(source, settings, directory)
+        _git(
+            settings,
+            "fetch",
+            "--quiet",
+            "--tags",
+            "--",
+            "origin",
+            "+refs/heads/*:refs/remotes/origin/*",
+            cwd=directory,
+        )
+        size = _tree_bytes(directory)
+        if size > settings.max_clone_bytes:
+            raise SourceError(
+                f"the repository's history is {size} bytes, more than {settings.max_clone_bytes} "
+                "(LAGTRACE_MAX_CLONE_BYTES)"
+            )
+        return directory
+    except BaseException:
+        remove(directory)
+        raise
+
+
+def resolve_commit(settings: Settings, directory: Path, rev: str, field: str) -> str:
+    """The commit ``rev`` names in a ``checkout_history``: a commit (full or abbreviated),
+    a tag, or a branch of origin; a full commit id on no branch is fetched alone. BadInput
+    names ``field`` and the revision."""
+    check_ref(rev)
+    for candidate in (rev, f"origin/{rev}"):
+        try:
+            return _git(
+                settings,
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                f"{candidate}^{{commit}}",
+                cwd=directory,
+            )
+        except SourceError:
+            continue
+    if SHA.match(rev):
+        try:
+            _git(settings, "fetch", "--quiet", "--no-tags", "--", "origin", rev, cwd=directory)
+            return _git(settings, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", cwd=directory)
+        except SourceError:
+            pass
+    raise BadInput(f"{field} {rev!r}: no such commit, branch or tag in the repository", field=field)
+
+
+def git_in(settings: Settings) -> Callable[..., str]:
+    """``git(where, *args)`` run as every git command of a job is (``_git``: no hooks, no
+    user configuration, the clone's limits): a bisect's worktrees are made with it."""
+
+    def git(where: Path, *args: str) -> str:
+        return _git(settings, *args, cwd=where)
+
+    return git
+
+
+def _clone(source: JobSource, settings: Settings, directory: Path, commit: str | None = None) -> str:
+    # The resolved commit wins over the ref: every task of a job, and its reruns,
+    # measure the same code even if the branch moved meanwhile.
+    want = commit or source.commit_sha or source.ref or "HEAD"
+    _origin(source, settings, directory)
     try:
         _git(settings, "fetch", "--quiet", "--no-tags", "--depth=1", "--", "origin", want, cwd=directory)
     except SourceError:
@@ -535,10 +607,20 @@ def read_config_at(source: JobSource, settings: Settings, directory: Path, commi
         raise BadInput(f"base commit {commit!r}: not a commit id")
     try:
         _git(settings, "fetch", "--quiet", "--no-tags", "--depth=1", "--", "origin", commit, cwd=directory)
+    except SourceError:
+        raise BadInput(f"the base branch has no {REPOSITORY_CONFIG_FILE} at {commit[:12]}") from None
+    return config_in_history(settings, directory, commit, "the base branch")
+
+
+def config_in_history(
+    settings: Settings, directory: Path, commit: str, whose: str = "the repository"
+) -> RepositoryConfig:
+    """`.lagtrace.yml` as it is at ``commit``, a commit the clone in ``directory`` holds."""
+    try:
         kind = _git(settings, "cat-file", "-t", f"{commit}:{REPOSITORY_CONFIG_FILE}", cwd=directory)
         mode = _git(settings, "ls-tree", commit, "--", REPOSITORY_CONFIG_FILE, cwd=directory).split(" ", 1)[0]
     except SourceError:
-        raise BadInput(f"the base branch has no {REPOSITORY_CONFIG_FILE} at {commit[:12]}") from None
+        raise BadInput(f"{whose} has no {REPOSITORY_CONFIG_FILE} at {commit[:12]}") from None
     if kind != "blob" or mode not in ("100644", "100755"):
         raise BadInput(f"{REPOSITORY_CONFIG_FILE} at {commit[:12]} is not a regular file")
     text = _git(settings, "cat-file", "blob", f"{commit}:{REPOSITORY_CONFIG_FILE}", cwd=directory)

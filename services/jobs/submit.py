@@ -17,8 +17,8 @@ from services.diagnose import change_points
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.diagnose.report_parts import ReportFinding
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs import archives, shards, summaries, workers
-from services.jobs.dispatch import PREPARE, SCREEN
+from services.jobs import archives, bisect_jobs, shards, summaries, workers
+from services.jobs.dispatch import BISECT, PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
 from services.jobs.report import build_report
@@ -222,6 +222,8 @@ def job_on_source_of(
     source = session.get(JobSource, earlier.id)
     if source is None:
         raise Conflict(f"job {earlier.id} was run with `lagtrace run`, not through the service: rerun it there")
+    if earlier.kind is JobKind.bisect:
+        raise Conflict(f"job {earlier.id} is a bisect: ask for another bisect (POST /api/v1/bisects)")
     # Read before room is made: the room may be the earlier job's own archive.
     archive = source.archive
     if source.kind == "archive":
@@ -403,17 +405,21 @@ def progress(session: Session, job: Job, settings: Settings | None = None) -> di
     prepare: TaskState | None = None
     for task in session.scalars(
         select(JobTask)
-        .where(JobTask.job_id == job.id, or_(JobTask.step == SCREEN, JobTask.name == PREPARE))
+        .where(JobTask.job_id == job.id, or_(JobTask.step.in_((SCREEN, BISECT)), JobTask.name == PREPARE))
         .order_by(JobTask.id)
     ):
-        if task.step == SCREEN:
+        # A bisect's one step measures its one configuration, as a screen does.
+        if task.step in (SCREEN, BISECT):
             screen = task
         if task.name == PREPARE:
             prepare = task.state
     done_runs = dict(
         session.execute(
             select(Run.config_id, func.count())
-            .where(Run.config_id.in_([c.id for c in job.configs]), Run.kind.in_((*COMMAND_KINDS, RunKind.focus)))
+            .where(
+                Run.config_id.in_([c.id for c in job.configs]),
+                Run.kind.in_((*COMMAND_KINDS, RunKind.focus, RunKind.bisect)),
+            )
             .group_by(Run.config_id)
         ).all()
     )
@@ -447,6 +453,8 @@ def progress(session: Session, job: Job, settings: Settings | None = None) -> di
         phase = job.status.value
     elif job.status is JobStatus.queued:
         phase = "preparing" if prepare is TaskState.running else "queued"
+    elif job.kind is JobKind.bisect:
+        phase = "bisecting"
     elif screen is not None and screen.state is TaskState.done and not shards.screening(session, job):
         phase = "diagnosing"
     else:
@@ -556,7 +564,11 @@ def job_detail(
     # queries of its ten, a tenth of the 5,000-test job's page.
     shown = None if page and job.status in FINISHED else progress(session, job, settings)
     detail = {**job_summary(session, job), "progress": shown, "report": None, "comparison": None}
-    if job.status in FINISHED:
+    if job.kind is JobKind.bisect:
+        # A bisect's answer is its result (services/jobs/bisect_jobs.py), not a report:
+        # its runs are of many commits, never one configuration's statistics.
+        detail["bisect"] = bisect_jobs.bisect_view(session, job)
+    elif job.status in FINISHED:
         parent = session.get(Job, job.parent_id) if job.parent_id else None
         compared = parent is not None and parent.status is JobStatus.done
         # Without the report, it is read only for the comparison with the parent, which

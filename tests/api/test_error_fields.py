@@ -15,6 +15,7 @@ from tests.api.test_validation import INVALID_JOBS, VALID
 REPOSITORY = {"url": "https://example.com/repo.git"}
 NO_AUTH = {"Authorization": ""}
 BAD_TOKEN = {"Authorization": "Bearer lt_not-a-token"}
+BISECT = {"project": "demo", "test": "test_x.py::test_y", "config": "cpuset=0", "good": "v1", "bad": "main"}
 
 
 def upload(job: dict | str, archive: bytes | None = b"x") -> dict:
@@ -60,6 +61,14 @@ CASES: list[tuple[str, str, dict, int, str]] = [
     ("POST", "/api/v1/jobs/{job}/rerun", {"json": {"configs": ["cpuset=0"], "test": "x"}}, 422, "test"),
     ("POST", "/api/v1/jobs/{job}/rerun", {"data": "x", "content_type": "text/plain"}, 415, "header.Content-Type"),
     ("POST", "/api/v1/jobs/999999/rerun", {"json": {"configs": ["cpuset=0"]}}, 404, "path.job_id"),
+    ("POST", "/api/v1/bisects", {"json": BISECT, "headers": NO_AUTH}, 401, "header.Authorization"),
+    ("POST", "/api/v1/bisects", {"data": b"{not json", "content_type": "application/json"}, 400, "(body)"),
+    ("POST", "/api/v1/bisects", {"data": json.dumps(BISECT), "content_type": "text/plain"}, 415, "header.Content-Type"),
+    ("POST", "/api/v1/bisects", {"json": BISECT}, 422, "project"),  # demo has no registered repository
+    ("POST", "/api/v1/bisects", {"json": {**BISECT, "project": "other"}}, 422, "project"),
+    ("POST", "/api/v1/bisects", {"json": {key: v for key, v in BISECT.items() if key != "test"}}, 422, "test"),
+    ("POST", "/api/v1/bisects", {"json": {**BISECT, "config": "cpuset=x"}}, 422, "config"),
+    ("POST", "/api/v1/bisects", {"json": {**BISECT, "good": "a..b"}}, 422, "good"),
     ("GET", "/api/v1/findings", {"query_string": {"severity": "huge"}}, 422, "query.severity"),
     ("GET", "/api/v1/findings", {"query_string": {"job_id": "0"}}, 422, "query.job_id"),
     ("GET", "/api/v1/findings", {"query_string": {"status": "gone"}}, 422, "query.status"),
