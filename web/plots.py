@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 
 from markupsafe import Markup, escape
 
@@ -171,17 +172,7 @@ def percentile_trend_plot(
         share = i / (count - 1) if count > 1 else 0.5
         return left + share * (width - left - right), top + (1 - value / high) * (height - top - bottom)
 
-    parts = [
-        f'<svg class="plot trend" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
-    ]
-    for tick in (0.0, high / 2, high):
-        _, ty = xy(0, tick)
-        parts.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>')
-        parts.append(
-            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
-            f"{escape(_seconds(tick) if tick else '0 s')}</text>"
-        )
+    parts = _frame("trend", title, width, height, left, right, high, xy)
     for n, label in enumerate(labels):
         for name, css in (("p50", "series"), ("p95", "series p95")):
             line = [(i, getattr(p, name)[label]) for i, p in enumerate(points) if label in getattr(p, name)]
@@ -253,17 +244,7 @@ def bisect_plot(result: dict, title: str) -> Markup:
     def xy(index: int, value: float) -> tuple[float, float]:
         return left + index / (count - 1) * (width - left - right), top + (1 - value / high) * (height - top - bottom)
 
-    parts = [
-        f'<svg class="plot bisect" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
-    ]
-    for tick in (0.0, high / 2, high):
-        _, ty = xy(0, tick)
-        parts.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>')
-        parts.append(
-            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
-            f"{escape(_seconds(tick) if tick else '0 s')}</text>"
-        )
+    parts = _frame("bisect", title, width, height, left, right, high, xy)
     culprit = result.get("culprit_index")
     if culprit:
         # Between the culprit's parent and the culprit: where the time changed.
@@ -287,3 +268,28 @@ def bisect_plot(result: dict, title: str) -> Markup:
         parts.append(f'<text class="tick" x="{mx:.1f}" y="{height - 8}" text-anchor="middle">{c["index"] + 1}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def _frame(
+    kind: str,
+    title: str,
+    width: int,
+    height: int,
+    left: int,
+    right: int,
+    high: float,
+    xy: Callable[[int, float], tuple[float, float]],
+) -> list[str]:
+    """A plot's opening tag and its seconds axis: three grid lines, 0, half and ``high``."""
+    parts = [
+        f'<svg class="plot {kind}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+    ]
+    for tick in (0.0, high / 2, high):
+        _, ty = xy(0, tick)
+        parts.append(f'<line class="grid" x1="{left}" y1="{ty:.1f}" x2="{width - right}" y2="{ty:.1f}"/>')
+        parts.append(
+            f'<text class="tick" x="{left - 6}" y="{ty + 4:.1f}" text-anchor="end">'
+            f"{escape(_seconds(tick) if tick else '0 s')}</text>"
+        )
+    return parts

@@ -418,6 +418,13 @@ def _typed(form) -> dict[str, Any]:
     }
 
 
+def _form_problems(exc: ValidationError | LagtraceError) -> list[dict[str, str]]:
+    """A rejected form's problems, each naming its field, as the page lists them."""
+    if isinstance(exc, ValidationError):
+        return [{"field": p["field"], "message": f"{p['field']}: {p['message']}"} for p in validation_problems(exc)]
+    return [_problem(exc)]
+
+
 def _problem(exc: LagtraceError) -> dict[str, str]:
     """A domain error as a form's problem: the field it names (BadInput), and the message."""
     return {"field": getattr(exc, "field", None) or "", "message": str(exc)}
@@ -729,12 +736,7 @@ def bisect_test():
         job = bisect_jobs.submit_bisect(session_, ctx().settings, project, wanted, origin="web")
     except (ValidationError, BadInput, Conflict) as exc:
         session_.rollback()
-        problems = (
-            [{"field": p["field"], "message": f"{p['field']}: {p['message']}"} for p in validation_problems(exc)]
-            if isinstance(exc, ValidationError)
-            else [_problem(exc)]
-        )
-        return _test_entry_page(project_id, test_id, {**typed, "problems": problems}, 422)
+        return _test_entry_page(project_id, test_id, {**typed, "problems": _form_problems(exc)}, 422)
     session_.commit()  # the outbox sends the bisect step now
     flash(f"Bisect of {test_id} queued as job {job.id}.")
     return redirect(url_for("web.job", job_id=job.id))
@@ -768,12 +770,7 @@ def rerun(job_id: int):
     except (ValidationError, BadInput, Conflict) as exc:
         # Back on the page the form was on, filled in as typed, every problem listed.
         session_.rollback()
-        problems = (
-            [{"field": p["field"], "message": f"{p['field']}: {p['message']}"} for p in validation_problems(exc)]
-            if isinstance(exc, ValidationError)
-            else [_problem(exc)]
-        )
-        typed = {**_typed(request.form), "problems": problems}
+        typed = {**_typed(request.form), "problems": _form_problems(exc)}
         if test_id is not None:
             return _test_page(parent, test_id, rerun=typed, status=422)
         return _job_page(parent, rerun=typed, status=422)

@@ -28,8 +28,7 @@ from services.errors import BadInput
 from services.jobs import lifecycle, sources
 from services.jobs.bisect import BisectResult, Budget, bisect
 from services.jobs.bisect_checkouts import Checkouts, first_parent_range
-from services.jobs.engine import JobCancelled, node_slot
-from services.jobs.lease import hold
+from services.jobs.engine import JobCancelled, node_slot, stop_if_cancelled
 from services.jobs.node_class import NodeClass
 from services.jobs.spec import enforce_policy
 from services.jobs.workspace import Checkpoint, executor_for, progress_of, stored_source
@@ -38,20 +37,6 @@ from services.measure.configs import cpu_config, cpus_touched, parse_spec
 from services.measure.confirm import rule_of
 from services.models import Bisect, Job, JobConfig, JobSource, JobStatus, JobTask, TaskState
 from services.settings import Settings
-
-
-def _checkpoint(session: Session, job: Job, task: JobTask) -> Checkpoint:
-    """Commit what was measured while the step is still ours, then stop if the job was
-    cancelled meanwhile (the screen's checkpoint: services/jobs/engine.py)."""
-
-    def checkpoint() -> None:
-        hold(session, task)
-        session.commit()
-        session.refresh(job, ["status"])
-        if job.status is JobStatus.cancelled:
-            raise JobCancelled
-
-    return checkpoint
 
 
 def bisect_step(session: Session, settings: Settings, task: JobTask) -> None:
@@ -68,7 +53,7 @@ def bisect_step(session: Session, settings: Settings, task: JobTask) -> None:
         session.delete(run)
     wanted.result = None
     lifecycle.mark_running(job)
-    checkpoint = _checkpoint(session, job, task)
+    checkpoint = stop_if_cancelled(session, job, task)
     try:
         checkpoint()
         result = _search(session, settings, job, source, wanted, config, checkpoint)

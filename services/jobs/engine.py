@@ -320,7 +320,7 @@ class JobCancelled(Exception):
     """Raised at a checkpoint once the job was cancelled: the step stops there."""
 
 
-def _stop_if_cancelled(session: Session, job: Job, task: JobTask) -> Checkpoint:
+def stop_if_cancelled(session: Session, job: Job, task: JobTask) -> Checkpoint:
     """A checkpoint: commit what was measured (if the step is still ours), then stop if the
     job was cancelled meanwhile."""
 
@@ -415,7 +415,7 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = _stop_if_cancelled(session, job, task)
+    checkpoint = stop_if_cancelled(session, job, task)
     # One shard of the job's tests (services/jobs/shards.py), or the whole suite.
     shard = shards.shard_of(session, task)
     try:
@@ -464,7 +464,7 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = _stop_if_cancelled(session, job, task)
+    checkpoint = stop_if_cancelled(session, job, task)
     whole_node = lambda: drill_lock(settings, job, progress_of(job))  # noqa: E731
     try:
         with checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):
