@@ -714,8 +714,33 @@ def _test_entry_page(project_id: int, test_id: str, bisect: dict[str, Any] | Non
         plots=plots,
         bisects=bisects,
         can_bisect=bool(project.repository_url),
-        bisect_form=bisect or {"config": "cpuset=0", "good": "", "bad": "", "problems": []},
+        bisect_form=bisect or _bisect_form_of(entry),
     ), status
+
+
+def _bisect_form_of(entry: catalogue.TestEntry) -> dict[str, Any]:
+    """The bisect form as the page offers it: filled from the newest step the test's
+    history shows (slower_since: between its last fast and its first slow commit, in the
+    configuration that showed it), so that one click asks which commit of that push did it;
+    empty where there is none."""
+    steps = [
+        (finding, step)
+        for branch in entry.branches
+        for finding, _ in entry.change_points(branch)
+        if isinstance(step := metrics_of(finding.kind, finding.metrics), SlowerSinceMetrics)
+        and step.first_slow.commit
+        and step.last_fast.commit
+    ]
+    if not steps:
+        return {"config": "cpuset=0", "good": "", "bad": "", "problems": [], "from_step": None}
+    finding, step = max(steps, key=lambda pair: pair[0].id)
+    return {
+        "config": finding.config_label or "cpuset=0",
+        "good": step.last_fast.commit,
+        "bad": step.first_slow.commit,
+        "problems": [],
+        "from_step": finding,
+    }
 
 
 @bp.post("/tests/bisect")

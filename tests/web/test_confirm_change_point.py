@@ -4,9 +4,10 @@ head, as a pull request's are: the last fast commit as the base, the first slow 
 from __future__ import annotations
 
 import random
+from urllib.parse import quote
 
 from services.jobs.dispatch import PREPARE
-from services.models import Finding, Job, JobSource, JobTask
+from services.models import Finding, Job, JobSource, JobTask, Project
 from tests.support import branch_history
 
 
@@ -56,3 +57,24 @@ def test_confirm_submits_a_base_against_head_job_of_the_two_commits(dashboard):
         assert session.query(JobTask).filter_by(job_id=job_id, name=PREPARE).count() == 1
     html = dashboard.page(f"/jobs/{job_id}")
     assert first_slow[:10] in html and last_fast[:10] in html
+
+
+def test_the_tests_page_offers_to_bisect_the_push_that_made_the_step(dashboard):
+    # A step between two pushes may be many commits: the test's page fills its bisect form
+    # with the last fast and the first slow commit, in the step's configuration.
+    dashboard.add_user("ann", ["shop"])
+    rng = random.Random(24)
+    with dashboard.session_factory() as session:
+        for n in range(branch_history.STEP_AT + 4):
+            branch_history.push(session, dashboard.settings, rng, n)
+        session.query(Project).filter_by(name="shop").one().repository_url = "https://example.invalid/shop.git"
+        session.commit()
+        finding = session.query(Finding).filter_by(kind="slower_since").one()
+        project_id, finding_id = finding.job.project_id, finding.id
+    assert dashboard.sign_in("ann").status_code == 302
+    page = dashboard.page(f"/tests/entry?project={project_id}&id={quote(branch_history.STEPPED)}")
+    form = page[page.index('id="bisect-form"') :]
+    assert f'name="good" required maxlength="255" value="{branch_history.commit(branch_history.STEP_AT - 1)}"' in form
+    assert f'name="bad" required maxlength="255" value="{branch_history.commit(branch_history.STEP_AT)}"' in form
+    assert f'name="config" required maxlength="200" value="{branch_history.CONFIG}"' in form
+    assert f'href="/findings/{finding_id}"' in form
