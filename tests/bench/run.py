@@ -204,6 +204,21 @@ BENCHMARKS = [
         in_quick=False,
     ),
     Benchmark(
+        "bisect",
+        "tests.bench.bench_bisect:run",
+        (
+            "culprit named, test_slow",
+            "culprit named, test_handoff",
+            "runs per job, test_slow",
+            "runs per job, test_handoff",
+            "range with no change",
+            "runs recorded / runs taken",
+        ),
+        what="bisect jobs through the API and a worker on a 16-commit repository: a 2x slowdown at commit 6, "
+        "a CPU-sensitive hand-off at commit 12, a test that never changes",
+        in_quick=False,
+    ),
+    Benchmark(
         "false_positives",
         "tests.bench.bench_false_positives:run",
         ("false cpu_sensitivity per test",),
