@@ -152,7 +152,8 @@ def test_works():
 
 def test_the_plugin_counts_each_test_s_work_switches_and_blocked_loop_in_a_real_pytest_run(tmp_path):
     """The census's plugin in a pytest run of its own (no strace: what it counts is the
-    process's, not the tracer's): the blocked test's 0.2 s, and none for the test that awaits."""
+    process's, not the tracer's): the blocked test's 0.2 s, and at most a preempted sliver
+    for the test that awaits."""
     (tmp_path / "test_plugged.py").write_text(PLUGGED_SUITE)
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -171,7 +172,11 @@ def test_the_plugin_counts_each_test_s_work_switches_and_blocked_loop_in_a_real_
     )
     assert 0.19 <= blocked["loop_blocked_s"] <= blocked["wall_s"] and blocked["loop_held"] >= 1, blocked
     assert blocked["loop_longest_s"] >= 0.19 and blocked["cpu_s"] < 0.1, blocked
-    assert "loop_blocked_s" not in awaits and awaits["wall_s"] >= 0.1, awaits
+    # The awaiting test's callbacks take microseconds; on a busy machine one preempted in
+    # the middle can outlast the 5 ms floor (CI's parallel tier: 21 involuntary switches in
+    # it), and the census counts what the wall clock saw. Its seconds stay far from the
+    # blocked test's, under the 0.1 s event_loop_blocked needs to suspect a test.
+    assert awaits.get("loop_blocked_s", 0.0) < 0.05 and awaits["wall_s"] >= 0.1, awaits
     assert works["cpu_s"] > 0.01 and works["voluntary_switches"] >= 0 and works["involuntary_switches"] >= 0, works
     assert census.suspects(
         CensusContent(tests={test_id: CensusTest.model_validate(row) for test_id, row in counted.items()}),
