@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 TEST_FILE = """import time
@@ -30,16 +31,25 @@ def make_history(
     """``commits`` commits on ``main``, oldest first: each changes notes.txt, and from commit
     ``slower_from`` (0-based) test_slow sleeps ``slow_s`` instead of ``fast_s``. With
     ``lagtrace_yml``, every commit has that .lagtrace.yml."""
+    files = {".lagtrace.yml": lagtrace_yml} if lagtrace_yml else {}
+    return commit_series(
+        repo,
+        commits,
+        lambda index: {**files, "test_work.py": TEST_FILE.format(seconds=slow_s if index >= slower_from else fast_s)},
+    )
+
+
+def commit_series(repo: Path, commits: int, files_at: Callable[[int], dict[str, str]]) -> list[str]:
+    """A new repository of ``commits`` commits on ``main``, oldest first, each writing
+    ``files_at(index)`` and changing notes.txt; their shas."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.email", "bisect@example.com")
     git(repo, "config", "user.name", "bisect")
     shas = []
     for index in range(commits):
-        (repo / "test_work.py").write_text(TEST_FILE.format(seconds=slow_s if index >= slower_from else fast_s))
-        (repo / "notes.txt").write_text(f"change {index}\n")
-        if lagtrace_yml:
-            (repo / ".lagtrace.yml").write_text(lagtrace_yml)
+        for name, text in {**files_at(index), "notes.txt": f"change {index}\n"}.items():
+            (repo / name).write_text(text)
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"change {index}")
         shas.append(git(repo, "rev-parse", "HEAD"))
@@ -125,23 +135,16 @@ def make_two_change_history(
     commit ``slower_from`` (0-based) test_slow sleeps ``slow_s`` instead of ``fast_s``; from
     commit ``handoff_from`` test_handoff makes its ``round_trips`` through an echo thread
     while a thread crunches (before, in its own thread); test_steady never changes."""
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "config", "user.email", "bisect@example.com")
-    git(repo, "config", "user.name", "bisect")
-    shas = []
-    for index in range(commits):
-        (repo / "test_work.py").write_text(
-            THREE_TESTS_FILE.format(
+    return commit_series(
+        repo,
+        commits,
+        lambda index: {
+            "test_work.py": THREE_TESTS_FILE.format(
                 round_trips=round_trips,
                 slow_s=slow_s if index >= slower_from else fast_s,
                 handoff_base_s=handoff_base_s,
                 handoff="_round_trips_handed_off" if index >= handoff_from else "_round_trips_alone",
                 steady_s=steady_s,
             )
-        )
-        (repo / "notes.txt").write_text(f"change {index}\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", f"change {index}")
-        shas.append(git(repo, "rev-parse", "HEAD"))
-    return shas
+        },
+    )
