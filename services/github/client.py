@@ -2,7 +2,9 @@
 
 The check run speaks: a table of the tests slower than the pull request's base and of
 the findings, annotations on the lines that define the tests, a "Rerun with other CPUs"
-action, and a conclusion that follows triage and the project's `fail_on` policy.
+action, and a conclusion that follows triage and the project's `fail_on` policy. A bisect
+job has a check run of its own beside the push's (bisect_check_run_body): the culprit, the
+pairs judged and the cost, neutral whatever it found.
 
 The REST client is plain urllib on purpose: two endpoints, JSON in and out, and the
 base URL comes from LAGTRACE_GITHUB_API_URL (GitHub Enterprise, or a test server).
@@ -21,10 +23,11 @@ from typing import Any
 from services.diagnose.findings import SEVERITY_ORDER, format_seconds
 from services.diagnose.report_parts import ReportFinding
 from services.errors import LagtraceError
+from services.jobs.bisect import CULPRIT, NO_CULPRIT
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
 from services.jobs.report_schema import BaseChange, GateTestRow, Report, ReportGate, judged_runs
 from services.jobs.spec import DEFAULT_FAIL_ON
-from services.models import Job, JobKind, JobSource, JobStatus
+from services.models import Bisect, Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
 
 SIGNATURE_PREFIX = "sha256="
@@ -36,6 +39,10 @@ MAX_SUMMARY_CHARS = 65_000
 MAX_ANNOTATIONS = 50
 MAX_ANNOTATION_CHARS = 4_000
 RERUN_OTHER_CPUS = "rerun_other_cpus"
+# A bisect's check run: the pairs it judged shown in its summary (the rest on the dashboard),
+# and how much of a commit's subject or a test id its one-line title keeps.
+BISECT_PAIRS_SHOWN = 40
+TITLE_PART_CHARS = 200
 
 
 class GitHubError(LagtraceError):
@@ -134,8 +141,13 @@ def conclusion(job: Job, report: Report | None, fail_on: list[str] | None = None
     return "neutral" if report and any(is_open(f) for f in report.findings) else "success"
 
 
-def check_run_body(settings: Settings, job: Job, source: JobSource, report: Report | None) -> dict[str, Any]:
-    """The check run's payload (the JSON edge: the report is read typed up to here)."""
+def check_run_body(
+    settings: Settings, job: Job, source: JobSource, report: Report | None, bisect: Bisect | None = None
+) -> dict[str, Any]:
+    """The check run's payload (the JSON edge: the report is read typed up to here). A bisect
+    job's is its own (``bisect``, its Bisect row: bisect_check_run_body)."""
+    if job.kind is JobKind.bisect:
+        return bisect_check_run_body(settings, job, source, bisect)
     body: dict[str, Any] = {
         "name": settings.github_check_name,
         "head_sha": source.github_head_sha,
@@ -341,6 +353,192 @@ def _change(test: GateTestRow) -> str:
     if test.ratio_low is None or test.ratio_high is None:
         return f"{test.ratio:.2f}x"
     return f"{test.ratio:.2f}x ({test.ratio_low:.2f}x to {test.ratio_high:.2f}x)"
+
+
+# --- A bisect's check run (docs/explanations/bisect.md, docs/guides/service.md) --------
+
+SHA = re.compile(r"[0-9a-f]{7,64}")
+
+
+def check_run_head_sha(source: JobSource, bisect: Bisect | None = None) -> str | None:
+    """The commit a job's check run is on: the one pushed; for a bisect without one (asked
+    for by hand), its bad end once the step resolved it. None: nothing to attach it to yet."""
+    return source.github_head_sha or (bisect.bad_sha if bisect is not None else None)
+
+
+def bisect_check_run_body(settings: Settings, job: Job, source: JobSource, bisect: Bisect | None) -> dict[str, Any]:
+    """A bisect job's check run, named apart from the push's own (which it must not replace
+    on the commit), on the bad end. Once the search ended it is neutral whatever it found
+    (a culprit is information, it fails nothing); a failed or cancelled job is as any job's.
+    No "Rerun other CPUs": a bisect measures one configuration (tests/unit/services/github/
+    test_bisect_check_run.py)."""
+    body: dict[str, Any] = {
+        "name": f"{settings.github_check_name} bisect",
+        "head_sha": check_run_head_sha(source, bisect),
+        "details_url": dashboard_url(settings, job),
+        "external_id": str(job.id),
+    }
+    output = {"title": _bisect_title(job, bisect), "summary": bisect_summary(settings, job, bisect)}
+    if job.status in (JobStatus.queued, JobStatus.running):
+        return {**body, "status": "in_progress", "output": output}
+    return {
+        **body,
+        "status": "completed",
+        "conclusion": "neutral" if job.status is JobStatus.done else conclusion(job, None),
+        "output": output,
+    }
+
+
+def _clip(text: str, chars: int = TITLE_PART_CHARS) -> str:
+    text = _one_line(text).strip()
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def _bisect_config(job: Job, result: dict[str, Any] | None) -> str:
+    return job.configs[0].label if job.configs else str((result or {}).get("config") or "")
+
+
+def _revision(asked: str, sha: str | None) -> str:
+    """A revision as asked for, with the commit it resolved to (short) when that is news."""
+    if sha is None or (SHA.fullmatch(asked) and sha.startswith(asked)):
+        return asked[:10] if SHA.fullmatch(asked) else asked
+    return f"{asked} ({sha[:10]})"
+
+
+def _bisect_title(job: Job, bisect: Bisect | None) -> str:
+    if bisect is None:
+        return f"lagtrace bisect job {job.id} {job.status.value}"
+    result, test = bisect.result, _clip(bisect.test_id)
+    if job.status in (JobStatus.queued, JobStatus.running):
+        return (
+            f"Bisecting {test} in {_bisect_config(job, result)} between "
+            f"{_revision(bisect.good, bisect.good_sha)} and {_revision(bisect.bad, bisect.bad_sha)}"
+        )
+    if job.status is not JobStatus.done:
+        return f"Bisect {job.status.value}" + (f": {_clip(job.error)}" if job.error else "")
+    if result is None:
+        return "Bisect ended with no result"
+    if result["verdict"] == CULPRIT:
+        subject = f" {_clip(result['culprit_subject'])}" if result.get("culprit_subject") else ""
+        ratio = f" ({result['ratio']:.2f}x)" if result["ratio"] is not None else ""
+        return f"Culprit: {result['culprit'][:10]}{subject}{ratio}"
+    if result["verdict"] == NO_CULPRIT:
+        return f"No commit changed {test}"
+    return f"Undecided: {_clip(result['reason'])}"
+
+
+def bisect_summary(settings: Settings, job: Job, bisect: Bisect | None) -> str:
+    """The request, the verdict with its ratio and interval, the commits measured, the pairs
+    judged, the cost, and the job on the dashboard (services/jobs/bisect.py as_json's keys)."""
+    url = dashboard_url(settings, job)
+    lines = [f"**lagtrace bisect, job [{job.id}]({url})**: {job.status.value}", ""]
+    if job.error:
+        lines += [f"Error: {_code(job.error[:500], in_table=False)}", ""]
+    if bisect is None:
+        return "\n".join(lines)
+    result = bisect.result
+    lines += _bisect_request(job, bisect, result)
+    if result is None:
+        running = job.status in (JobStatus.queued, JobStatus.running)
+        lines.append("The search is running: its verdict appears here when it ends." if running else "No result.")
+        return "\n".join(lines)[:MAX_SUMMARY_CHARS]
+    lines += _bisect_verdict(result)
+    lines += _bisect_commits(result)
+    lines += _bisect_pairs(result)
+    cost = result["cost"]
+    lines += [
+        f"Cost: {cost['says']} (the wall time of the runs, each a whole pytest process).",
+        "",
+        f"Every run, and each commit's times plotted by commit: [the job on the dashboard]({url}).",
+    ]
+    return "\n".join(lines)[:MAX_SUMMARY_CHARS]
+
+
+def _full(asked: str, sha: str | None) -> str:
+    if sha is None or sha == asked:
+        return _code(asked, in_table=False)
+    return f"{_code(asked, in_table=False)} ({_code(sha, in_table=False)})"
+
+
+def _bisect_request(job: Job, bisect: Bisect, result: dict[str, Any] | None) -> list[str]:
+    commits = f": {result['range_commits']} commits along the first-parent line" if result else ""
+    return [
+        "### Request",
+        "",
+        f"- Test: {_code(bisect.test_id, in_table=False)}",
+        f"- Configuration: {_code(_bisect_config(job, result), in_table=False)}",
+        f"- Range: good {_full(bisect.good, bisect.good_sha)} .. bad {_full(bisect.bad, bisect.bad_sha)}{commits}",
+        "",
+    ]
+
+
+def _bisect_ratio(ratio: float | None, low: float | None, high: float | None) -> str:
+    if ratio is None:
+        return "-"
+    interval = f" ({low:.2f}x to {high:.2f}x)" if low is not None and high is not None else ""
+    return f"{ratio:.2f}x{interval}"
+
+
+def _bisect_verdict(result: dict[str, Any]) -> list[str]:
+    verdict = result["verdict"]
+    lines = [f"### Verdict: {verdict.replace('_', ' ')}", ""]
+    if verdict != CULPRIT:
+        return [*lines, _text(result["reason"]), ""]
+    index, count = result["culprit_index"], result["range_commits"]
+    subject = f" {_text(result['culprit_subject'])}" if result.get("culprit_subject") else ""
+    ratio, low, high = result["ratio"], result["ratio_low"], result["ratio_high"]
+    times = f": {ratio:.2f}x its parent {_code(result['culprit_parent'], in_table=False)}'s time" if ratio else ""
+    if times and low is not None and high is not None:
+        times += f", interval {low:.2f}x to {high:.2f}x"
+    lines.append(
+        f"{_code(result['culprit'], in_table=False)}{subject} (commit {index + 1} of {count}) made the test "
+        f"{result['direction']}{times}."
+    )
+    if result["also"]:
+        also = ", ".join(_code(sha[:10], in_table=False) for sha in result["also"])
+        lines.append(f"\nAlso {result['direction']} than its parent: {also}.")
+    return [*lines, ""]
+
+
+def _bisect_commits(result: dict[str, Any]) -> list[str]:
+    measured, count = result["commits"], result["range_commits"]
+    lines = [
+        f"### Commits measured ({len(measured)} of {count})",
+        "",
+        "| commit | sha | median | runs |",
+        "|---|---|---|---|",
+    ]
+    for commit in measured[:BISECT_PAIRS_SHOWN]:
+        culprit = " (culprit)" if commit["sha"] == result["culprit"] else ""
+        lines.append(
+            f"| {commit['index'] + 1} of {count} | {_code(commit['sha'][:10])}{culprit} "
+            f"| {format_seconds(commit['median_s'])} | {len(commit['durations_s'])} |"
+        )
+    if len(measured) > BISECT_PAIRS_SHOWN:
+        lines.append(f"| | and {len(measured) - BISECT_PAIRS_SHOWN} more on the dashboard | | |")
+    return [*lines, ""]
+
+
+def _bisect_pairs(result: dict[str, Any]) -> list[str]:
+    pairs, count = result["pairs"], result["range_commits"]
+    place = {commit["sha"]: commit["index"] + 1 for commit in result["commits"]}
+    lines = [
+        f"### Pairs judged ({len(pairs)})",
+        "",
+        "| earlier | later | runs each | later/earlier (interval) | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for pair in pairs[:BISECT_PAIRS_SHOWN]:
+        said = pair["direction"] or pair["verdict"]
+        lines.append(
+            f"| {_code(pair['good'][:10])} ({place.get(pair['good'], '?')} of {count}) "
+            f"| {_code(pair['bad'][:10])} ({place.get(pair['bad'], '?')} of {count}) | {pair['runs']} "
+            f"| {_bisect_ratio(pair['ratio'], pair['ratio_low'], pair['ratio_high'])} "
+            f"| {f'**{said}**' if pair['direction'] else said} |"
+        )
+    if len(pairs) > BISECT_PAIRS_SHOWN:
+        lines.append(f"| | and {len(pairs) - BISECT_PAIRS_SHOWN} more on the dashboard | | | |")
+    return [*lines, ""]
 
 
 # Test ids, titles, notes and errors come from the repository's code: what they hold must

@@ -11,10 +11,10 @@ import datetime as dt
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.github.client import GitHubClient, GitHubError, check_run_body
+from services.github.client import GitHubClient, GitHubError, check_run_body, check_run_head_sha
 from services.jobs import lifecycle, summaries
 from services.jobs.report import build_report
-from services.models import JobSource, JobTask, TaskState, database_now
+from services.models import Bisect, JobKind, JobSource, JobTask, TaskState, database_now
 from services.settings import Settings
 
 
@@ -25,12 +25,22 @@ def notify_github(session: Session, settings: Settings, task: JobTask) -> None:
     if source is None or not source.github_repository:
         task.state = TaskState.done
         return
-    report = (
-        (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
-        if job.status in lifecycle.FINISHED
-        else None
-    )
-    body = check_run_body(settings, job, source, report)
+    if job.kind is JobKind.bisect:
+        # A bisect has no report: its check run reads the Bisect row (services/github/client.py
+        # bisect_check_run_body). Asked for by hand it has no pushed commit, and its bad end
+        # is known once the step resolved it: before that, nothing to attach a check run to.
+        bisect = session.get(Bisect, job.id)
+        if check_run_head_sha(source, bisect) is None:
+            task.state = TaskState.done
+            return
+        body = check_run_body(settings, job, source, None, bisect)
+    else:
+        report = (
+            (summaries.stored_report(session, job) or build_report(job, settings.thresholds))
+            if job.status in lifecycle.FINISHED
+            else None
+        )
+        body = check_run_body(settings, job, source, report)
     client = GitHubClient(settings)
     try:
         if source.github_check_run_id:
