@@ -420,6 +420,13 @@ class JobSource(Base):
     pull_request_url: Mapped[str | None] = mapped_column(Text)
     # What fails the check run (.lagtrace.yml `fail_on`; None: the default policy).
     fail_on: Mapped[list[Any] | None] = mapped_column(JSON)
+    # A push: the commit its branch pointed at before, and how many commits it brought
+    # (the webhook's `before` and `commits`). A regression its gate finds on several
+    # commits is bisected between the two (services/jobs/bisect_jobs.py bisect_regressions)
+    # unless .lagtrace.yml's `bisect_regressions` is false (None: the default, true).
+    before_commit_sha: Mapped[str | None] = mapped_column(String(64))
+    pushed_commits: Mapped[int | None] = mapped_column(Integer)
+    bisect_regressions: Mapped[bool | None] = mapped_column()
 
     job: Mapped[Job] = relationship()
 
@@ -441,8 +448,10 @@ class Bisect(Base):
     bad_sha: Mapped[str | None] = mapped_column(String(64))
     # services/jobs/bisect.py BisectResult.as_json(); None until the search ends.
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The push's gate whose regression started it (None: asked for by hand).
+    started_by_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
 
-    job: Mapped[Job] = relationship()
+    job: Mapped[Job] = relationship(foreign_keys=[job_id])
 
 
 class BaseComparison(Base):

@@ -24,10 +24,11 @@ from sqlalchemy.orm import Session
 
 from services.errors import BadInput, Conflict, LagtraceError, NotFound, Unauthorized
 from services.github.client import RERUN_OTHER_CPUS, signature_valid
+from services.jobs.bisect_jobs import rerun_bisect
 from services.jobs.lifecycle import cancel_job
-from services.jobs.sources import describe_validation_error
-from services.jobs.submit import PullRequestRef, rerun_job, submit_job
-from services.models import Job, JobSource, Project, WebhookDelivery
+from services.jobs.sources import SHA, describe_validation_error
+from services.jobs.submit import PullRequestRef, PushedRange, rerun_job, submit_job
+from services.models import Job, JobKind, JobSource, Project, WebhookDelivery
 from services.settings import Settings
 
 PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
@@ -80,9 +81,19 @@ class RepositoryRef(BaseModel):
     full_name: str
 
 
+class PushedCommit(BaseModel):
+    id: str
+
+
 class PushEvent(BaseModel):
     ref: str
     after: str
+    # The branch's commit before the push (all zeros for a new branch) and the commits the
+    # push brought (GitHub lists at most 2,048): a gate's regression on several of them is
+    # bisected between before and after (services/jobs/bisect_jobs.py bisect_regressions).
+    before: str | None = None
+    commits: list[PushedCommit] = []
+    forced: bool = False
     deleted: bool = False
     repository: Repository
 
@@ -268,7 +279,13 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
             return Outcome("ignored: branch deleted")
         branch = push.ref.removeprefix("refs/heads/") if push.ref.startswith("refs/heads/") else None
         return _start(
-            session, settings, _registered(project, push.repository), ref=push.ref, sha=push.after, branch=branch
+            session,
+            settings,
+            _registered(project, push.repository),
+            ref=push.ref,
+            sha=push.after,
+            branch=branch,
+            pushed=_pushed_range(push),
         )
     if event == "pull_request":
         pull = _parse(PullRequestEvent, payload, event)
@@ -301,6 +318,10 @@ def _dispatch(session: Session, settings: Settings, event: str, payload: object,
         )
         if parent is None:
             return Outcome("ignored: not a lagtrace check run")
+        if parent.kind is JobKind.bisect:
+            # A bisect's check run offers no action; GitHub's "Re-run" searches again.
+            job = rerun_bisect(session, settings, parent)
+            return Outcome(f"bisect again: job {job.id} repeats job {parent.id}", job.id)
         if check.action == "requested_action":
             configs = other_cpus([config.label for config in parent.configs])
             job = rerun_job(session, settings, parent, configs=configs, origin="github")
@@ -315,6 +336,14 @@ def other_cpus(labels: list[str]) -> list[str]:
     compared with it) and the common ones it did not run, up to MAX_RERUN_CONFIGS."""
     wanted = list(dict.fromkeys([*labels, *(c for c in OTHER_CPU_CONFIGS if c not in labels)]))
     return wanted[: max(MAX_RERUN_CONFIGS, len(labels))]
+
+
+def _pushed_range(push: PushEvent) -> PushedRange | None:
+    """The commits a push brought on top of its branch's earlier head; None for a new
+    branch or a force-push (its ``before`` need not be an ancestor: nothing to bisect)."""
+    if push.before is None or push.before == NULL_SHA or push.forced or not SHA.match(push.before):
+        return None
+    return PushedRange(before_sha=push.before, commits=len(push.commits))
 
 
 def _pull_request_ref(pull: PullRequestEvent) -> PullRequestRef:
@@ -337,6 +366,7 @@ def _start(
     config_commit_sha: str | None = None,
     branch: str | None = None,
     pull_request: PullRequestRef | None = None,
+    pushed: PushedRange | None = None,
 ) -> Outcome:
     job = submit_job(
         session,
@@ -352,6 +382,7 @@ def _start(
         trigger="pull_request" if pull_request else "push",
         branch=branch,
         pull_request=pull_request,
+        pushed=pushed,
     )
     against = (
         f" against base {pull_request.base_commit_sha[:12]}" if pull_request and pull_request.base_commit_sha else ""

@@ -17,20 +17,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.errors import BadInput
+from services.jobs import gate
 from services.jobs.dispatch import BISECT
-from services.jobs.ledger import add_task
+from services.jobs.ledger import add_task, notify_step
 from services.jobs.lifecycle import create_job, run_timeout
 from services.jobs.sources import check_ref, check_repository_url
 from services.jobs.spec import JobSpec, Spec, check_spec_syntax, enforce_policy
 from services.measure import pytest_command
 from services.measure.configs import parse_spec
 from services.measure.executors import EXECUTORS
-from services.models import Bisect, Job, JobKind, JobSource, Project
+from services.models import Bisect, Finding, Job, JobKind, JobSource, Project
 from services.settings import Settings
 
-# What started it, by the entry point that stored it (as services/jobs/submit.py TRIGGERS).
-TRIGGERS = {"api": "api", "web": "dashboard"}
+# What started it, by the entry point that stored it (as services/jobs/submit.py TRIGGERS);
+# "regression": a gate's verdict on a push of several commits (bisect_regressions).
+TRIGGERS = {"api": "api", "web": "dashboard", "regression": "regression", "rerun": "rerun"}
+
+# A push's regressions bisected, the largest first (bisect_regressions): each is a job of its own (30-36 runs
+# of one test on a 16-commit range: tests/bench/bench_bisect.py), and two tests slowed by
+# one push are most often slowed by one commit.
+MAX_AUTO_BISECTS = 2
 
 
 def _revision(value: str) -> str:
@@ -95,7 +103,16 @@ class BisectSpec(BaseModel):
     _revisions = field_validator("good", "bad")(_revision)
 
 
-def submit_bisect(session: Session, settings: Settings, project: Project, spec: BisectSpec, *, origin: str) -> Job:
+def submit_bisect(
+    session: Session,
+    settings: Settings,
+    project: Project,
+    spec: BisectSpec,
+    *,
+    origin: str,
+    bad_sha: str | None = None,
+    started_by: int | None = None,
+) -> Job:
     """Store a queued bisect job of ``project`` (the caller's: its token's, or a project the
     user may see) and its step; the revisions are resolved by the step, on the fetched
     history (an unknown one fails the job, naming it)."""
@@ -145,12 +162,119 @@ def submit_bisect(session: Session, settings: Settings, project: Project, spec: 
             repository_url=project.repository_url,
             # No command given: .lagtrace.yml's, read at the bad end by the step.
             from_repository_config=spec.command is None,
+            # A GitHub repository's bisect reports on the bad commit (its check run:
+            # services/github/client.py); by hand, once the step has resolved it.
+            github_repository=project.github_repository,
+            github_head_sha=bad_sha,
         )
     )
-    session.add(Bisect(job_id=job.id, test_id=spec.test, good=spec.good, bad=spec.bad))
+    session.add(Bisect(job_id=job.id, test_id=spec.test, good=spec.good, bad=spec.bad, started_by_job_id=started_by))
     session.flush()
     add_task(session, job, settings, BISECT)
+    if bad_sha is not None:
+        notify_step(session, job, settings)  # in progress on the bad commit from now on
     return job
+
+
+def bisect_regressions(session: Session, settings: Settings, job: Job, steps: list[Finding]) -> list[Job]:
+    """Bisect jobs for what a finished push showed slower (unless its .lagtrace.yml says
+    ``bisect_regressions: false``), the largest first, at most MAX_AUTO_BISECTS:
+
+    - a gate's regressions on a push of several commits: which of the commits between the
+      branch's earlier head and this one slowed each test, in the gate's configuration (a
+      push of one commit names its culprit already; a force-push or a new branch has no
+      earlier head on its line: services/github/webhooks.py);
+    - the change points this push completed in the branch's history (``steps``, slower_since
+      findings): which commit between the last fast push and the first slow one, measured
+      interleaved in one search (the history's pushes ran on other days, perhaps other nodes).
+
+    A request already asked for (the same test, configuration and commits) is not repeated.
+    Each bisect is named in the job's notes."""
+    source = session.get(JobSource, job.id)
+    project = job.project
+    if source is None or source.bisect_regressions is False or not project.repository_url:
+        return []
+    wanted: list[tuple[float, str, str, str, str, str]] = []  # ratio, test, config, good, bad, why
+    judged = gate.stored_gate(job) if job.kind is JobKind.gate else None
+    if judged is not None and source.before_commit_sha and source.commit_sha and (source.pushed_commits or 0) >= 2:
+        for test in judged.tests:
+            if test.verdict == gate.REGRESSED and test.ratio is not None:
+                why = f"which of the {source.pushed_commits} pushed commits"
+                wanted.append((test.ratio, test.test, judged.config, source.before_commit_sha, source.commit_sha, why))
+    for step in steps:
+        found = metrics_of(step.kind, step.metrics)
+        if not isinstance(found, SlowerSinceMetrics) or not (step.test_id and step.config_label):
+            continue
+        good, bad = found.last_fast.commit, found.first_slow.commit
+        if good and bad:
+            why = f"a change point on {found.branch}: which commit of"
+            wanted.append((found.ratio, step.test_id, step.config_label, good, bad, why))
+    started: list[Job] = []
+    for ratio, test_id, config, good, bad, why in sorted(wanted, key=lambda entry: -entry[0]):
+        if len(started) == MAX_AUTO_BISECTS:
+            break
+        if _asked_before(session, project, test_id, config, good, bad):
+            continue
+        try:
+            spec = BisectSpec(project=project.name, test=test_id, config=config, good=good, bad=bad)
+            bisect_job = submit_bisect(
+                session, settings, project, spec, origin="regression", bad_sha=bad, started_by=job.id
+            )
+        except (BadInput, ValueError) as exc:
+            # The server's policy refuses it now (a repository host, a configuration): the
+            # job that found the slowdown stands, and says why nothing bisects it.
+            job.notes = [*job.notes, f"no bisect of {test_id} in {config}: {exc}"]
+            continue
+        started.append(bisect_job)
+        job.notes = [
+            *job.notes,
+            f"bisect job {bisect_job.id}: {why} {good[:10]}..{bad[:10]} slowed {test_id} ({ratio:.2f}x in {config})",
+        ]
+    return started
+
+
+def rerun_bisect(session: Session, settings: Settings, parent: Job) -> Job:
+    """The same bisect again (GitHub's "Re-run" on its check run): the same test,
+    configuration and commits, the command as the parent had it (.lagtrace.yml's at the bad
+    end, read again, when it had none of its own)."""
+    row = session.get(Bisect, parent.id)
+    source = session.get(JobSource, parent.id)
+    if row is None or source is None or not parent.configs:
+        raise BadInput(f"job {parent.id} is not a bisect")
+    own = not source.from_repository_config
+    spec = BisectSpec(
+        project=parent.project.name,
+        test=row.test_id,
+        config=parent.configs[0].label,
+        good=row.good_sha or row.good,
+        bad=row.bad_sha or row.bad,
+        command=list(parent.command) if own else None,
+        executor=parent.executor if own else None,
+        timeout_s=parent.timeout_s if own else None,
+        budget_s=parent.budget_s,
+    )
+    job = submit_bisect(
+        session,
+        settings,
+        parent.project,
+        spec,
+        origin="rerun",
+        bad_sha=row.bad_sha or source.github_head_sha,
+        started_by=row.started_by_job_id,
+    )
+    job.parent_id = parent.id
+    return job
+
+
+def _asked_before(session: Session, project: Project, test_id: str, config: str, good: str, bad: str) -> bool:
+    return any(
+        job.configs and job.configs[0].label == config
+        for job in session.scalars(
+            select(Job)
+            .join(Bisect, Bisect.job_id == Job.id)
+            .where(Job.project_id == project.id, Bisect.test_id == test_id, Bisect.good == good, Bisect.bad == bad)
+        )
+    )
 
 
 def bisect_view(session: Session, job: Job) -> dict[str, Any] | None:
@@ -166,6 +290,8 @@ def bisect_view(session: Session, job: Job) -> dict[str, Any] | None:
         "bad": row.bad,
         "good_sha": row.good_sha,
         "bad_sha": row.bad_sha,
+        # The gate job whose regression started it (None: asked for by hand).
+        "started_by_job": row.started_by_job_id,
         "result": row.result,
     }
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from sqlalchemy.orm import Session
 
 from services.errors import BadInput
-from services.jobs import lifecycle, sources
+from services.jobs import ledger, lifecycle, sources
 from services.jobs.bisect import BisectResult, Budget, bisect
 from services.jobs.bisect_checkouts import Checkouts, first_parent_range
 from services.jobs.engine import JobCancelled, node_slot, stop_if_cancelled
@@ -91,6 +91,9 @@ def _search(
             git, directory, wanted.good_sha, wanted.bad_sha, (f"good {wanted.good}", f"bad {wanted.bad}")
         )
         source.commit_sha = wanted.bad_sha
+        if source.github_repository and not source.github_head_sha:
+            source.github_head_sha = wanted.bad_sha  # its check run goes on the bad commit
+            ledger.notify_step(session, job, settings)  # in progress there from now on
         if source.from_repository_config and not job.command:
             spec = enforce_policy(sources.config_in_history(settings, directory, wanted.bad_sha), settings, job.project)
             job.command, job.timeout_s, source.image = spec.command, spec.timeout_s, source.image or spec.image

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
 from services.jobs import gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
+from services.jobs.bisect_jobs import bisect_regressions
 from services.jobs.commit_profiles import profile_phase
 from services.jobs.confirm_phase import confirm_phase
 from services.jobs.dispatch import FINISH, PREPARE, SCREEN
@@ -261,10 +262,14 @@ def diagnose_phase(session: Session, settings: Settings, job: Job) -> None:
     # The branch's history now ends with this job: a step it completes is reported on
     # the push that made it, whose check run is brought up to date.
     earlier: dict[int, Job] = {}
-    for finding in change_points.after_job(session, job, settings.thresholds, settings.change_point_branches):
+    steps = change_points.after_job(session, job, settings.thresholds, settings.change_point_branches)
+    for finding in steps:
         if finding.job_id != job.id:
             ledger.renotify_step(session, finding.job, settings, f"slower_since:{finding.fingerprint[:16]}")
             earlier[finding.job_id] = finding.job
+    # Which commit slowed a test this push showed slower: before the job's report is made,
+    # whose notes name the bisect jobs.
+    bisect_regressions(session, settings, job, steps)
     # What the pages read, made now and not in a page view: this job's report, its
     # problems' sums, the catalogue's summary, and earlier jobs' reports that just gained a finding.
     summaries.after_finish(session, job, settings.thresholds, earlier.values())
@@ -356,6 +361,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
                 job.budget_s = spec.budget_s
                 job.kind = JobKind(spec.kind)
                 source.fail_on = spec.fail_on if isinstance(spec, RepositoryConfig) else None
+                source.bisect_regressions = spec.bisect_regressions if isinstance(spec, RepositoryConfig) else None
                 every_h = spec.matrix_every_h if isinstance(spec, RepositoryConfig) else None
                 specs = spec.configs
             else:

@@ -182,6 +182,12 @@ class RepositoryConfig(JobSpec):
         "pushes to the branches the server keeps history on (LAGTRACE_CHANGE_POINT_BRANCHES). Its runs are the "
         "history gates compare with. Unset: never scheduled.",
     )
+    bisect_regressions: bool | None = Field(
+        None,
+        description="When a gate finds a test slower than its history on a push of several commits, start a bisect "
+        "job between the push's first and last commit to name the commit that slowed it (its largest regressions, "
+        "in the gate's configuration: docs/guides/github.md). Unset: true; false: never.",
+    )
     install: list[str] | None = Field(
         None,
         description="How the docker executor's prepare step installs the project, as its own CI does: one "

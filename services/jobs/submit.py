@@ -81,6 +81,7 @@ def submit_job(
     trigger: str | None = None,
     branch: str | None = None,
     pull_request: PullRequestRef | None = None,
+    pushed: PushedRange | None = None,
 ) -> Job:
     """Store a queued job and its source. ``spec`` None: read it from .lagtrace.yml at prepare
     (at ``config_commit_sha`` when given: a fork's pull request runs its base branch's config).
@@ -135,6 +136,8 @@ def submit_job(
             base_commit_sha=pull_request.base_commit_sha if pull_request else None,
             pull_request_number=pull_request.number if pull_request else None,
             pull_request_url=pull_request.url if pull_request else None,
+            before_commit_sha=pushed.before_sha if pushed else None,
+            pushed_commits=pushed.commits if pushed else None,
         )
     )
     session.flush()
@@ -152,6 +155,14 @@ class PullRequestRef:
     url: str | None
     base_ref: str | None
     base_commit_sha: str | None
+
+
+@dataclass(frozen=True)
+class PushedRange:
+    """What a push brought: its branch's commit before it, and how many commits it added."""
+
+    before_sha: str
+    commits: int
 
 
 def check_commit(sha: str) -> str:

@@ -43,8 +43,17 @@ def _result(wall: float) -> RunResult:
     )
 
 
-def push(session: Session, settings: Settings, rng: random.Random, push: int, *, github: bool = False) -> Job:
-    """One push of main: a job measuring every test 5 times, finished by the engine."""
+def push(
+    session: Session,
+    settings: Settings,
+    rng: random.Random,
+    push: int,
+    *,
+    github: bool = False,
+    bisect_regressions: bool | None = None,
+) -> Job:
+    """One push of main: a job measuring every test 5 times, finished by the engine
+    (``bisect_regressions``: .lagtrace.yml's, as its prepare step stores it)."""
     job = lifecycle.create_job(
         session,
         project="shop",
@@ -65,6 +74,7 @@ def push(session: Session, settings: Settings, rng: random.Random, push: int, *,
             commit_sha=commit(push),
             github_repository="acme/shop" if github else None,
             github_head_sha=commit(push) if github else None,
+            bisect_regressions=bisect_regressions,
         )
     )
     lifecycle.mark_running(job)
