@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from services.models import Job, JobStatus, Project
+from services.jobs.lifecycle import create_job
+from services.models import Bisect, Job, JobStatus, Project
 from tests.conftest import PYTHON
 from tests.service_support import register
 from tests.support.bisect_history import TARGET, make_history
@@ -85,3 +86,23 @@ def test_a_bisect_from_the_test_page_shows_on_the_job_and_test_pages(running_das
     assert 'value="cpuset=x"' in html
     with dashboard.session_factory() as session:
         assert session.query(Job).count() == 1
+
+    # A bisect a regression started names the job whose verdict started it.
+    with dashboard.session_factory() as session:
+        finder = create_job(
+            session,
+            project="octo/demo",
+            command=[PYTHON, "-m", "pytest"],
+            configs=[],
+            executor="local",
+            workdir=None,
+            repeat=1,
+            timeout_s=None,
+            source="api",
+        )
+        session.get(Bisect, job_id).started_by_job_id = finder.id
+        session.commit()
+        finder_id = finder.id
+    started = dashboard.page(f"/jobs/{job_id}")
+    assert f'id="bisect-started-by">Started by <a href="/jobs/{finder_id}">job {finder_id}</a>' in started
+    assert 'id="bisect-started-by"' not in page
