@@ -8,7 +8,7 @@ step does (services/jobs/lease.py ``run_step``), and in one attempt it
    resolves ``good`` and ``bad`` (an unknown one fails the job, naming it) and takes the
    commits between them along the first-parent line;
 2. reads the command from .lagtrace.yml at the bad end when the request gave none;
-3. under the node's measurement lock, as a screen holds it (services/jobs/engine.py
+3. under the node's measurement lock, as a screen holds it (services/jobs/workspace.py
    ``node_slot``), runs the search (services/jobs/bisect.py) with the job's executor,
    each commit it picks checked out once into a worktree (services/jobs/bisect_checkouts.py),
    every run stored in the job's one configuration with its commit, and a checkpoint after
@@ -28,10 +28,10 @@ from services.errors import BadInput
 from services.jobs import ledger, lifecycle, sources
 from services.jobs.bisect import BisectResult, Budget, bisect
 from services.jobs.bisect_checkouts import Checkouts, first_parent_range
-from services.jobs.engine import JobCancelled, node_slot, stop_if_cancelled
+from services.jobs.engine import JobCancelled, stop_if_cancelled
 from services.jobs.node_class import NodeClass
 from services.jobs.spec import enforce_policy
-from services.jobs.workspace import Checkpoint, executor_for, progress_of, stored_source
+from services.jobs.workspace import Checkpoint, executor_for, node_slot, progress_of, stored_source
 from services.measure import pytest_command
 from services.measure.configs import cpu_config, cpus_touched, parse_spec
 from services.measure.confirm import rule_of

@@ -18,8 +18,7 @@ work; the steps it records are sent by the outbox once its last commit succeeds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 from sqlalchemy import select
@@ -42,18 +41,19 @@ from services.jobs.workspace import (
     Progress,
     base_side,
     checkout,
+    drill_lock,
     executor_for,
     progress_of,
+    screen_lock,
     stored_source,
 )
 from services.measure import budget, nodelock
 from services.measure.artifacts import make_artifact_store
-from services.measure.configs import cpu_config, cpus_touched
 from services.measure.drill import Target, drill, evidence_option, no_targets
 from services.measure.executors import Executor
 from services.measure.screen import BaseSide, screen
 from services.measure.survey_census import SurveyCensus, survey_census
-from services.models import Job, JobKind, JobShard, JobStatus, JobTask, RunKind, TaskState
+from services.models import Job, JobKind, JobStatus, JobTask, RunKind, TaskState
 from services.settings import Settings
 
 
@@ -66,31 +66,6 @@ def _nothing() -> None:
 
 
 # --- screen, drill, diagnose: the phases both drivers run --------------------------------
-
-
-@contextmanager
-def node_slot(
-    settings: Settings, held_by: Job | JobShard, phase: str, cpuset: tuple[int, ...] | None, progress: Progress = _quiet
-) -> Iterator[None]:
-    """The node's measurement lock for ``phase``, recorded on the job (or on the shard whose
-    screen holds it, folded into the job's by shards.fold): the report names the node and
-    the lock each phase held (a drill may run on another node than its screen)."""
-    with nodelock.measurement_slot(settings, cpuset, progress) as held:
-        others = [entry for entry in held_by.measured_on or [] if entry.get("phase") != phase]
-        held_by.measured_on = [*others, {"phase": phase, **held.as_dict()}]
-        yield
-
-
-def screen_lock(
-    settings: Settings, job: Job, progress: Progress = _quiet, shard: JobShard | None = None
-) -> AbstractContextManager[None]:
-    """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
-    return node_slot(settings, shard or job, "screen", cpus_touched([cpu_config(c) for c in job.configs]), progress)
-
-
-def drill_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
-    """Evidence runs use the slowest and the fastest configuration: the whole node."""
-    return node_slot(settings, job, "drill", None, progress)
 
 
 def screen_phase(

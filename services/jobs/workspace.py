@@ -12,10 +12,12 @@ from sqlalchemy.orm import Session
 
 from services.errors import BadInput
 from services.jobs import pull_requests, sources
+from services.measure import nodelock
+from services.measure.configs import cpu_config, cpus_touched
 from services.measure.executors import Executor, make_executor
 from services.measure.screen import BaseSide
 from services.measure.shards import on_worker_cpus
-from services.models import Job, JobKind, JobSource
+from services.models import Job, JobKind, JobShard, JobSource
 from services.settings import Settings
 
 log = logging.getLogger("lagtrace.engine")
@@ -26,6 +28,38 @@ Checkpoint = Callable[[], None]
 
 def progress_of(job: Job) -> Progress:
     return lambda line: log.info("job %s: %s", job.id, line)
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+# The node's measurement lock, as each phase of a job holds it (services/measure/nodelock.py).
+
+
+@contextmanager
+def node_slot(
+    settings: Settings, held_by: Job | JobShard, phase: str, cpuset: tuple[int, ...] | None, progress: Progress = _quiet
+) -> Iterator[None]:
+    """The node's measurement lock for ``phase``, recorded on the job (or on the shard whose
+    screen holds it, folded into the job's by shards.fold): the report names the node and
+    the lock each phase held (a drill may run on another node than its screen)."""
+    with nodelock.measurement_slot(settings, cpuset, progress) as held:
+        others = [entry for entry in held_by.measured_on or [] if entry.get("phase") != phase]
+        held_by.measured_on = [*others, {"phase": phase, **held.as_dict()}]
+        yield
+
+
+def screen_lock(
+    settings: Settings, job: Job, progress: Progress = _quiet, shard: JobShard | None = None
+) -> AbstractContextManager[None]:
+    """The node's measurement lock for a whole screen (with packing: the CPUs its configurations use)."""
+    return node_slot(settings, shard or job, "screen", cpus_touched([cpu_config(c) for c in job.configs]), progress)
+
+
+def drill_lock(settings: Settings, job: Job, progress: Progress = _quiet) -> AbstractContextManager[None]:
+    """Evidence runs use the slowest and the fastest configuration: the whole node."""
+    return node_slot(settings, job, "drill", None, progress)
 
 
 def cache_scope(job: Job, source: JobSource) -> str:
