@@ -137,7 +137,9 @@ def document(settings: Settings | None = None) -> dict[str, Any]:
         (
             "Job",
             "A job: status, progress, report (v1) once finished, comparison with its parent for reruns; "
-            "a bisect job (kind bisect) has `bisect` instead of a report: its request and, once it ended, its result",
+            "a bisect job (kind bisect) has `bisect` instead of a report: its request and, once it ended, its result; "
+            "`predicted_s` (null: unknown until the suite's first run) and `forecast`: what the job will cost, "
+            "created to finished, the time it leaves while it runs and, once finished, the time it took",
         ),
         ("BisectQueued", "The bisect job stored: job_id, status (queued) and url, the job's own (also in Location)"),
         ("JobList", "Jobs, newest first; next_before_id pages on"),

@@ -208,6 +208,12 @@ class Job(Base):
     # None for a matrix, and for a gate that could not judge (the matrix ran instead).
     gate: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
+    # What the job will cost, created to finished (services/jobs/forecast.py): the latest
+    # prediction and when it was made, and the first made from a run (kept, so that the
+    # finished job shows it beside the actual time). None: no prediction yet (before 0032).
+    predicted_s: Mapped[float | None] = mapped_column(Float)
+    predicted_at: Mapped[dt.datetime | None] = mapped_column()
+    first_predicted_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column()
     finished_at: Mapped[dt.datetime | None] = mapped_column()

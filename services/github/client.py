@@ -27,6 +27,7 @@ from services.jobs.bisect import CULPRIT, NO_CULPRIT
 from services.jobs.pull_requests import FINDING_KIND as SLOWER_THAN_BASE
 from services.jobs.report_schema import BaseChange, GateTestRow, Report, ReportGate, judged_runs
 from services.jobs.spec import DEFAULT_FAIL_ON
+from services.measure import budget
 from services.models import Bisect, Job, JobKind, JobSource, JobStatus
 from services.settings import Settings
 
@@ -162,7 +163,10 @@ def check_run_body(
         return {
             **body,
             "status": "in_progress",
-            "output": {"title": what, "summary": f"Job {job.id}: {', '.join(c.label for c in job.configs)}"},
+            "output": {
+                "title": what,
+                "summary": f"Job {job.id}: {', '.join(c.label for c in job.configs)}{_cost(job)}",
+            },
         }
     fail_on = policy(source)
     output: dict[str, Any] = {"title": _title(job, report), "summary": summary(settings, job, report, fail_on)}
@@ -184,6 +188,15 @@ def check_run_body(
         if job.status is JobStatus.done
         else [],
     }
+
+
+def _cost(job: Job) -> str:
+    """The in-progress summary's forecast (services/jobs/forecast.py): the latest prediction
+    stored on the job and the time it leaves, or that it is not known yet."""
+    if job.predicted_s is None:
+        return ". Predicted cost: unknown until the suite's first run."
+    elapsed = budget.job_wall_s(job) or 0.0
+    return f". Predicted cost: about {job.predicted_s:.0f} s, about {max(0.0, job.predicted_s - elapsed):.0f} s left."
 
 
 def _title(job: Job, report: Report | None) -> str:

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from services.diagnose import change_points, diagnose
 from services.errors import BadInput
-from services.jobs import gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
+from services.jobs import forecast, gate, ledger, lifecycle, pull_requests, schedule, shards, sources, summaries
 from services.jobs.bisect_jobs import bisect_regressions
 from services.jobs.commit_profiles import profile_phase
 from services.jobs.confirm_phase import confirm_phase
@@ -269,6 +269,7 @@ def execute_job(
     """
     workdir = Path(job.workdir or ".")
     lifecycle.mark_running(job)
+    checkpoint = forecast.checkpointing(session, settings.thresholds, job, checkpoint, progress)
     checkpoint()
     try:
         with screen_lock(settings, job, progress):
@@ -379,6 +380,7 @@ def prepare_step(session: Session, settings: Settings, task: JobTask) -> None:
     job.executor = executor.name
     job.probes, job.stall_after_s = plan.probes, plan.stall_after_s
     lifecycle.mark_running(job)
+    forecast.update(job, settings.thresholds, forecast.history(session, job))  # from history, if any
     task.state = TaskState.done
     if source.from_repository_config:  # a push to a history branch: docs/guides/github.md
         schedule.record(session, settings, job, source, every_h)
@@ -396,7 +398,9 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = stop_if_cancelled(session, job, task)
+    checkpoint = forecast.checkpointing(
+        session, settings.thresholds, job, stop_if_cancelled(session, job, task), progress_of(job)
+    )
     # One shard of the job's tests (services/jobs/shards.py), or the whole suite.
     shard = shards.shard_of(session, task)
     try:
@@ -429,6 +433,8 @@ def screen_step(session: Session, settings: Settings, task: JobTask) -> None:
         return
     task.state = TaskState.done
     session.flush()
+    if job.first_predicted_s is not None:  # the check run in progress says the screen's forecast
+        ledger.renotify_step(session, job, settings, "forecast")
     # A sharded job goes on once its last shard is done; a screen task of an older version
     # (one per configuration) may have made the finish step already.
     if (shard is None or shards.screens_done(session, job)) and session.scalar(
@@ -445,7 +451,9 @@ def finish_step(session: Session, settings: Settings, task: JobTask) -> None:
     if job.status is not JobStatus.running:
         task.state = TaskState.cancelled
         return
-    checkpoint = stop_if_cancelled(session, job, task)
+    checkpoint = forecast.checkpointing(
+        session, settings.thresholds, job, stop_if_cancelled(session, job, task), progress_of(job)
+    )
     whole_node = lambda: drill_lock(settings, job, progress_of(job))  # noqa: E731
     try:
         with checkout(settings, job, source, f"finish-{task.id}", whole_node, checkpoint) as (executor, directory):

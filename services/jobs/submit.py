@@ -17,7 +17,7 @@ from services.diagnose import change_points
 from services.diagnose.metrics import SlowerSinceMetrics, metrics_of
 from services.diagnose.report_parts import ReportFinding
 from services.errors import BadInput, Conflict, NotFound
-from services.jobs import archives, bisect_jobs, shards, summaries, workers
+from services.jobs import archives, bisect_jobs, forecast, shards, summaries, workers
 from services.jobs.dispatch import BISECT, PREPARE, SCREEN
 from services.jobs.ledger import add_task
 from services.jobs.lifecycle import FINISHED, create_job, run_timeout
@@ -575,6 +575,10 @@ def job_detail(
     # queries of its ten, a tenth of the 5,000-test job's page.
     shown = None if page and job.status in FINISHED else progress(session, job, settings)
     detail = {**job_summary(session, job), "progress": shown, "report": None, "comparison": None}
+    # What the job will cost (services/jobs/forecast.py): the latest prediction, and beside it
+    # the time left or, once finished, the time it took.
+    detail["predicted_s"] = job.predicted_s
+    detail["forecast"] = forecast.view(session, job)
     if job.kind is JobKind.bisect:
         # A bisect's answer is its result (services/jobs/bisect_jobs.py), not a report:
         # its runs are of many commits, never one configuration's statistics.

@@ -241,3 +241,24 @@ def test_a_test_new_on_the_head_is_listed_as_new_with_no_base():
     assert "1 new" in summary
     [row] = [line for line in summary.splitlines() if "test_added" in line]
     assert "**new**" in row and row.count("| - |") >= 1
+
+
+def test_a_check_run_in_progress_says_the_predicted_cost_and_the_time_left():
+    import datetime as dt
+
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30)
+    job = Job(
+        id=3,
+        status=JobStatus.running,
+        project=Project(name="octo/demo"),
+        configs=[],
+        command=["pytest"],
+        created_at=started,
+    )
+    unknown = check_run_body(Settings(), job, source(), None)
+    assert unknown["status"] == "in_progress"
+    assert "Predicted cost: unknown until the suite's first run." in unknown["output"]["summary"]
+    job.predicted_s = 120.0
+    summary = check_run_body(Settings(), job, source(), None)["output"]["summary"]
+    left = int(summary.split("about 120 s, about ")[1].split(" s left")[0])
+    assert 88 <= left <= 90, summary  # 120 s predicted, 30 s of it gone
