@@ -34,6 +34,18 @@ class BadInput(LagtraceError):
         self.field = field or (match.group(1) if match else None)
 
 
+class ScratchExceeded(LagtraceError):
+    """A job's runs wrote more to the worker's disk than a cap allows, one run's or its
+    step's summed over its runs (services/measure/executors/scratch.py); the message names
+    the cap and the setting that raises it. The job's own doing: its step fails and the
+    attempt counts, never given back as the disk's fault (services/jobs/lease.py). No
+    BadInput, which the drill and the confirm step take for a tool that could not start
+    and go on past."""
+
+    http_status = 422
+    exit_code = 2
+
+
 class Unauthorized(LagtraceError):
     """No valid API token: the message says what is wrong, never whose token it was."""
 

@@ -208,10 +208,20 @@ class Settings(BaseSettings):
     # The same for file entries: a file system out of inodes refuses every new file (a
     # checkout, a run directory) while its free bytes still show room.
     min_free_disk_inodes: int = Field(10_000, ge=0)
-    # What one docker run may write to its run directory on the worker's disk (its output,
-    # the evidence tools' files, a core of every Python process it runs): a run over it is
-    # stopped and fails the job (services/measure/executors/docker_guards.py RunDirCap).
+    # What one run may write to its run directory on the worker's disk (its output, the
+    # evidence tools' files, a core of every Python process it runs): a run over it is
+    # stopped and fails the job, counted (services/measure/executors/scratch.py).
     run_dir_max_bytes: int = Field(4 * 1024**3, ge=1024**2)
+    # How many entries (files and directories) one run may make in its run directory: a
+    # real suite's run makes tens (its output, the JUnit XML, a probe's file a process); a
+    # run over it is stopped and fails the job, counted.
+    run_dir_max_entries: int = Field(5_000, ge=64)
+    # What a step's runs may write to their run directories in all, summed over its runs
+    # (each run's directory goes once it is read): a run that takes the sum past it is
+    # stopped and fails the job, counted (services/measure/executors/scratch.py).
+    step_scratch_max_bytes: int = Field(32 * 1024**3, ge=1024**2)
+    # The same in entries (files and directories), summed over a step's runs.
+    step_scratch_max_entries: int = Field(100_000, ge=64)
     # The Kubernetes node a worker pod runs on (the chart sets it from the downward API).
     node_name: str | None = None
     # The directory of the node's measurement locks (services/measure/nodelock.py): every

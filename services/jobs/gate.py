@@ -211,19 +211,24 @@ def run_gate(
         ) -> dict[str, tuple[str, float]]:
             run_dir = scratch / f"gate-{where.id}-{look}"
             run_dir.mkdir()
-            measured = run_once(
-                session,
-                executor,
-                where,
-                command=command,
-                workdir=workdir,
-                run_dir=run_dir,
-                timeout_s=job.timeout_s,
-                kind=RunKind.gate,
-                repetition=look,
-                # A narrowed process runs its tests warm: its one-time cost is no test's.
-                wrapping=warm_wrapping(executor, run_dir) if look > 0 or warm else None,
-            )
+            try:
+                measured = run_once(
+                    session,
+                    executor,
+                    where,
+                    command=command,
+                    workdir=workdir,
+                    run_dir=run_dir,
+                    timeout_s=job.timeout_s,
+                    kind=RunKind.gate,
+                    repetition=look,
+                    # A narrowed process runs its tests warm: its one-time cost is no test's.
+                    wrapping=warm_wrapping(executor, run_dir) if look > 0 or warm else None,
+                )
+            finally:
+                # Read: nothing of it is kept, and a step holds one run's directory at a
+                # time (services/measure/executors/scratch.py).
+                shutil.rmtree(run_dir, ignore_errors=True)
             checkpoint()
             return {case.test_id: (case.outcome, case.duration_s) for case in measured.cases}
 

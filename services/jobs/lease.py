@@ -18,10 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db import unreachable
-from services.errors import BadInput, EngineUnavailable
+from services.errors import BadInput, EngineUnavailable, ScratchExceeded
 from services.jobs import disk, ledger, lifecycle
 from services.jobs.dispatch import NOTIFY, Step
 from services.measure.executors import remove_own_containers, stop_job_containers, wait_for_engine
+from services.measure.executors.scratch import ScratchAccount, stepping
 from services.models import Job, JobStatus, JobTask, TaskState
 from services.settings import Settings
 
@@ -134,7 +135,8 @@ def run_step(
     step: it waits for the database and gives the step back to the ledger, not counted as an
     attempt. The Docker engine going away pauses it too (``_wait_out_engine``), and so does a
     work directory short of space (services/jobs/disk.py): no step is taken then, and one
-    that fails meanwhile is given back uncounted. A worker that is stopping gives its step
+    that fails meanwhile is given back uncounted, unless its own runs filled it (their
+    scratch is counted in ``account``). A worker that is stopping gives its step
     back at once, uncounted (``drain``). A failure is recorded on the job, and recording it
     is retried until it is.
     """
@@ -146,6 +148,9 @@ def run_step(
         # worker has room then (services/jobs/disk.py).
         log.warning("%s of job %s not taken: %s", step.task_name, step.job_id, short)
         return
+    # What the step's runs write to the disk, whichever executor runs them
+    # (services/measure/executors/scratch.py), and the room it was taken with.
+    account = ScratchAccount(settings, disk.room(settings))
     try:
         with session_factory() as session:
             task = ledger.claim(session, settings, step)
@@ -155,7 +160,7 @@ def run_step(
             executor = task.job.executor
             session.commit()
             session.info[HOLDER] = (worker, attempt)
-            with StepHeartbeat(session_factory, settings, task, executor):
+            with StepHeartbeat(session_factory, settings, task, executor), stepping(account):
                 try:
                     _stepping.set()
                     try:
@@ -193,10 +198,14 @@ def run_step(
                     if unreachable(exc):
                         raise
                     _rollback(session)
-                    short = None if isinstance(exc, BadInput) else disk.short_of_space(settings)
-                    if short is not None:
-                        # The disk's fault, whatever failed (but a run over its run
-                        # directory's cap, which filled it): given back, not counted.
+                    error = f"{task.name}: {type(exc).__name__}: {exc}"
+                    mine = isinstance(exc, BadInput | ScratchExceeded)
+                    short = None if mine else disk.short_of_space(settings)
+                    own = None if short is None else disk.own_doing(settings, account)
+                    if short is not None and own is None:
+                        # The disk's fault, whatever failed: given back, not counted. Not
+                        # a run over a cap of its scratch, nor a failure on a disk its own
+                        # runs filled: those count (tests/security/test_step_scratch.py).
                         log.warning(
                             "%s of job %s paused: %s (%s: %s); it is given back",
                             step.task_name,
@@ -207,7 +216,8 @@ def run_step(
                         )
                         _give_back(session_factory, settings, step, worker, attempt)
                         return
-                    error = f"{task.name}: {type(exc).__name__}: {exc}"
+                    if own is not None:
+                        error += f" ({short}; {own})"
                     _until_recorded(
                         session_factory,
                         settings,

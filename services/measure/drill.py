@@ -422,6 +422,29 @@ def _evidence_run(
     progress: Progress,
     workdir: Path,
 ) -> None:
+    """One evidence run, tried again with a shorter stall deadline where it ended first;
+    each retry's directory goes once read, as the caller's does (a step holds one run's
+    directory at a time: services/measure/executors/scratch.py)."""
+    first_dir = context.run_dir
+    try:
+        _attempts(session, job, job_config, target, name, context, store, progress, workdir)
+    finally:
+        for retry in first_dir.parent.glob(f"{first_dir.name}-attempt*"):
+            shutil.rmtree(retry, ignore_errors=True)
+
+
+def _attempts(
+    session: Session,
+    job: Job,
+    job_config: JobConfig,
+    target: Target,
+    name: str,
+    context: ProbeContext,
+    store: ArtifactStore,
+    progress: Progress,
+    workdir: Path,
+) -> None:
+    first_dir = context.run_dir
     where = f"{job_config.label}" + (f" [{target.test_id}]" if target.test_id else "")
     # Under pytest the stall clock counts from the start of a test (the drilled one, or
     # any one of a whole-command run), not from pytest's own start-up.
@@ -494,8 +517,10 @@ def _evidence_run(
             f"evidence {name} in {where}: ended after {observed:.3f} s, before the stall threshold of "
             f"{context.stall_after_s:.3f} s; again with {threshold:.3f} s"
         )
-        retry_dir = context.run_dir.parent / f"{context.run_dir.name}-attempt{len(earlier) + 1}"
+        retry_dir = first_dir.parent / f"{first_dir.name}-attempt{len(earlier) + 1}"
         retry_dir.mkdir()
+        # Read: its evidence is the next attempt's (the caller's own directory included).
+        shutil.rmtree(context.run_dir, ignore_errors=True)
         context = replace(context, run_dir=retry_dir, stall_after_s=threshold)
     if stall is not None and isinstance(stall.content, StallContent):
         stall.content.attempts = len(earlier) + 1

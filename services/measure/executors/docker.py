@@ -59,7 +59,6 @@ from services.measure.executors.docker_guards import (
     RUN_DIR,
     RUNNER_USER,
     WORKSPACE,
-    RunDirCap,
     check_workdir,
     container_command,
     disarm_run_dir,
@@ -69,9 +68,10 @@ from services.measure.executors.docker_guards import (
     reap_orphans,
     remove_container,
 )
-from services.measure.executors.docker_lookup import SHELL, locate, locate_tools, one_shot
+from services.measure.executors.docker_lookup import SHELL, locate, locate_tools, one_shot, open_run_dir
 from services.measure.executors.docker_prepare import prepare_dependencies
 from services.measure.executors.local import _tail
+from services.measure.executors.scratch import ScratchAccount, ScratchWatch, account_for
 from services.settings import Settings
 
 TOOLS_DIR = "/lagtrace/tools"
@@ -123,6 +123,8 @@ class DockerExecutor:
         self._owner = owner_id()
         self._py_spy = _host_py_spy()
         self._tools: dict[str, str | None] = {}
+        # Where runs count what they write outside a step (services/measure/executors/scratch.py).
+        self.scratch = ScratchAccount(settings)
         with engine_calls("removing containers left by a killed lagtrace"):
             reaped = reap_orphans(self.client, settings.installation)
         if reaped:
@@ -211,19 +213,26 @@ class DockerExecutor:
 
     def run(self, request: RunRequest) -> RunResult:
         give_to_runner(request.run_dir)
+        watch = ScratchWatch(request.run_dir, account_for(self.scratch), request.config.label)
         with engine_calls(f"running {request.config.label}"):
             try:
                 container = self.client.containers.create(self.run_image, **self._run_kwargs(request))
             except APIError as exc:
                 raise self._engine_refused(f"the run container for {request.config.label}", exc) from None
             try:
-                return self._run(container, request)
+                result = self._run(container, request, watch)
             finally:
                 # Also on timeout, on Ctrl-C (cancel) and when a watcher raises.
                 remove_container(container)
+                open_run_dir(self, request.run_dir)  # a worker that is not root: all of it in reach
                 # Only now, with no process of the job left to plant another, is what the
                 # container wrote safe to open: links and special files are removed first.
                 disarm_run_dir(request.run_dir)
+                exceeded = watch.settle()
+            if exceeded is not None:
+                raise exceeded
+            assert result is not None, "a run stopped by its scratch watch is over a cap"
+            return result
 
     def _run_kwargs(self, request: RunRequest) -> dict:
         config = request.config
@@ -284,7 +293,7 @@ class DockerExecutor:
             cgroup_parent=settings.docker_cgroup_parent,
         )
 
-    def _run(self, container, request: RunRequest) -> RunResult:
+    def _run(self, container, request: RunRequest, watch: ScratchWatch) -> RunResult | None:
         # Looked up before the start (a container of its own the first time), so the
         # watcher gets its handle as soon as the command runs.
         wrappers = (self.tool_path("env"), self.tool_path("timeout")) if request.watcher is not None else (None, None)
@@ -309,9 +318,9 @@ class DockerExecutor:
         # The timer's stdout tells when the command started and when it ended; the stream
         # blocks without polling (and without a socket timeout) for as long as the run takes.
         stream = container.logs(stdout=True, stderr=False, stream=True, follow=True)
-        cap = RunDirCap(request.run_dir, self.settings.run_dir_max_bytes, lambda: kill_container(container))
         try:
-            with cap:
+            watch.start(lambda: kill_container(container))
+            with watch:
                 for line in _lines(stream):
                     if line.startswith("pid ") and request.watcher is not None:
                         mounts = {RUN_DIR: request.run_dir, WORKSPACE: request.workdir}
@@ -329,8 +338,8 @@ class DockerExecutor:
         if watched is not None:
             # The container still runs (the timer lingers): tools can read what they took.
             watched.finished()
-        if cap.over is not None:
-            raise cap.error(request.config.label)
+        if watch.stopped:
+            return None  # over a cap of its scratch: run() says which, once it has counted it
         if measured is None:
             # The timer itself was killed (out of memory, by the backstop, or from outside
             # the command: a cancel, the engine restarting), or the stream broke off while

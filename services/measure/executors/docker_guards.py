@@ -15,9 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import docker
@@ -75,75 +73,6 @@ def create_exclusively(host_path: Path):
     return os.fdopen(fd, "wb")
 
 
-def tree_bytes(root: Path) -> int:
-    """The disk space the files below ``root`` take (allocated blocks: a sparse file counts
-    what it holds), links never followed."""
-    total, pending = 0, [root]
-    while pending:
-        try:
-            entries = list(os.scandir(pending.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += info.st_blocks * 512
-            if stat.S_ISDIR(info.st_mode):
-                pending.append(Path(entry.path))
-    return total
-
-
-class RunDirCap:
-    """Stops a run once its run directory, the one place a run writes to the worker's
-    disk, holds more than ``cap`` bytes (Settings.run_dir_max_bytes): ``stop`` kills the
-    container and ``over`` says how much it held.
-
-    Beside a measured run the host must stay quiet, so each tick is one statvfs of the
-    filesystem; the directory is walked only once the free space fell by more than the cap
-    since the run started. What others wrote meanwhile is then taken off the baseline."""
-
-    INTERVAL_S = 0.25
-
-    def __init__(self, run_dir: Path, cap: int, stop: Callable[[], None]):
-        self.run_dir, self.cap, self._stop_run = run_dir, cap, stop
-        self.over: int | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="lagtrace-run-dir-cap", daemon=True)
-
-    def __enter__(self) -> RunDirCap:
-        self._baseline = self._free()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._done.set()
-        self._thread.join(timeout=5)
-
-    def _free(self) -> int:
-        fs = os.statvfs(self.run_dir)
-        return fs.f_bavail * fs.f_frsize
-
-    def _watch(self) -> None:
-        while not self._done.wait(self.INTERVAL_S):
-            free = self._free()
-            if self._baseline - free <= self.cap:
-                continue
-            held = tree_bytes(self.run_dir)
-            if held > self.cap:
-                self.over = held
-                self._stop_run()
-                return
-            self._baseline = free + held
-
-    def error(self, label: str) -> BadInput:
-        return BadInput(
-            f"the run in {label} wrote {self.over or 0:,} bytes to its run directory, over the cap of "
-            f"{self.cap:,}: LAGTRACE_RUN_DIR_MAX_BYTES raises it"
-        )
-
-
 def disarm_run_dir(run_dir: Path) -> list[str]:
     """Remove every link, FIFO, socket and device below ``run_dir``; return what went.
 
@@ -174,6 +103,27 @@ def disarm_run_dir(run_dir: Path) -> list[str]:
                     ) from None
                 removed.append(os.path.relpath(entry.path, run_dir))
     return removed
+
+
+def closed_dirs(run_dir: Path) -> bool:
+    """Whether a directory below ``run_dir`` is one this worker cannot list or empty: a
+    worker that is not root meets those the container's uid 1000 made with a mode that
+    keeps others out (0700, or even 0755: no one else may remove what is in it). Root
+    meets none. Called once the container is gone, links never followed."""
+    if os.geteuid() == 0:
+        return False
+    pending = [run_dir]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not os.access(entry.path, os.R_OK | os.W_OK | os.X_OK, follow_symlinks=False):
+                            return True
+                        pending.append(Path(entry.path))
+        except OSError:
+            return True
+    return False
 
 
 def give_to_runner(run_dir: Path) -> None:

@@ -6,14 +6,22 @@ each from one short hardened container and remembered per image
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import requests
-from docker.errors import APIError
+from docker.errors import APIError, DockerException
+from docker.types import Mount
 
 from services.errors import LagtraceError
 from services.measure.executors.docker_exec import TOOL_ENV
-from services.measure.executors.docker_guards import kill_container, remove_container
+from services.measure.executors.docker_guards import (
+    CONTAINER_PYTHON,
+    RUN_DIR,
+    closed_dirs,
+    kill_container,
+    remove_container,
+)
 
 if TYPE_CHECKING:
     from services.measure.executors.docker import DockerExecutor
@@ -75,8 +83,50 @@ def locate_tools(executor: DockerExecutor, names: list[str]) -> dict[str, str | 
     return {name: _LOCATED[(executor._image_id, "tool:" + name)] for name in names}
 
 
+# Every directory below the run directory opened to all (mode 0777), each before it is
+# listed, as the container's uid 1000, their owner; by the base image's own interpreter.
+_OPEN_DIRS = """
+import os, sys
+pending = [sys.argv[1]]
+while pending:
+    directory = pending.pop()
+    try:
+        os.chmod(directory, 0o777)
+    except OSError:
+        pass  # not uid 1000's (the run directory itself, the worker's): open to it already
+    try:
+        with os.scandir(directory) as listing:
+            pending += [entry.path for entry in listing if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        pass
+"""
+
+
+def open_run_dir(executor: DockerExecutor, run_dir: Path) -> None:
+    """Open what the run closed to a worker that is not root (``closed_dirs``), so that
+    its directory can be counted against its caps and removed: left closed, a run's
+    directory of mode 0700 hid what it wrote from the caps and stayed on the disk after
+    its step (tests/security/test_non_root_worker.py). One short container, only then."""
+    if not closed_dirs(run_dir):
+        return
+    try:
+        one_shot(
+            executor,
+            [CONTAINER_PYTHON, "-I", "-S", "-c", _OPEN_DIRS, RUN_DIR],
+            image=executor.image,
+            environment=TOOL_ENV,
+            mounts=[Mount(RUN_DIR, str(run_dir), type="bind", read_only=False)],
+        )
+    except (LagtraceError, DockerException, requests.RequestException):
+        pass  # the engine is away: what stays closed is counted as the file system's loss
+
+
 def one_shot(
-    executor: DockerExecutor, argv: list[str], image: str | None = None, environment: dict[str, str] | None = None
+    executor: DockerExecutor,
+    argv: list[str],
+    image: str | None = None,
+    environment: dict[str, str] | None = None,
+    mounts: list[Mount] | None = None,
 ) -> str:
     # create/start/wait rather than containers.run(remove=True): a cancel (Ctrl-C,
     # SIGTERM) in the middle must still remove the container.
@@ -87,6 +137,7 @@ def one_shot(
             argv,
             network_mode="none",
             environment=environment,
+            mounts=mounts or [],
             **executor._hardening(read_only=True, job_id=executor.job_id),
         )
     except APIError as exc:

@@ -22,6 +22,7 @@ from pathlib import Path
 from services.errors import BadInput
 from services.measure import cgroups, hostload
 from services.measure.executors.base import RunRequest, RunResult, ToolResult
+from services.measure.executors.scratch import ScratchAccount, ScratchWatch, account_for
 from services.measure.executors.stall_clock import StallClock, wait_unreaped
 from services.settings import Settings
 
@@ -71,6 +72,8 @@ class LocalExecutor:
     def __init__(self, settings: Settings):
         self.settings = settings
         self._hierarchy: cgroups.Hierarchy | str | None = None
+        # Where runs count what they write outside a step (services/measure/executors/scratch.py).
+        self.scratch = ScratchAccount(settings)
 
     def available_cpus(self) -> tuple[int, ...]:
         return tuple(sorted(os.sched_getaffinity(0)))
@@ -123,13 +126,19 @@ class LocalExecutor:
                 raise BadInput(f"--config {request.config.label}: CPU quotas cannot be enforced here: {hierarchy}")
             group = cgroups.QuotaGroup(hierarchy, request.config.cpus)
             group.create()
+        # The run directory's caps hold here too: the command is trusted, its mistakes are not.
+        watch = ScratchWatch(request.run_dir, account_for(self.scratch), request.config.label)
         try:
-            return self._run(request, group)
+            result = self._run(request, group, watch)
         finally:
             if group is not None:
                 group.remove()
+            exceeded = watch.settle()
+        if exceeded is not None:
+            raise exceeded
+        return result
 
-    def _run(self, request: RunRequest, group: cgroups.QuotaGroup | None) -> RunResult:
+    def _run(self, request: RunRequest, group: cgroups.QuotaGroup | None, watch: ScratchWatch) -> RunResult:
         cpuset = request.config.cpuset
 
         def enter_configuration() -> None:  # runs in the child, between fork and exec
@@ -170,6 +179,7 @@ class LocalExecutor:
                 timed_out.set()
                 _kill_group(proc.pid)
 
+            watch.start(lambda: _kill_group(proc.pid))
             if clock is not None:
                 clock.start(proc.pid, started)
             if request.watcher is not None:
@@ -182,6 +192,7 @@ class LocalExecutor:
             try:
                 # Ended but not reaped (WNOWAIT) until a snapshot in progress is done.
                 wait_unreaped(proc.pid)
+                watch.finish()  # before the reap: its kill must never reach a reused pid
                 wall_s = time.perf_counter() - started
                 run_delay_s = hostload.run_delay_s(proc.pid)
                 if clock is not None:
@@ -190,6 +201,7 @@ class LocalExecutor:
             finally:
                 if timer is not None:
                     timer.cancel()
+                watch.finish()
             busy_after = hostload.busy_cpu_seconds(cpuset)
             io_after = hostload.own_io()
             if request.watcher is not None:
