@@ -420,6 +420,16 @@ class HeartbeatLag(_Model):
     lags: list[DurationBucket] = []
 
 
+class HeavyCallbacks(_Model):
+    """The callbacks that ran ``from_s`` or longer: what the loop's own work cost, told
+    from waiting (a callback that waited for the GIL grows as long, computing nothing)."""
+
+    from_s: float
+    count: int
+    total_s: float
+    cpu_s: float
+
+
 class AsyncioLoopContent(EvidenceContent):
     threshold_s: float | None = None  # from here a callback's stack is taken (slow_callbacks)
     wall_s: float | None = None
@@ -438,6 +448,9 @@ class AsyncioLoopContent(EvidenceContent):
     callers: list[CallbackTime] | None = None
     durations: list[DurationBucket] | None = None
     heartbeat: HeartbeatLag | None = None
+    # The callbacks from a millisecond on, the floor's short ones included, and the loop
+    # thread's CPU time in them. None: recorded before they were counted.
+    heavy: HeavyCallbacks | None = None
 
 
 # --- the census: a suite's sleeps and reads, per test ------------------------------

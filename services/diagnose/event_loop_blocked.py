@@ -12,6 +12,18 @@ past the probe's stack threshold (20 ms) carry the loop thread's stack, which na
 blocking call; where they hold most of the time the finding names it, else it says the
 loop was blocked by many short callbacks and names the callbacks that held it most.
 
+No per-callback line decides on its own. Callbacks under the floor that each compute a
+few milliseconds (an asyncio server hashing each request for 3-4 ms) block the loop as
+much, and the probe's heartbeat, a timer due every 5 ms, sees it: behind such a batch it
+fires tens of milliseconds late. The time it fired at least the floor late, less the
+time the kernel kept the process waiting for a CPU (runs.run_delay_s), and at most the
+loop thread's CPU time in callbacks of a millisecond or more, is blocked time too: the
+CPU bound tells the loop's own work from a callback that waited for the GIL another
+thread held (gil_contention's, which grows a callback as long and computes nothing) and
+from a healthy loop saturated by thousands of microsecond callbacks, whose timer is late
+now and then though no callback is heavy (tests/unit/services/diagnose/
+test_event_loop_blocked.py).
+
 Blocking is measured where no quota stretches it (docs/reference/findings.md): under cpus=0.5 the whole
 process stands still now and then, and whatever callback is running grows past the
 threshold for no fault of its own (a healthy asyncio echo server's 1 ms callbacks grew to
@@ -58,6 +70,10 @@ class Portion:
     attributed: bool = False
     held_callbacks: int = 0  # callbacks from the floor on
     callers: list[CallbackTime] = field(default_factory=list)  # by description, worst first
+    # Blocked time read from the heartbeat's lateness (the whole run's loop only): see
+    # above; and the callbacks' own from the floor on, before the larger was taken.
+    late_s: float = 0.0
+    held_s: float | None = None
 
     @property
     def slow_s(self) -> float:
@@ -80,7 +96,9 @@ def check(context: RuleContext) -> list[FindingDraft]:
             continue  # the quota stretched its callbacks; the unquoted drill tells
         for portion in _portions(context, evidence, content):
             # The blocked time's cost decides, in seconds and as a share of the run.
-            if not (portion.calls or portion.callers) or portion.blocked_s < limits.event_loop_blocked_min_s:
+            if not (portion.calls or portion.callers or portion.late_s):
+                continue
+            if portion.blocked_s < limits.event_loop_blocked_min_s:
                 continue
             if portion.span_s and portion.blocked_s < limits.event_loop_blocked_share * portion.span_s:
                 continue
@@ -110,8 +128,9 @@ def _portions(context: RuleContext, evidence: Evidence, content: AsyncioLoopCont
         held_callbacks=(content.held_callbacks if measured else content.slow_callbacks) or 0,
         callers=list(content.callers or []),
     )
+    late = _late_blocked(evidence, content)
     if evidence.test_id is not None or not (content.tasks or content.callers) or not context.tests:
-        return [whole]
+        return [_with_late(whole, late)]
     label = evidence.config.label if evidence.config else None
     tasks = {task.callback: task for task in content.tasks or []}
     by_test: dict[str, Portion] = {}
@@ -143,7 +162,7 @@ def _portions(context: RuleContext, evidence: Evidence, content: AsyncioLoopCont
         portion.slow_callbacks += task.count
         _add_task_call(portion, task)
     if not by_test:
-        return [whole]
+        return [_with_late(whole, late)]
     for portion in by_test.values():
         portion.calls.sort(key=lambda call: -call.total_s)
     # What stays the command's: the calls and callers no attributed task made.
@@ -154,7 +173,31 @@ def _portions(context: RuleContext, evidence: Evidence, content: AsyncioLoopCont
     whole.blocked_s = max(0.0, whole.blocked_s - sum(p.blocked_s for p in by_test.values()))
     whole.slow_callbacks = max(0, whole.slow_callbacks - sum(p.slow_callbacks for p in by_test.values()))
     whole.held_callbacks = max(0, whole.held_callbacks - sum(p.held_callbacks for p in by_test.values()))
-    return [whole, *by_test.values()]
+    # The heartbeat's lateness is the whole loop's: what the tests' own callbacks held is theirs.
+    return [_with_late(whole, max(0.0, late - sum(p.blocked_s for p in by_test.values()))), *by_test.values()]
+
+
+def _late_blocked(evidence: Evidence, content: AsyncioLoopContent) -> float:
+    """The loop's blocked time as its heartbeat saw it (the module's docstring): the time it
+    fired at least the floor late, less the process's run-queue delay, at most the loop
+    thread's CPU time in its heavy callbacks. 0 where the probe predates either count."""
+    heartbeat, heavy, floor = content.heartbeat, content.heavy, content.floor_s
+    if heartbeat is None or heavy is None or floor is None:
+        return 0.0
+    late, lower = 0.0, 0.0
+    for bucket in heartbeat.lags:
+        if lower >= floor * (1 - 1e-9):
+            late += bucket.total_s
+        lower = bucket.upper_s if bucket.upper_s is not None else lower
+    waited = (evidence.run.run_delay_s if evidence.run is not None else None) or 0.0
+    return max(0.0, min(late - waited, heavy.cpu_s))
+
+
+def _with_late(portion: Portion, late: float) -> Portion:
+    """The portion's blocked time: its callbacks' from the floor on, or its heartbeat's."""
+    portion.late_s, portion.held_s = late, portion.blocked_s
+    portion.blocked_s = max(portion.blocked_s, late)
+    return portion
 
 
 def _add_task_call(portion: Portion, task: TaskBlocking) -> None:
@@ -220,14 +263,22 @@ def _draft(portion: Portion) -> FindingDraft:
         if callbacks is not None
         else f"{portion.held_callbacks} callbacks of its task"
     )
-    if portion.named_by_stack:
+    held_s = portion.held_s if portion.held_s is not None else blocked
+    by_heartbeat = portion.late_s > held_s
+    heavy = content.heavy
+    if portion.named_by_stack and not by_heartbeat:
         cause = f"mostly in {calls[0].call.split(' (')[0]}"
+    elif by_heartbeat and heavy is not None:
+        cause = (
+            f"by {heavy.count} callbacks of {format_seconds(heavy.from_s)} or more, "
+            f"most under {format_seconds(floor or 0.0)}"
+        )
     else:
         cause = f"by {portion.held_callbacks} short callbacks, mostly {_short(portion.callers[0].callback)}"
     parts = [
         f"asyncio callbacks from {format_seconds(floor or 0.02)} on ({where(evidence)}"
         + (", the whole command drilled: the blocking task ran this test's coroutine" if portion.attributed else "")
-        + f"): {counted} held the loop {format_seconds(blocked)} in all"
+        + f"): {counted} held the loop {format_seconds(held_s)} in all"
         + (f" (every callback's duration: {_durations(content.durations)})" if content.durations and callbacks else "")
     ]
     heartbeat = content.heartbeat
@@ -240,6 +291,13 @@ def _draft(portion: Portion) -> FindingDraft:
         )
     elif lag_s:
         parts.append(f"a timer due every few milliseconds fired {format_seconds(lag_s)} late in all behind them")
+    if by_heartbeat and heavy is not None:
+        parts.append(
+            f"{heavy.count} callbacks of {format_seconds(heavy.from_s)} or more ran {format_seconds(heavy.cpu_s)} of "
+            f"CPU on the loop's thread in {format_seconds(heavy.total_s)}: the loop was blocked "
+            f"{format_seconds(portion.late_s)} by them, as its timer's lateness counts it (less the time the process "
+            "waited for a CPU)"
+        )
     if portion.callers:
         parts.append(
             ("the callbacks that held it most: " if not portion.named_by_stack else "by callback: ")
@@ -249,7 +307,7 @@ def _draft(portion: Portion) -> FindingDraft:
                 for caller in portion.callers[:3]
             )
         )
-    if not portion.named_by_stack and measured:
+    if not portion.named_by_stack and measured and not by_heartbeat:
         parts.append(
             "the loop was blocked by many short callbacks: "
             + (
@@ -304,6 +362,9 @@ def _draft(portion: Portion) -> FindingDraft:
             if measured
             else None,
             heartbeat_lag_max_s=heartbeat.lag_max_s if heartbeat and measured and not portion.attributed else None,
+            heartbeat_blocked_s=portion.late_s if portion.late_s else None,
+            heavy_callbacks=heavy.count if heavy is not None and by_heartbeat else None,
+            heavy_cpu_s=heavy.cpu_s if heavy is not None and by_heartbeat else None,
         ),
         evidence_ids=[evidence.id],
     )

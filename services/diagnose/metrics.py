@@ -227,6 +227,11 @@ class EventLoopBlockedMetrics(Metrics):
     # (the whole run's loop; None for a test's share read from a whole command's drill).
     heartbeat_lag_s: float | None = omitted_when_none()
     heartbeat_lag_max_s: float | None = omitted_when_none()
+    # The blocked time the heartbeat's lateness counts (services/diagnose/event_loop_blocked.py),
+    # and where it is the larger: the callbacks of a millisecond or more, their CPU time.
+    heartbeat_blocked_s: float | None = omitted_when_none()
+    heavy_callbacks: int | None = omitted_when_none()
+    heavy_cpu_s: float | None = omitted_when_none()
 
 
 class FutexStormMetrics(Metrics):

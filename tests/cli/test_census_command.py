@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import PYTHON, run_cli
 
 # An asyncio key-value server whose handler hashes each value on the loop thread (about
-# 12 ms of CPU a request), 48 requests from 8 clients: the loop is blocked most of the
+# 12 ms of CPU a request; ``--rounds`` fewer, less), 48 requests from 8 clients (``--each``): the loop is blocked most of the
 # run, and a CPU-bound program is as fast on one core as on two. ``await_instead`` is its
 # healthy twin: the same 12 ms spent awaiting, the loop free.
 SERVER = """\
@@ -19,11 +19,13 @@ import hashlib
 import sys
 
 AWAIT_INSTEAD = "--await" in sys.argv
+ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 36000
+EACH = int(sys.argv[sys.argv.index("--each") + 1]) if "--each" in sys.argv else 6
 
 
 def digest(value):
     out = value
-    for _ in range(36000):
+    for _ in range(ROUNDS):
         out = hashlib.sha256(out).digest()
     return out
 
@@ -52,7 +54,7 @@ async def client(port, n):
 async def main():
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    await asyncio.gather(*(client(port, 6) for _ in range(8)))
+    await asyncio.gather(*(client(port, EACH) for _ in range(8)))
     server.close()
 
 
@@ -96,3 +98,19 @@ def test_its_twin_that_awaits_instead_has_an_idle_loop_and_no_finding(sqlite_url
     assert [f for f in report["findings"] if f["severity"] in ("medium", "high")] == [], report["findings"]
     [census] = [e for e in report["evidence"] if e["kind"] == "asyncio_loop"]
     assert census["content"]["held_s"] < 0.05, census["content"]
+
+
+# The same server hashing about 2.5 ms for each of 96 requests: no callback reaches the 5 ms floor, but
+# eight clients' requests queue behind each other, and the probe's heartbeat fires 15-30 ms
+# late behind each batch. The loop is blocked as much; the finding says so from the
+# heartbeat and the callbacks' CPU time (services/diagnose/event_loop_blocked.py).
+@pytest.mark.latency
+def test_callbacks_too_short_for_the_floor_block_the_loop_all_the_same(sqlite_url, tmp_path):
+    report = run_server(tmp_path, sqlite_url, "--rounds", "8000", "--each", "12")
+    [finding] = [f for f in report["findings"] if f["kind"] == "event_loop_blocked"]
+    assert finding["severity"] in ("medium", "high"), finding
+    metrics = finding["metrics"]
+    assert metrics["blocked_s"] >= 0.15 and metrics.get("heartbeat_blocked_s"), metrics
+    # The census's run had the hook: the callbacks of a millisecond or more computed.
+    [census] = [e for e in report["evidence"] if e["kind"] == "asyncio_loop" and e["config"] == "cpuset=0"][:1]
+    assert census["content"]["heavy"]["count"] >= 90 and census["content"]["heavy"]["cpu_s"] > 0.15, census

@@ -11,6 +11,11 @@ that wraps `asyncio.events.Handle._run` once asyncio is imported. It keeps:
   long;
 - a heartbeat on each loop (a timer every HEARTBEAT_S, cancelled when the loop stops):
   how late it fired is the loop's lag as a coroutine experiences it;
+- the callbacks from HEAVY_S on (below the floor too): their count, time and the loop
+  thread's CPU time in them. Many callbacks under the floor that each compute for a few
+  milliseconds block the loop as one long one does, and the heartbeat sees it; a callback
+  that waited for the GIL another thread held grows as long but computes nothing, so the
+  CPU time tells the loop's own work from a wait (services/diagnose/event_loop_blocked.py);
 - for a callback past SLOW_CALLBACK_S, the loop thread's stack (`sys._current_frames`,
   taken by a watchdog thread while it is stuck), which is the blocking call itself (a
   synchronous logging handler, a `requests.get`, a `time.sleep`).
@@ -39,6 +44,9 @@ SLOW_CALLBACK_S = 0.02
 # The heartbeat's period: a fraction of the floor's multiples, and at 200 wake-ups a second
 # an idle loop's cost stays in the tens of microseconds per beat.
 HEARTBEAT_S = 0.005
+# A healthy loop's callbacks take microseconds to about 1 ms (Thresholds,
+# event_loop_blocked_floor_s): from here a callback's CPU time is read (two clock reads).
+HEAVY_S = 0.001
 # Bucket edges of the durations and lags; the floor and SLOW_CALLBACK_S are added.
 EDGES_S = (0.001, 0.002, 0.01, 0.05, 0.1, 0.2, 0.5, 1.0)
 TOP = 5
@@ -61,7 +69,9 @@ _edges = [float(edge) for edge in os.environ["LAGTRACE_ASYNCIO_EDGES_S"].split("
 _path = "%s.%d.json" % (os.environ["LAGTRACE_ASYNCIO_PREFIX"], os.getpid())
 _running = {}  # loop thread id -> [callback description, start, stack or None]
 _slow = []
+_heavy_from = float(os.environ.get("LAGTRACE_ASYNCIO_HEAVY_S", "0.001"))
 _state = {"callbacks": 0, "patched": False, "looped": False}
+_heavy = {"count": 0, "total_s": 0.0, "cpu_s": 0.0}  # callbacks from _heavy_from on
 _durations = [[0, 0.0] for _ in range(len(_edges) + 1)]  # per bucket: count, seconds
 _lags = [[0, 0.0] for _ in range(len(_edges) + 1)]
 _heartbeat = {"beats": 0, "lag_total_s": 0.0, "lag_max_s": 0.0, "late_beats": 0}
@@ -157,6 +167,7 @@ def _patch(events):
             _start_beat(loop)
             beat = getattr(loop, _BEAT, None)
         ident = threading.get_ident()
+        cpu = time.thread_time()
         entry = [self, time.perf_counter(), None]
         _running[ident] = entry
         _state["callbacks"] += 1
@@ -166,6 +177,10 @@ def _patch(events):
             _running.pop(ident, None)
             took = time.perf_counter() - entry[1]
             _add(_durations, took)
+            if took >= _heavy_from:
+                _heavy["count"] += 1
+                _heavy["total_s"] += took
+                _heavy["cpu_s"] += time.thread_time() - cpu
             if took >= _floor:
                 key = _TASK_NAME.sub("Task ", _describe(self))
                 if key not in _held and len(_held) >= _HELD_KEYS:
@@ -220,6 +235,7 @@ def _write():
                 "durations": _durations,
                 "lags": _lags,
                 "heartbeat": _heartbeat,
+                "heavy": dict(_heavy, from_s=_heavy_from),
                 "held": _held,
             }
             json.dump(dict(report, slow=_slow), out)
@@ -382,6 +398,23 @@ def _held(reports: list[dict]) -> dict:
             "late_beats": sum(beat["late_beats"] for beat in beats),
             "lags": _buckets(edges, [report["lags"] for report in same]),
         },
+        **_heavy_callbacks(kept),
+    }
+
+
+def _heavy_callbacks(reports: list[dict]) -> dict:
+    """The callbacks from HEAVY_S on, summed over the processes; nothing where the hook
+    predates them."""
+    heavy = [report["heavy"] for report in reports if "heavy" in report]
+    if not heavy:
+        return {}
+    return {
+        "heavy": {
+            "from_s": heavy[0]["from_s"],
+            "count": int(sum(entry["count"] for entry in heavy)),
+            "total_s": round(sum(entry["total_s"] for entry in heavy), 4),
+            "cpu_s": round(sum(entry["cpu_s"] for entry in heavy), 4),
+        }
     }
 
 
@@ -402,6 +435,7 @@ class AsyncioLoopProbe(Probe):
             "LAGTRACE_ASYNCIO_SLOW_S": str(SLOW_CALLBACK_S),
             "LAGTRACE_ASYNCIO_FLOOR_S": str(self.floor_s),
             "LAGTRACE_ASYNCIO_HEARTBEAT_S": str(HEARTBEAT_S),
+            "LAGTRACE_ASYNCIO_HEAVY_S": str(HEAVY_S),
             "LAGTRACE_ASYNCIO_EDGES_S": ",".join(map(str, edges_s(self.floor_s))),
             "LAGTRACE_ASYNCIO_PREFIX": self.visible(OUTPUT_PREFIX),
         }

@@ -172,3 +172,47 @@ def test_short_blocks_found_on_the_whole_command_belong_to_the_test_whose_task_h
     # The heartbeat's lag behind this test's callbacks, not the whole run's.
     assert 0.5 <= metrics["heartbeat_lag_s"] <= metrics["accounts_s"] and "heartbeat_lag_max_s" not in metrics
     assert "of the test)" in finding.title and "by 120 short callbacks" in finding.title
+
+
+# Recorded with the hook of services/measure/probes/asyncio_loop.py on a quiet machine: an
+# asyncio server answering 96 requests of 8 clients, each answer hashed on the loop thread
+# for about 3 ms of CPU (tests/cli/test_census_command.py's server, a smaller digest).
+def test_callbacks_under_the_floor_that_compute_block_the_loop_as_the_heartbeat_sees_it():
+    built, summary = _job("asyncio-loop-96-hashes-under-the-floor.json", wall_s=0.52)
+    # None of them reaches the 5 ms floor, so the callbacks' own count says nothing...
+    assert summary["held_s"] == 0 and summary["heavy"]["count"] == 96
+    assert summary["heartbeat"]["late_beats"] == summary["heartbeat"]["beats"] == 12
+    # ... but the timer due every 5 ms fired tens of milliseconds late behind each batch.
+    [finding] = event_loop_blocked.check(jobs.context(built))
+    assert finding.severity == "medium"
+    metrics = finding.metrics.stored()
+    assert 0.2 < metrics["blocked_s"] < 0.3 and metrics["blocked_s"] == metrics["heartbeat_blocked_s"]
+    assert metrics["heavy_callbacks"] == 96 and 0.25 < metrics["heavy_cpu_s"] < 0.35
+    assert "by 96 callbacks of 1.00 ms or more, most under 5.00 ms" in finding.title
+    assert "ran 0.295 s of CPU on the loop's thread" in finding.detail and "run_in_executor" in finding.detail
+
+
+def test_the_time_the_process_waited_for_a_cpu_is_not_the_loops():
+    built, _ = _job("asyncio-loop-96-hashes-under-the-floor.json", wall_s=0.52)
+    [evidence] = built.evidence
+    evidence.run = next(run for run in evidence.config.runs if run.id == evidence.run_id)
+    evidence.run.run_delay_s = 0.2  # the kernel kept it off a CPU most of that lateness
+    assert event_loop_blocked.check(jobs.context(built)) == []
+
+
+def test_a_loop_saturated_by_tiny_callbacks_is_late_now_and_then_but_not_blocked():
+    # 64 clients, 300 echoes each: 78,000 callbacks, all under 2 ms, the timer late 0.38 s
+    # in all but never 10 ms at once, and no callback computing a millisecond.
+    built, summary = _job("asyncio-loop-saturated-echo.json", wall_s=1.3)
+    assert summary["callbacks"] > 70_000 and summary["heartbeat"]["lag_total_s"] > 0.3
+    assert event_loop_blocked.check(jobs.context(built)) == []
+
+
+def test_callbacks_that_wait_for_the_gil_add_no_heartbeat_time():
+    # The awaiting server beside a thread that spins: each callback waits for the GIL (a
+    # switch interval, 5 ms), so the timer is late a second in all, yet the callbacks of a
+    # millisecond or more computed 0.03 s: the heartbeat's count stays at that.
+    built, summary = _job("asyncio-loop-gil-crunch-thread.json", wall_s=2.3)
+    assert summary["heartbeat"]["lag_total_s"] > 1.0 and summary["heavy"]["cpu_s"] < 0.06
+    [evidence] = built.evidence
+    assert event_loop_blocked._late_blocked(evidence, evidence.parsed) < 0.06
