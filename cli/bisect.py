@@ -28,7 +28,13 @@ def _progress(message: str) -> None:
 )
 @click.option("--good", required=True, metavar="REV", help="The last commit known good (the older end).")
 @click.option("--bad", required=True, metavar="REV", help="A commit known bad (the newer end); --good is its ancestor.")
-@click.option("--test", "test_id", required=True, metavar="NODEID", help="The pytest node id of the one test to time.")
+@click.option(
+    "--test",
+    "test_id",
+    default=None,
+    metavar="NODEID",
+    help="The pytest node id of the one test to time. Unset: the whole command's wall time (any program).",
+)
 @click.option(
     "--config",
     "spec",
@@ -77,7 +83,7 @@ def bisect(
     repo: Path,
     good: str,
     bad: str,
-    test_id: str,
+    test_id: str | None,
     spec: str | None,
     executor: str,
     max_runs: int | None,
@@ -87,7 +93,8 @@ def bisect(
     command: tuple[str, ...],
 ) -> None:
     """Find the commit that made one test slower (or faster): COMMAND (after --) is the
-    pytest command, run narrowed to --test at the commits the search picks."""
+    pytest command, run narrowed to --test at the commits the search picks. Without --test,
+    COMMAND is any program, timed whole."""
     # Here, not at the top: cli.main imports this module to register the command.
     from cli.main import _cancel, _load_settings
     from services.errors import BadInput
@@ -102,9 +109,12 @@ def bisect(
     # `kill` stops it as Ctrl-C does: the worktrees are removed on the way out.
     signal.signal(signal.SIGTERM, _cancel)
     if not command:
-        raise BadInput("COMMAND: give the pytest command after --, e.g. -- python -m pytest -q")
-    if not pytest_command.is_pytest(list(command)):
-        raise BadInput(f"COMMAND {command[0]!r}: bisect times one test of a pytest command (pytest, python -m pytest)")
+        raise BadInput("COMMAND: give the command after --: -- python -m pytest -q (with --test), or -- python app.py")
+    if test_id is not None and not pytest_command.is_pytest(list(command)):
+        raise BadInput(
+            f"--test {test_id}: COMMAND {command[0]!r} is no pytest command (pytest, python -m pytest); "
+            "leave --test out to time the whole command"
+        )
     top, folder, commits = commit_range(repo, good, bad)
     settings = _load_settings()
     runner = make_executor(executor, settings, progress=_progress)
@@ -115,7 +125,8 @@ def bisect(
         raise BadInput(f"--config {exc}") from None
     if config.cpus is not None and (problem := runner.quota_unsupported_reason()):
         raise BadInput(f"--config {config.label}: CPU quotas cannot be enforced on this machine: {problem}")
-    _progress(f"bisect {test_id} in {config.label}: {len(commits)} commits, {commits[0][:10]}..{commits[-1][:10]}")
+    what = test_id or "the command"
+    _progress(f"bisect {what} in {config.label}: {len(commits)} commits, {commits[0][:10]}..{commits[-1][:10]}")
 
     with (
         scratch_config(list(command), runner, config) as (session, job_config),
@@ -127,6 +138,7 @@ def bisect(
             rule_of(settings.thresholds),
             Budget(max_runs=max_runs, max_s=max_s),
             config=config.label,
+            timed="the test" if test_id else "the command",
             progress=_progress,
         )
     if json_path is not None:

@@ -19,7 +19,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # reading its scripts cost each process about 0.25 s of CPU, more than the query by far.
 # Alembic is imported below only where a migration runs or is compared.
 # tests/services/test_migrations.py::test_head_is_alembics_single_head keeps it in step.
-HEAD = "0030_bisects"
+HEAD = "0033_bisect_command"
 
 
 # Indexes a migration makes only where the server can (0018: the catalogue search's

@@ -444,8 +444,8 @@ class Bisect(Base):
     __tablename__ = "bisects"
 
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
-    # Indexed: a test's page lists its bisects.
-    test_id: Mapped[str] = mapped_column(Text, index=True)
+    # Indexed: a test's page lists its bisects. None: the whole command timed (any program).
+    test_id: Mapped[str | None] = mapped_column(Text, index=True)
     # The revisions as asked for (a branch, a tag, a commit), and the commits they resolved
     # to when the step fetched the repository (None until then).
     good: Mapped[str] = mapped_column(String(255))

@@ -421,7 +421,7 @@ def _revision(asked: str, sha: str | None) -> str:
 def _bisect_title(job: Job, bisect: Bisect | None) -> str:
     if bisect is None:
         return f"lagtrace bisect job {job.id} {job.status.value}"
-    result, test = bisect.result, _clip(bisect.test_id)
+    result, test = bisect.result, _clip(bisect.test_id or "the whole command")
     if job.status in (JobStatus.queued, JobStatus.running):
         return (
             f"Bisecting {test} in {_bisect_config(job, result)} between "
@@ -478,7 +478,7 @@ def _bisect_request(job: Job, bisect: Bisect, result: dict[str, Any] | None) -> 
     return [
         "### Request",
         "",
-        f"- Test: {_code(bisect.test_id, in_table=False)}",
+        f"- Test: {_code(bisect.test_id, in_table=False)}" if bisect.test_id else "- Timed: the whole command",
         f"- Configuration: {_code(_bisect_config(job, result), in_table=False)}",
         f"- Range: good {_full(bisect.good, bisect.good_sha)} .. bad {_full(bisect.bad, bisect.bad_sha)}{commits}",
         "",
@@ -504,8 +504,8 @@ def _bisect_verdict(result: dict[str, Any]) -> list[str]:
     if times and low is not None and high is not None:
         times += f", interval {low:.2f}x to {high:.2f}x"
     lines.append(
-        f"{_code(result['culprit'], in_table=False)}{subject} (commit {index + 1} of {count}) made the test "
-        f"{result['direction']}{times}."
+        f"{_code(result['culprit'], in_table=False)}{subject} (commit {index + 1} of {count}) made "
+        f"{result.get('timed', 'the test')} {result['direction']}{times}."
     )
     if result["also"]:
         also = ", ".join(_code(sha[:10], in_table=False) for sha in result["also"])

@@ -97,6 +97,7 @@ class BisectResult:
     runs: list[tuple[str, float]] = field(default_factory=list)  # every run, in the order taken
     pairs: list[PairJudged] = field(default_factory=list)  # each pair's final judgement
     wall_s: float = 0.0  # the wall time spent measuring
+    timed: str = "the test"  # what each run's seconds are: a test's, or "the command" timed whole
 
     def durations(self, commit: str) -> list[float]:
         return [seconds for sha, seconds in self.runs if sha == commit]
@@ -116,13 +117,14 @@ class BisectResult:
         line = f"{len(self.runs)} runs, {_s(self.wall_s)}"
         test_s = self.test_s
         if test_s:
-            line += f", {self.wall_s / test_s:.0f}x the test's time"
+            line += f", {self.wall_s / test_s:.0f}x {self.timed}'s time"
         return line
 
     def as_json(self) -> dict[str, Any]:
         measured = [sha for sha in self.commits if self.durations(sha)]
         return {
             "verdict": self.verdict,
+            "timed": self.timed,
             "reason": self.reason,
             "config": self.config,
             "good": self.commits[0],
@@ -186,6 +188,7 @@ def bisect(
     budget: Budget = Budget(),
     *,
     config: str | None = None,
+    timed: str = "the test",
     seed: int = 0,
     progress: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.monotonic,
@@ -195,7 +198,7 @@ def bisect(
     if len(commits) < 2:
         raise ValueError("a range needs a good and a bad commit")
     search = _Search(list(commits), measure, rule, budget, seed, progress, clock)
-    result = BisectResult(UNDECIDED_VERDICT, "", list(commits), config)
+    result = BisectResult(UNDECIDED_VERDICT, "", list(commits), config, timed=timed)
     search.run()
     result.runs, result.wall_s = search.runs, search.wall_s
     result.pairs = [search.judged[key] for key in sorted(search.judged)]

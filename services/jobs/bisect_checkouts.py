@@ -4,7 +4,9 @@ The search is services/jobs/bisect.py's; this module gives it its runs. Each com
 asks for is checked out once into a worktree of its own (``git worktree add --detach``,
 removed at the end), and the command, narrowed to the one test, runs there in the
 configuration through the executor, as every lagtrace run does
-(services/measure/runs.py ``run_once``): the test's time is its JUnit duration. The
+(services/measure/runs.py ``run_once``): the test's time is its JUnit duration. With no
+test (a program that is no pytest suite, or a whole suite), the time is the command's
+wall time as lagtrace's timer took it, and a run that exits non-zero ends the commit. The
 service's bisect step (services/jobs/bisect_step.py) gives it the job's session and
 configuration, a clone with the range's history and the job's executor; `lagtrace bisect`
 a scratch configuration (``scratch_config``), the user's repository and the local executor.
@@ -112,7 +114,7 @@ class Checkouts:
         folder: str,
         executor: Executor,
         command: list[str],
-        test_id: str,
+        test_id: str | None,
         timeout_s: float | None,
         progress: Callable[[str], None],
         *,
@@ -150,13 +152,16 @@ class Checkouts:
             workdir = path / self.folder
             self.executor.prepare(workdir, self.progress)
             self.executor.check_command(self.command, workdir)
-            ceiling = pytest_command.search_ceiling(self.executor.name)
-            narrowed = pytest_command.narrow_to_test(self.command, self.test_id, workdir, ceiling=ceiling)
+            narrowed = self.command
+            if self.test_id is not None:
+                ceiling = pytest_command.search_ceiling(self.executor.name)
+                narrowed = pytest_command.narrow_to_test(self.command, self.test_id, workdir, ceiling=ceiling)
             self.worktrees[sha] = (workdir, narrowed)
         return self.worktrees[sha]
 
     def measure(self, sha: str, n: int) -> list[float]:
-        """``n`` runs of the test at ``sha``: its JUnit durations (MeasureFailed: it did not pass)."""
+        """``n`` runs of the test at ``sha``: its JUnit durations (MeasureFailed: it did not
+        pass); with no test, of the whole command: its wall time (MeasureFailed: it failed)."""
 
         workdir, command = self._checkout(sha)
         durations = []
@@ -184,6 +189,13 @@ class Checkouts:
             result = measured.result
             if result.timed_out:
                 raise MeasureFailed(sha, f"the run timed out after {result.wall_s:.1f} s")
+            if self.test_id is None:
+                # A plain command (or a whole suite): its wall time, as lagtrace's own timer took it.
+                if result.exit_code != 0:
+                    tail = (result.output_tail or "").strip()[-500:]
+                    raise MeasureFailed(sha, f"the command exited {result.exit_code}: {tail}")
+                durations.append(result.wall_s)
+                continue
             if why := pytest_command.nothing_ran(result.exit_code, self.test_id):
                 raise MeasureFailed(sha, why)
             cases = measured.cases
@@ -195,9 +207,10 @@ class Checkouts:
         return durations
 
 
-def verdict_text(result: BisectResult, test_id: str, subject: Callable[[str], str]) -> str:
+def verdict_text(result: BisectResult, test_id: str | None, subject: Callable[[str], str]) -> str:
     """The verdict in a few lines: what changed where, by how much, and what finding it cost."""
     where = f" in {result.config}" if result.config else ""
+    test_id = test_id or "the command"
     lines = []
     if result.verdict == "culprit" and result.culprit is not None:
         sha = result.commits[result.culprit]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -56,7 +56,12 @@ class BisectSpec(BaseModel):
     project: str = Field(
         min_length=1, max_length=200, description="The project (its name): one with a registered git repository."
     )
-    test: str = Field(min_length=1, max_length=4096, description="The pytest node id of the one test to time.")
+    test: str | None = Field(
+        None,
+        min_length=1,
+        max_length=4096,
+        description="The pytest node id of the one test to time. Unset: the whole command's wall time (any program).",
+    )
     config: Spec = Field(description="The CPU configuration the change shows in (cpuset=0, cpus=0.5, ...).")
     good: str = Field(min_length=1, max_length=255, description="The last revision known good (the older end).")
     bad: str = Field(
@@ -66,8 +71,9 @@ class BisectSpec(BaseModel):
         None,
         min_length=1,
         max_length=256,
-        description="The pytest command, run narrowed to the test at each commit. Unset: the command of "
-        ".lagtrace.yml at the bad end, with its executor, image and timeout.",
+        description="The command: with a test, a pytest command, run narrowed to the test at each commit; "
+        "without one, any program, timed whole. Unset: the command of .lagtrace.yml at the bad end, with its "
+        "executor, image and timeout.",
     )
     executor: str | None = Field(
         None,
@@ -90,9 +96,13 @@ class BisectSpec(BaseModel):
 
     @field_validator("command")
     @classmethod
-    def _a_pytest_command(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not pytest_command.is_pytest(value):
-            raise ValueError(f"{value[0]!r}: bisect times one test of a pytest command (pytest, python -m pytest)")
+    def _a_test_needs_pytest(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        # ``test`` is declared before ``command``: validated first, in info.data.
+        if value is not None and info.data.get("test") is not None and not pytest_command.is_pytest(value):
+            raise ValueError(
+                f"{value[0]!r}: a test is timed in a pytest command (pytest, python -m pytest); leave test out to "
+                "time the whole command"
+            )
         return value
 
     @field_validator("config")

@@ -98,8 +98,12 @@ def _search(
             spec = enforce_policy(sources.config_in_history(settings, directory, wanted.bad_sha), settings, job.project)
             job.command, job.timeout_s, source.image = spec.command, spec.timeout_s, source.image or spec.image
             job.executor = job.executor if job.executor != "auto" else spec.executor
-        if not pytest_command.is_pytest(job.command):
-            raise BadInput(f"command {job.command[0]!r}: bisect times one test of a pytest command", field="command")
+        if wanted.test_id is not None and not pytest_command.is_pytest(job.command):
+            raise BadInput(
+                f"command {job.command[0]!r}: a test is timed in a pytest command; leave test out to time the "
+                "whole command",
+                field="command",
+            )
         job.timeout_s = lifecycle.run_timeout(settings, job.timeout_s)
         executor = executor_for(job, source, settings)
         job.executor = executor.name
@@ -109,9 +113,8 @@ def _search(
             raise BadInput(f"config: {exc}", field="config") from None
         if config.cpus is not None and (problem := executor.quota_unsupported_reason()):
             raise BadInput(f"config {config.label}: CPU quotas cannot be enforced on this worker: {problem}")
-        progress(
-            f"bisect {wanted.test_id} in {config.label}: {len(commits)} commits, {commits[0][:10]}..{commits[-1][:10]}"
-        )
+        what = wanted.test_id or "the command"
+        progress(f"bisect {what} in {config.label}: {len(commits)} commits, {commits[0][:10]}..{commits[-1][:10]}")
         checkpoint()
         with node_slot(settings, job, "bisect", cpus_touched([cpu_config(config)]), progress):
             NodeClass.of_executor(executor).record(job)
@@ -139,6 +142,7 @@ def _search(
                     rule_of(settings.thresholds),
                     Budget(max_s=job.budget_s),
                     config=config.label,
+                    timed="the test" if wanted.test_id else "the command",
                     progress=progress,
                 )
             return _with_subjects(found, lambda sha: git(directory, "log", "-1", "--format=%s", sha))

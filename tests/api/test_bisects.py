@@ -14,7 +14,7 @@ from services.measure.executors import docker_engine
 from services.models import Bisect, JobConfig, JobTask, Run, RunKind
 from tests.conftest import PYTHON, require
 from tests.service_support import register
-from tests.support.bisect_history import TARGET, make_history
+from tests.support.bisect_history import TARGET, commit_series, make_history
 
 COMMITS = 16
 SLOWER_FROM = 9  # commit 10 of 16 doubles test_slow's sleep
@@ -151,14 +151,15 @@ def test_an_unknown_revision_fails_the_job_naming_it(api, tmp_path):
     ("change", "status", "field", "says"),
     [
         pytest.param({"project": "nobody/else"}, 422, "project", "no such project here", id="unknown-project"),
-        pytest.param({"test": None}, 422, "test", "Field required", id="missing-test"),
         pytest.param({"test": ""}, 422, "test", "at least 1 character", id="empty-test"),
         pytest.param({"config": "cpuset=x"}, 422, "config", "'x' is not a CPU number", id="malformed-config"),
         pytest.param({"config": "cores=2"}, 422, "config", "unknown key", id="unknown-config-key"),
         pytest.param({"config": "cpuset=7"}, 422, "config", "LAGTRACE_NODE_CPUS", id="config-beyond-the-nodes"),
         pytest.param({"good": "a..b"}, 422, "good", "not a branch, tag or commit name", id="malformed-rev"),
         pytest.param({"bad": None}, 422, "bad", "Field required", id="missing-bad"),
-        pytest.param({"command": ["make", "test"]}, 422, "command", "a pytest command", id="not-pytest"),
+        pytest.param(
+            {"command": ["make", "test"]}, 422, "command", "a test is timed in a pytest command", id="not-pytest"
+        ),
         pytest.param({"executor": "local"}, 422, "executor", "not allowed on this server", id="executor-refused"),
         pytest.param({"colour": "blue"}, 422, "colour", "Extra inputs", id="unknown-field"),
     ],
@@ -210,3 +211,26 @@ def test_a_cancel_stops_the_search_after_the_run_under_way(api, tmp_path):
             select(JobTask).where(JobTask.job_id == queued["job_id"], JobTask.step == BISECT)
         ).all()
         assert task.state.value == "cancelled"
+
+
+# A program that is no pytest suite, bisected on its whole wall time (docs/explanations/bisect.md).
+APP = "import time\n\ntime.sleep({seconds})\n"
+
+
+@pytest.mark.latency
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_program_is_bisected_on_its_wall_time_when_no_test_is_named(api, tmp_path):
+    shas = commit_series(tmp_path / "repo", 5, lambda index: {"app.py": APP.format(seconds=0.3 if index >= 2 else 0.1)})
+    register(api.settings, api.session_factory, f"file://{tmp_path / 'repo'}", PROJECT)
+    api.token = api.new_token(PROJECT)
+    api.settings.allowed_executors = ["docker", "local"]
+    body = {"project": PROJECT, "config": "cpuset=0", "good": shas[0], "bad": shas[-1]}
+    response = api.post("/api/v1/bisects", json={**body, "command": [PYTHON, "app.py"], "executor": "local"})
+    assert response.status_code == 202, response.get_json()
+    job = finished(api, response.get_json()["job_id"])
+    assert job["status"] == "done", job["error"]
+    assert job["bisect"]["test"] is None
+    result = job["bisect"]["result"]
+    assert result["verdict"] == "culprit" and result["culprit"] == shas[2], result["reason"]
+    assert result["timed"] == "the command" and result["cost"]["says"].endswith("the command's time")
+    assert all(run.test_id is None for run in stored_runs(api, job["id"]))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PYTHON, run_cli
+from tests.support.bisect_history import commit_series
 
 COMMITS = 16
 SLOWER_FROM = 9  # the commit (0-based) that makes test_slow sleep 0.2 s instead of 0.1 s
@@ -114,3 +115,35 @@ def test_bad_input_exits_2_naming_the_argument(history, sqlite_url, tmp_path, ch
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert says in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert result.stdout == ""
+
+
+# A program that is no pytest suite: its wall time is what the search compares. Commit 3
+# of 6 makes its work take 0.25 s instead of 0.1 s.
+APP = "import time\n\ntime.sleep({seconds})\nprint('done')\n"
+
+
+@pytest.mark.latency
+def test_a_plain_program_is_bisected_on_its_wall_time(sqlite_url, tmp_path):
+    repo = tmp_path / "app"
+    shas = commit_series(repo, 6, lambda index: {"app.py": APP.format(seconds=0.25 if index >= 3 else 0.1)})
+    out = tmp_path / "bisect.json"
+    args = ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--config", "cpuset=0"]
+    result = run_cli(["bisect", *args, "--json", str(out), "--", PYTHON, "app.py"], sqlite_url, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"culprit: {shas[3][:10]} 'change 3'"), result.stdout
+    assert "made the command slower in cpuset=0" in result.stdout, result.stdout
+    found = json.loads(out.read_text())
+    assert found["culprit"] == shas[3] and found["test"] is None, found
+    # The runs are the program's whole wall time, start-up included.
+    for run in found["runs"]:
+        expected = 0.25 if shas.index(run["commit"]) >= 3 else 0.1
+        assert expected < run["duration_s"] < expected + 0.5, run
+    assert found["cost"]["says"].endswith("the command's time"), found["cost"]
+
+
+def test_a_test_needs_a_pytest_command(history, sqlite_url):
+    repo, shas = history
+    args = ["--repo", str(repo), "--good", shas[0], "--bad", shas[-1], *TEST, "--", PYTHON, "app.py"]
+    result = run_cli(["bisect", *args], sqlite_url, timeout=60)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "--test test_work.py::test_slow: COMMAND" in result.stderr and "leave --test out" in result.stderr
