@@ -32,12 +32,13 @@ from services.models import Bisect, Finding, Job, JobKind, JobSource, Project
 from services.settings import Settings
 
 # What started it, by the entry point that stored it (as services/jobs/submit.py TRIGGERS);
-# "regression": a gate's verdict on a push of several commits (bisect_regressions).
+# "regression": a gate's verdict on a push of several commits, or a change point
+# (bisect_regressions); "rerun": GitHub's Re-run on a bisect's check run (rerun_bisect).
 TRIGGERS = {"api": "api", "web": "dashboard", "regression": "regression", "rerun": "rerun"}
 
-# A push's regressions bisected, the largest first (bisect_regressions): each is a job of its own (30-36 runs
-# of one test on a 16-commit range: tests/bench/bench_bisect.py), and two tests slowed by
-# one push are most often slowed by one commit.
+# The regressions a finished job bisects, the largest first (bisect_regressions): each is a
+# job of its own (30-36 runs of one test on a 16-commit range: tests/bench/bench_bisect.py),
+# and two tests slowed by one push are most often slowed by one commit.
 MAX_AUTO_BISECTS = 2
 
 
